@@ -1,0 +1,97 @@
+#include "core/dtype.h"
+
+#include <array>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+struct DTypeInfo {
+  DType type;
+  std::string_view name;
+  size_t size;
+};
+constexpr std::array<DTypeInfo, 6> kDTypes = {{{DType::F32, "F32", 4},
+                                                {DType::F16, "F16", 2},
+                                                {DType::BF16, "BF16", 2},
+                                                {DType::I32, "I32", 4},
+                                                {DType::I64, "I64", 8},
+                                                {DType::U8, "U8", 1}}};
+}  // namespace
+
+size_t dtype_size(DType t) { return kDTypes[size_t(t)].size; }
+std::string_view dtype_name(DType t) { return kDTypes[size_t(t)].name; }
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (const auto& info : kDTypes)
+    if (info.name == name) return info.type;
+  return std::nullopt;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int shift = 0;
+      while (!(mantissa & 0x400u)) {
+        mantissa <<= 1;
+        ++shift;
+      }
+      mantissa &= 0x3ffu;
+      bits = sign | uint32_t(127 - 15 - shift + 1) << 23 | mantissa << 13;
+    }
+  } else if (exponent == 31) {
+    bits = sign | 0x7f800000u | mantissa << 13;
+  } else {
+    bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  if (std::isnan(f)) return sign | 0x7e00u;
+  float a = std::fabs(f);
+  if (a >= 65520.0f) return sign | 0x7c00u;  // rounds to infinity
+  if (a < 6.103515625e-05f) {                // subnormal half: multiples of 2^-24
+    return sign | uint16_t(std::nearbyint(a * 16777216.0f));
+  }
+  uint32_t abits = bits & 0x7fffffffu;
+  // Round mantissa from 23 to 10 bits, to nearest even.
+  abits += 0xfffu + ((abits >> 13) & 1u);
+  uint32_t exponent = (abits >> 23) - 127 + 15;
+  return sign | uint16_t(exponent << 10 | ((abits >> 13) & 0x3ffu));
+}
+
+void to_f32(DType t, const void* src, float* dst, size_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case DType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    default:
+      fail("cannot convert {} tensor data to F32", dtype_name(t));
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,42 @@
+#include "core/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace sluice {
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor Tensor::slice0(int64_t i) const {
+  if (shape.empty() || i < 0 || i >= shape[0])
+    fail("slice {} out of range for tensor of shape {}", i, shape_str(shape));
+  Tensor t = *this;
+  t.shape.erase(t.shape.begin());
+  t.data = static_cast<char*>(data) + size_t(i) * t.nbytes();
+  return t;
+}
+
+Tensor Tensor::allocate(DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  if (!p) fail("out of memory allocating {} bytes for a tensor of shape {}", bytes, shape_str(t.shape));
+  std::memset(p, 0, bytes);
+  t.data = p;
+  t.owner = std::shared_ptr<void>(p, std::free);
+  return t;
+}
+
+}  // namespace sluice

@@ -1,0 +1,38 @@
+// A typed view of weight or activation memory. It may own its bytes (a repacked or synthetic
+// tensor) or point into a mapped checkpoint file kept alive by `owner`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace sluice {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& s);  // "[8, 4096, 14336]"
+int64_t shape_numel(const Shape& s);
+
+struct Tensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  void* data = nullptr;
+  std::shared_ptr<void> owner;  // keeps `data` alive: a mapping or an owned buffer
+
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
+  bool empty() const { return data == nullptr; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+  // Slice `i` along the first dimension: expert i of a stacked [E, ...] tensor.
+  Tensor slice0(int64_t i) const;
+
+  static Tensor allocate(DType dtype, Shape shape);  // zero-filled, 64-byte aligned
+};
+
+}  // namespace sluice

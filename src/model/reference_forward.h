@@ -1,0 +1,37 @@
+// The reference forward pass: a plain, readable transcription of the Hugging Face
+// `transformers` modeling code, fp32 arithmetic over the stored weights. Fast paths are
+// tested against it; it is also what `sluice logits` runs.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace sluice {
+
+// Receives named intermediates for debugging and golden tests: `name` is e.g. "embed",
+// "layer.3.attn_out", "layer.3.out", "final_norm", "logits"; `data` holds `rows` rows of
+// `cols` floats, one row per token of the current call.
+using DumpFn = std::function<void(const std::string& name, const float* data, int rows, int cols)>;
+
+class ReferenceForward {
+ public:
+  explicit ReferenceForward(const Model& model);
+
+  // Runs `tokens` at positions [length(), length() + tokens.size()), appending to the KV cache.
+  // Returns the logits, one row of vocab_size floats per token.
+  std::vector<float> forward(std::span<const int> tokens, const DumpFn& dump = {});
+
+  int length() const { return length_; }
+  void reset() { length_ = 0; for (auto& k : k_cache_) k.clear(); for (auto& v : v_cache_) v.clear(); }
+
+ private:
+  const Model& model_;
+  int length_ = 0;
+  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: [position][kv_dim]
+};
+
+}  // namespace sluice

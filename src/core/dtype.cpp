@@ -14,15 +14,19 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr std::array<DTypeInfo, 6> kDTypes = {{{DType::F32, "F32", 4},
-                                                {DType::F16, "F16", 2},
-                                                {DType::BF16, "BF16", 2},
-                                                {DType::I32, "I32", 4},
-                                                {DType::I64, "I64", 8},
-                                                {DType::U8, "U8", 1}}};
+                                               {DType::F16, "F16", 2},
+                                               {DType::BF16, "BF16", 2},
+                                               {DType::I32, "I32", 4},
+                                               {DType::I64, "I64", 8},
+                                               {DType::U8, "U8", 1}}};
 }  // namespace
 
-size_t dtype_size(DType t) { return kDTypes[size_t(t)].size; }
-std::string_view dtype_name(DType t) { return kDTypes[size_t(t)].name; }
+size_t dtype_size(DType t) {
+  return kDTypes[size_t(t)].size;
+}
+std::string_view dtype_name(DType t) {
+  return kDTypes[size_t(t)].name;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (const auto& info : kDTypes)

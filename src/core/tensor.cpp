@@ -9,7 +9,9 @@
 
 namespace sluice {
 
-std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -32,7 +34,8 @@ Tensor Tensor::allocate(DType dtype, Shape shape) {
   t.shape = std::move(shape);
   size_t bytes = (t.nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
-  if (!p) fail("out of memory allocating {} bytes for a tensor of shape {}", bytes, shape_str(t.shape));
+  if (!p)
+    fail("out of memory allocating {} bytes for a tensor of shape {}", bytes, shape_str(t.shape));
   std::memset(p, 0, bytes);
   t.data = p;
   t.owner = std::shared_ptr<void>(p, std::free);

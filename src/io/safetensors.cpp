@@ -1,11 +1,10 @@
 #include "io/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
@@ -44,8 +43,8 @@ TensorEntry parse_entry(const std::string& file, const std::string& name, const 
     fail("{}: tensor '{}': field 'shape' missing or not an array", file, name);
   for (const auto& d : j["shape"]) {
     if (!d.is_number_unsigned())
-      fail("{}: tensor '{}': shape {} has an entry that is not a non-negative integer", file,
-           name, j["shape"].dump());
+      fail("{}: tensor '{}': shape {} has an entry that is not a non-negative integer", file, name,
+           j["shape"].dump());
     e.shape.push_back(d.get<int64_t>());
   }
   const json& off = j.contains("data_offsets") ? j["data_offsets"] : json();
@@ -84,8 +83,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     fail("{}: header length {} exceeds the 100 MB limit", name, header_len);
   const char* text = reinterpret_cast<const char*>(f.file_->data() + 8);
   json header = json::parse(text, text + header_len, nullptr, false);
-  if (header.is_discarded() || !header.is_object())
-    fail("{}: header is not a JSON object", name);
+  if (header.is_discarded() || !header.is_object()) fail("{}: header is not a JSON object", name);
   size_t data_start = 8 + header_len;
   size_t data_size = size - data_start;
 
@@ -124,8 +122,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   if (fs::exists(index)) {
     std::ifstream in(index);
     json j = json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      fail("{}: not valid JSON", index.string());
+    if (j.is_discarded() || !j.is_object()) fail("{}: not valid JSON", index.string());
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: field 'weight_map' missing or not an object", index.string());
     std::map<std::string, SafetensorsFile> shards;
@@ -134,8 +131,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
         fail("{}: weight_map['{}'] must be a file name", index.string(), tensor);
       std::string shard = file;
       if (shard.find('/') != std::string::npos || shard == "..")
-        fail("{}: weight_map['{}'] = '{}' is not a plain file name", index.string(), tensor,
-             shard);
+        fail("{}: weight_map['{}'] = '{}' is not a plain file name", index.string(), tensor, shard);
       if (!shards.count(shard)) {
         shards.emplace(shard, SafetensorsFile::open(dir / shard));
         c.files_.push_back(dir / shard);

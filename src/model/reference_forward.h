@@ -26,7 +26,11 @@ class ReferenceForward {
   std::vector<float> forward(std::span<const int> tokens, const DumpFn& dump = {});
 
   int length() const { return length_; }
-  void reset() { length_ = 0; for (auto& k : k_cache_) k.clear(); for (auto& v : v_cache_) v.clear(); }
+  void reset() {
+    length_ = 0;
+    for (auto& k : k_cache_) k.clear();
+    for (auto& v : v_cache_) v.clear();
+  }
 
  private:
   const Model& model_;

@@ -25,7 +25,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Tensor embed;       // [vocab, hidden]
+  Tensor embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   Tensor final_norm;  // [hidden]
   Tensor lm_head;     // [vocab, hidden]; the embedding when tie_word_embeddings

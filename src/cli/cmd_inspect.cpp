@@ -1,0 +1,48 @@
+// sluice inspect: what a model folder holds — family, shapes, parameters, bytes.
+#include <fmt/core.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "core/units.h"
+#include "model/model_stats.h"
+
+namespace sluice::cli {
+namespace {
+
+int run(const std::string& dir) {
+  Model m = load_model(dir);
+  const ModelConfig& c = m.config;
+  ModelStats s = model_stats(m);
+  fmt::print("model        {}\n", dir);
+  fmt::print("family       {} ({})\n", family_name(c.family), c.architecture);
+  fmt::print("layers       {}\n", c.num_layers);
+  fmt::print("hidden       {}   vocab {}   max positions {}\n", c.hidden_size, c.vocab_size,
+             c.max_position_embeddings);
+  fmt::print("attention    {} heads, {} KV heads, head dim {}, rope theta {}, sliding window {}\n",
+             c.num_heads, c.num_kv_heads, c.head_dim, c.rope_theta,
+             c.sliding_window > 0 ? std::to_string(c.sliding_window) : "none");
+  fmt::print("experts      {} per layer, top {}{}, intermediate {}\n", c.num_experts,
+             c.experts_per_token, c.normalize_topk ? " (renormalised)" : "",
+             c.expert_intermediate_size);
+  fmt::print("embeddings   {}\n", c.tie_word_embeddings ? "tied to lm_head" : "separate lm_head");
+  fmt::print("parameters   {} total, {} active per token\n", human_count(double(s.total_params)),
+             human_count(double(s.active_params_per_token)));
+  for (const auto& [dtype, bytes] : s.bytes_per_dtype)
+    fmt::print("bytes {:<6} {}\n", dtype, human_bytes(double(bytes)));
+  fmt::print("weights      {} ({} in experts)\n", human_bytes(double(s.total_bytes)),
+             human_bytes(double(s.expert_bytes)));
+  fmt::print("touched      {} of weights per decoded token at batch 1\n",
+             human_bytes(double(s.bytes_touched_per_token)));
+  return 0;
+}
+
+RegisterCommand reg({"inspect", "Describe a model folder: shapes, parameters, bytes",
+                     [](CLI::App& sub) {
+                       auto dir = std::make_shared<std::string>();
+                       sub.add_option("--model", *dir, "Model folder")->required();
+                       return std::function<int()>([dir] { return run(*dir); });
+                     }});
+
+}  // namespace
+}  // namespace sluice::cli

@@ -1,0 +1,100 @@
+#include "model/weights.h"
+
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/tensor_table.h"
+
+namespace sluice {
+
+namespace {
+
+bool is_float(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Experts arrive as E separate tensors. When the file stores them back to back in order, the
+// stacked [E, ...] tensor is a view of the mapping; otherwise it is repacked once here.
+Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
+  const TensorEntry& first = *experts[0];
+  bool contiguous = true;
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const TensorEntry& x = *experts[e];
+    if (x.dtype != first.dtype)
+      fail("{}: tensor '{}' is {} but '{}' is {}; experts of one layer must share a dtype",
+           x.file->path().string(), x.name, dtype_name(x.dtype), first.name,
+           dtype_name(first.dtype));
+    if (x.file != first.file || x.offset != first.offset + e * first.nbytes) contiguous = false;
+  }
+  Shape shape = first.shape;
+  shape.insert(shape.begin(), int64_t(experts.size()));
+  if (contiguous) {
+    Tensor t = first.view();
+    t.shape = shape;
+    return t;
+  }
+  Tensor t = Tensor::allocate(first.dtype, shape);
+  for (size_t e = 0; e < experts.size(); ++e)
+    std::memcpy(static_cast<char*>(t.data) + e * first.nbytes,
+                experts[e]->file->data() + experts[e]->offset, first.nbytes);
+  return t;
+}
+
+}  // namespace
+
+Model load_model(const std::filesystem::path& dir) {
+  Model m;
+  m.dir = dir;
+  if (!std::filesystem::exists(dir / "config.json"))
+    fail("{}: no config.json (expected a Hugging Face model folder)", dir.string());
+  m.config = load_config(dir / "config.json");
+  Checkpoint ckpt = Checkpoint::open(dir);
+  TensorTable table = tensor_table(m.config, m.weights);
+  if (m.config.tie_word_embeddings) table.ignored_suffixes.push_back("lm_head.weight");
+
+  std::map<Tensor*, std::vector<const TensorEntry*>> stacks;
+  std::map<std::string, bool> used;
+  for (const ExpectedTensor& want : table.tensors) {
+    const TensorEntry* got = ckpt.find(want.name);
+    if (!got)
+      fail("{}: tensor '{}' is missing (expected shape {} for {})", dir.string(), want.name,
+           shape_str(want.shape), m.config.architecture);
+    const std::string file = got->file->path().string();
+    if (got->shape != want.shape)
+      fail("{}: tensor '{}': expected shape {}, got {}", file, want.name, shape_str(want.shape),
+           shape_str(got->shape));
+    if (!is_float(got->dtype))
+      fail("{}: tensor '{}': expected dtype BF16, F16 or F32, got {}", file, want.name,
+           dtype_name(got->dtype));
+    used[want.name] = true;
+    if (want.expert < 0) {
+      *want.slot = got->view();
+    } else {
+      auto& list = stacks[want.slot];
+      if (list.size() <= size_t(want.expert)) list.resize(want.expert + 1);
+      list[want.expert] = got;
+    }
+  }
+  for (auto& [slot, experts] : stacks) *slot = stack_experts(experts);
+
+  for (const auto& [name, entry] : ckpt.tensors()) {
+    if (used.count(name)) continue;
+    bool ignored = false;
+    for (const auto& suffix : table.ignored_suffixes) ignored |= ends_with(name, suffix);
+    if (!ignored)
+      fail("{}: unexpected tensor '{}' {} {}: not part of a {} checkpoint with this config",
+           entry.file->path().string(), name, dtype_name(entry.dtype), shape_str(entry.shape),
+           m.config.architecture);
+  }
+  if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
+  return m;
+}
+
+}  // namespace sluice

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs sluice's dependencies from Debian packages (only those missing) and builds it.
+# Safe to run again: it installs nothing twice and rebuilds only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libdnnl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libpcre2-dev libcpp-httplib-dev liburing-dev libsentencepiece-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-torch
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs="${JOBS:-$(nproc)}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$jobs"
+echo "setup: built ./build/sluice"

@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/presets.h"
+#include "model/reference_forward.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+TEST(ModelLoader, WrittenCheckpointEqualsTheInMemoryModel) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-mixtral");
+  write_random_checkpoint(c, dir.path(), 7);
+  Model loaded = load_model(dir.path());
+  Model made = make_random_model(c, 7);
+  EXPECT_TRUE(same_bytes(loaded.weights.embed, made.weights.embed));
+  EXPECT_TRUE(same_bytes(loaded.weights.lm_head, made.weights.lm_head));
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_TRUE(same_bytes(loaded.weights.layers[l].wk, made.weights.layers[l].wk));
+    EXPECT_TRUE(same_bytes(loaded.weights.layers[l].expert_down, made.weights.layers[l].expert_down));
+  }
+  // The writer stores each layer's experts back to back, so the stack is a view of the mapping.
+  const Tensor& gate = loaded.weights.layers[1].expert_gate;
+  EXPECT_EQ(gate.shape, (Shape{8, 96, 64}));
+  Checkpoint ckpt = Checkpoint::open(dir.path());
+  const TensorEntry* e0 = ckpt.find("model.layers.1.block_sparse_moe.experts.0.w1.weight");
+  auto mapping = std::static_pointer_cast<MappedFile>(gate.owner);
+  EXPECT_EQ(mapping->path(), e0->file->path());
+  EXPECT_EQ(static_cast<const std::byte*>(gate.data), mapping->data() + e0->offset);
+}
+
+TEST(ModelLoader, ShardedCheckpointLoadsAndMatches) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-mixtral");
+  WriteStats stats = write_random_checkpoint(c, dir.path(), 3, 200 << 10);
+  EXPECT_GT(stats.shards, 2);
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors.index.json"));
+  Model loaded = load_model(dir.path());
+  Model made = make_random_model(c, 3);
+  EXPECT_TRUE(same_bytes(loaded.weights.layers[1].expert_up, made.weights.layers[1].expert_up));
+  EXPECT_TRUE(same_bytes(loaded.weights.final_norm, made.weights.final_norm));
+}
+
+// Rewrites the checkpoint of `dir` with `edit` applied to its list of tensors.
+void rewrite_checkpoint(const std::filesystem::path& dir,
+                        const std::function<void(std::vector<std::pair<TensorSpec, std::vector<char>>>&)>& edit) {
+  std::vector<std::pair<TensorSpec, std::vector<char>>> tensors;
+  {
+    SafetensorsFile f = SafetensorsFile::open(dir / "model.safetensors");
+    for (const auto& [name, e] : f.tensors()) {
+      const char* p = reinterpret_cast<const char*>(e.file->data() + e.offset);
+      tensors.push_back({{name, e.dtype, e.shape}, std::vector<char>(p, p + e.nbytes)});
+    }
+  }
+  edit(tensors);
+  std::vector<TensorSpec> specs;
+  for (auto& [spec, _] : tensors) specs.push_back(spec);
+  SafetensorsWriter w(dir / "model.safetensors", specs);
+  for (auto& [_, bytes] : tensors) w.write(bytes.data(), bytes.size());
+  w.finish();
+}
+
+TEST(ModelLoader, ExpertsStoredInterleavedAreRepacked) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-mixtral");
+  write_random_checkpoint(c, dir.path(), 5);
+  // Name order interleaves w1/w2/w3 of each expert, as many real checkpoints do.
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    std::sort(tensors.begin(), tensors.end(), [](auto& a, auto& b) { return a.first.name < b.first.name; });
+  });
+  Model loaded = load_model(dir.path());
+  Model made = make_random_model(c, 5);
+  EXPECT_TRUE(same_bytes(loaded.weights.layers[0].expert_gate, made.weights.layers[0].expert_gate));
+  EXPECT_TRUE(same_bytes(loaded.weights.layers[1].expert_down, made.weights.layers[1].expert_down));
+}
+
+TEST(ModelLoader, MissingTensorIsNamed) {
+  TempDir dir;
+  write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    std::erase_if(tensors, [](auto& t) { return t.first.name == "model.layers.1.self_attn.k_proj.weight"; });
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.self_attn.k_proj.weight'", "missing",
+                        "[32, 64]");
+}
+
+TEST(ModelLoader, WrongShapeIsNamedWithExpectedAndActual) {
+  TempDir dir;
+  write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    for (auto& [spec, bytes] : tensors)
+      if (spec.name == "model.norm.weight") spec.shape = {32, 2};
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "model.safetensors", "'model.norm.weight'",
+                        "expected shape [64], got [32, 2]");
+}
+
+TEST(ModelLoader, UnknownExtraTensorIsAnError) {
+  TempDir dir;
+  write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    tensors.push_back({{"model.layers.0.mystery.weight", DType::F32, {2}}, std::vector<char>(8)});
+    tensors.push_back({{"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {2}}, std::vector<char>(8)});
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "unexpected tensor 'model.layers.0.mystery.weight'");
+}
+
+TEST(ModelLoader, IntegerWeightsAreRejected) {
+  TempDir dir;
+  write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    for (auto& [spec, bytes] : tensors)
+      if (spec.name == "model.norm.weight") spec.dtype = DType::I32, bytes.resize(64 * 4);
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.norm.weight'", "expected dtype", "I32");
+}
+
+TEST(ModelLoader, TiedEmbeddingsShareTheTable) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-mixtral");
+  c.tie_word_embeddings = true;
+  write_random_checkpoint(c, dir.path(), 2);
+  Model m = load_model(dir.path());
+  EXPECT_EQ(m.weights.lm_head.data, m.weights.embed.data);
+}
+
+TEST(ModelLoader, FolderWithoutConfigSaysSo) {
+  TempDir dir;
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "no config.json");
+}
+
+TEST(ReferenceForward, IncrementalDecodeMatchesOneShotPrefill) {
+  ModelConfig c = preset_config("tiny-mixtral");
+  c.sliding_window = 4;
+  Model m = make_random_model(c, 11);
+  std::vector<int> tokens = {1, 50, 99, 7, 300, 12, 5, 44, 200};
+  ReferenceForward whole(m);
+  std::vector<float> all = whole.forward(tokens);
+  ReferenceForward step(m);
+  std::vector<float> prefix = step.forward(std::span(tokens).first(5));
+  ASSERT_EQ(prefix.size(), size_t(5 * c.vocab_size));
+  for (size_t t = 5; t < tokens.size(); ++t) {
+    std::vector<float> row = step.forward(std::span(tokens).subspan(t, 1));
+    for (int v = 0; v < c.vocab_size; ++v)
+      ASSERT_NEAR(row[v], all[t * c.vocab_size + v], 1e-4f) << "position " << t << " logit " << v;
+  }
+  EXPECT_EQ(step.length(), int(tokens.size()));
+}
+
+TEST(ReferenceForward, RejectsTokenOutsideVocabulary) {
+  Model m = make_random_model(preset_config("tiny-mixtral"), 1);
+  ReferenceForward f(m);
+  std::vector<int> tokens = {1, 384};
+  EXPECT_ERROR_MENTIONS(f.forward(tokens), "token id 384", "[0, 384)");
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,52 @@
+// Helpers shared by the tests: a temporary folder removed at the end, small file writers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace sluice::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "sluice-test-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Runs a shell command, returning its exit status and capturing stdout and stderr.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+CommandResult run_command(const std::string& command);
+
+// Expects `statement` to throw sluice::Error whose message contains every one of `parts`.
+#define EXPECT_ERROR_MENTIONS(statement, ...)                                               \
+  do {                                                                                      \
+    try {                                                                                   \
+      statement;                                                                            \
+      ADD_FAILURE() << "expected an error from " #statement;                                \
+    } catch (const sluice::Error& e) {                                                      \
+      for (const char* part : {__VA_ARGS__})                                                \
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                      \
+            << "message '" << e.what() << "' does not mention '" << part << "'";            \
+    }                                                                                       \
+  } while (0)
+
+}  // namespace sluice::testing

@@ -15,9 +15,21 @@ namespace sluice {
 
 namespace {
 
+void round_to_bf16(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 // y[rows, out] = x[rows, in] · Wᵀ, W stored [out, in] in any float dtype; fp32 accumulation.
-void linear(const float* x, int rows, const Tensor& w, float* y) {
+// With `bf16_input` the activations are first rounded to bf16, as a bf16 GEMM sees them.
+void linear(const float* x_in, int rows, const Tensor& w, float* y, bool bf16_input) {
   const int64_t out = w.shape[0], in = w.shape[1];
+  std::vector<float> rounded;
+  const float* x = x_in;
+  if (bf16_input) {
+    rounded.assign(x_in, x_in + size_t(rows) * in);
+    round_to_bf16(rounded.data(), rounded.size());
+    x = rounded.data();
+  }
   const size_t row_bytes = size_t(in) * dtype_size(w.dtype);
 #pragma omp parallel
   {
@@ -71,8 +83,8 @@ void apply_rope(float* x, int num_heads, int head_dim, int position, float theta
 
 }  // namespace
 
-ReferenceForward::ReferenceForward(const Model& model)
-    : model_(model), k_cache_(model.config.num_layers), v_cache_(model.config.num_layers) {}
+ReferenceForward::ReferenceForward(const Model& model, ReferenceOptions options)
+    : model_(model), options_(options), k_cache_(model.config.num_layers), v_cache_(model.config.num_layers) {}
 
 std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const DumpFn& dump) {
   const ModelConfig& c = model_.config;
@@ -100,17 +112,22 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
   std::vector<float> attn(size_t(T) * qd), o(size_t(T) * H), logits_r(size_t(T) * E);
   std::vector<float> moe(size_t(T) * H), gate(I), up(I), down(H);
   const float scale = 1.0f / std::sqrt(float(D));
+  const bool bf16 = options_.bf16_gemm_inputs;
 
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     // hidden_states = self.input_layernorm(hidden_states)
     rms_norm(x.data(), T, H, weight_f32(L.attn_norm), c.rms_norm_eps, h.data());
-    linear(h.data(), T, L.wq, q.data());
-    linear(h.data(), T, L.wk, k.data());
-    linear(h.data(), T, L.wv, v.data());
+    linear(h.data(), T, L.wq, q.data(), bf16);
+    linear(h.data(), T, L.wk, k.data(), bf16);
+    linear(h.data(), T, L.wv, v.data(), bf16);
     for (int t = 0; t < T; ++t) {
       apply_rope(&q[size_t(t) * qd], c.num_heads, D, length_ + t, c.rope_theta);
       apply_rope(&k[size_t(t) * kvd], c.num_kv_heads, D, length_ + t, c.rope_theta);
+    }
+    if (options_.bf16_kv_cache) {
+      round_to_bf16(k.data(), k.size());
+      round_to_bf16(v.data(), v.size());
     }
     auto& kc = k_cache_[l];
     auto& vc = v_cache_[l];
@@ -146,14 +163,14 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
       }
     }
     // attn_output = self.o_proj(attn_output); hidden_states = residual + hidden_states
-    linear(attn.data(), T, L.wo, o.data());
+    linear(attn.data(), T, L.wo, o.data(), bf16);
     emit(fmt::format("layer.{}.attn_out", l), o, H);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     // MixtralSparseMoeBlock: router_logits = self.gate(hidden_states);
     // routing_weights = softmax(router_logits, dim=1); topk; routing_weights /= sum
     rms_norm(x.data(), T, H, weight_f32(L.ffn_norm), c.rms_norm_eps, h.data());
-    linear(h.data(), T, L.router, logits_r.data());
+    linear(h.data(), T, L.router, logits_r.data(), bf16);
     std::fill(moe.begin(), moe.end(), 0.f);
     for (int t = 0; t < T; ++t) {
       const float* rl = &logits_r[size_t(t) * E];
@@ -171,10 +188,10 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
         const int e = order[j];
         const float weight = c.normalize_topk ? prob[e] / topk_sum : prob[e];
         // current_hidden_states = self.w2(self.act_fn(self.w1(x)) * self.w3(x))
-        linear(xt, 1, L.expert_gate.slice0(e), gate.data());
-        linear(xt, 1, L.expert_up.slice0(e), up.data());
+        linear(xt, 1, L.expert_gate.slice0(e), gate.data(), bf16);
+        linear(xt, 1, L.expert_up.slice0(e), up.data(), bf16);
         for (int i = 0; i < I; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-        linear(gate.data(), 1, L.expert_down.slice0(e), down.data());
+        linear(gate.data(), 1, L.expert_down.slice0(e), down.data(), bf16);
         for (int d = 0; d < H; ++d) moe[size_t(t) * H + d] += weight * down[d];
       }
     }
@@ -187,7 +204,7 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
   rms_norm(x.data(), T, H, weight_f32(w.final_norm), c.rms_norm_eps, h.data());
   emit("final_norm", h, H);
   std::vector<float> logits(size_t(T) * c.vocab_size);
-  linear(h.data(), T, w.lm_head, logits.data());
+  linear(h.data(), T, w.lm_head, logits.data(), bf16);
   emit("logits", logits, c.vocab_size);
   return logits;
 }

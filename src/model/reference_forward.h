@@ -17,9 +17,17 @@ namespace sluice {
 // `cols` floats, one row per token of the current call.
 using DumpFn = std::function<void(const std::string& name, const float* data, int rows, int cols)>;
 
+// By default the arithmetic is fp32 throughout, the transformers semantics with weights upcast.
+// The options round values to bf16 where a fast engine stores them in bf16, so that engine and
+// reference compute the same function and differ only in the order of fp32 additions.
+struct ReferenceOptions {
+  bool bf16_gemm_inputs = false;  // round each matmul's activation input to bf16
+  bool bf16_kv_cache = false;     // round K and V to bf16 as they enter the cache
+};
+
 class ReferenceForward {
  public:
-  explicit ReferenceForward(const Model& model);
+  explicit ReferenceForward(const Model& model, ReferenceOptions options = {});
 
   // Runs `tokens` at positions [length(), length() + tokens.size()), appending to the KV cache.
   // Returns the logits, one row of vocab_size floats per token.
@@ -34,6 +42,7 @@ class ReferenceForward {
 
  private:
   const Model& model_;
+  ReferenceOptions options_;
   int length_ = 0;
   std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: [position][kv_dim]
 };

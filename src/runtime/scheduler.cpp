@@ -1,0 +1,168 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace sluice {
+
+ActiveSequence::ActiveSequence(Request r)
+    : request(std::move(r)), tokens(request.prompt), sampler(request.sampling) {}
+
+Scheduler::Scheduler(const Policy& policy, PagedKvCache& kv, int max_positions)
+    : policy_(policy), kv_(kv), max_positions_(max_positions), slots_(policy.batch) {
+  if (policy.batch <= 0 || policy.attn_micro_batch <= 0 || policy.prefill_chunk <= 0)
+    fail("scheduler: policy fields batch, attn_micro_batch and prefill_chunk must be resolved "
+         "(got {})", policy.describe());
+}
+
+int Scheduler::blocks_for(int tokens) const {
+  const int bs = kv_.config().block_size;
+  return (tokens + bs - 1) / bs;
+}
+
+void Scheduler::submit(Request r) {
+  if (r.prompt.empty()) fail("request {}: the prompt is empty", r.id);
+  if (r.max_new_tokens < 1) fail("request {}: max_new_tokens must be at least 1", r.id);
+  const int total = int(r.prompt.size()) + r.max_new_tokens;
+  if (int(r.prompt.size()) >= max_positions_)
+    fail("request {}: prompt of {} tokens does not fit the model's context of {}", r.id,
+         r.prompt.size(), max_positions_);
+  if (blocks_for(std::min(total, max_positions_)) > kv_.total_blocks())
+    fail("request {}: {} tokens need {} KV blocks, the cache has {}", r.id, total,
+         blocks_for(total), kv_.total_blocks());
+  queue_.push_back(std::move(r));
+}
+
+// Admits queued requests, longest prompt first, while a slot is free and the KV cache can
+// hold the whole sequence on top of what running sequences have reserved.
+void Scheduler::admit() {
+  if (queue_.empty() || active_count_ == int(slots_.size())) return;
+  std::stable_sort(queue_.begin(), queue_.end(), [](const Request& a, const Request& b) {
+    return a.prompt.size() > b.prompt.size();
+  });
+  for (size_t slot = 0; slot < slots_.size() && !queue_.empty(); ++slot) {
+    if (slots_[slot]) continue;
+    const Request& next = queue_.front();
+    const int total = std::min(int(next.prompt.size()) + next.max_new_tokens, max_positions_);
+    const int need = blocks_for(total);
+    if (kv_.free_blocks() - reserved_total_ < need) return;  // defer until blocks free up
+    auto seq = std::make_unique<ActiveSequence>(std::move(queue_.front()));
+    queue_.pop_front();
+    seq->reserved_blocks = need;
+    reserved_total_ += need;
+    kv_.allocate(slot);
+    slots_[slot] = std::move(seq);
+    ++active_count_;
+  }
+}
+
+StepPlan Scheduler::plan_step() {
+  admit();
+  StepPlan plan;
+  int prefill_budget = policy_.prefill_chunk;
+  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+    ActiveSequence* s = slots_[slot].get();
+    if (!s) continue;
+    const int prompt = int(s->request.prompt.size());
+    StepItem item{int(slot), s->computed, 0, false};
+    if (s->computed < prompt) {
+      item.count = std::min({prompt - s->computed, prefill_budget, policy_.attn_micro_batch});
+      if (item.count == 0) continue;  // this step's prefill budget is spent
+      prefill_budget -= item.count;
+      item.sample = s->computed + item.count == prompt;
+      plan.prefill_tokens += item.count;
+    } else {
+      item.count = 1;  // the last generated token
+      item.sample = true;
+      plan.decode_tokens += 1;
+    }
+    plan.items.push_back(item);
+    plan.tokens += item.count;
+  }
+  balance(plan);
+  // Blocks for this step's positions come out of the sequence's reservation.
+  for (const StepItem& item : plan.items) {
+    ActiveSequence& s = *slots_[item.slot];
+    const int64_t before = kv_.free_blocks();
+    if (!kv_.append_slots(item.slot, item.count))
+      fail("scheduler: KV cache refused {} positions reserved for request {}", item.count,
+           s.request.id);
+    const int taken = int(before - kv_.free_blocks());
+    s.reserved_blocks -= taken;
+    reserved_total_ -= taken;
+  }
+  return plan;
+}
+
+// Longest-processing-time-first packing: items sorted by attention work (KV positions read by
+// their queries) go to the least loaded micro-batch with room for their tokens.
+void Scheduler::balance(StepPlan& plan) const {
+  const int cap = policy_.attn_micro_batch;
+  const int groups = std::max(1, (plan.tokens + cap - 1) / cap);
+  auto work = [](const StepItem& it) {
+    return int64_t(it.count) * (it.first_pos + (it.count + 1) / 2) + it.count;
+  };
+  std::vector<StepItem> items = plan.items;
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const StepItem& a, const StepItem& b) { return work(a) > work(b); });
+  std::vector<std::vector<StepItem>> mb(groups);
+  std::vector<int64_t> load(groups, 0);
+  std::vector<int> tokens(groups, 0);
+  for (const StepItem& it : items) {
+    int best = -1;
+    for (int g = 0; g < int(mb.size()); ++g)
+      if (tokens[g] + it.count <= cap && (best < 0 || load[g] < load[best])) best = g;
+    if (best < 0) {
+      mb.emplace_back();
+      load.push_back(0);
+      tokens.push_back(0);
+      best = int(mb.size()) - 1;
+    }
+    mb[best].push_back(it);
+    load[best] += work(it);
+    tokens[best] += it.count;
+  }
+  plan.items.clear();
+  plan.micro_batch_end.clear();
+  for (auto& group : mb) {
+    if (group.empty()) continue;
+    std::sort(group.begin(), group.end(),
+              [](const StepItem& a, const StepItem& b) { return a.slot < b.slot; });
+    plan.items.insert(plan.items.end(), group.begin(), group.end());
+    plan.micro_batch_end.push_back(int(plan.items.size()));
+  }
+}
+
+std::vector<Completion> Scheduler::complete_step(const StepPlan& plan, const std::vector<int>& sampled) {
+  std::vector<Completion> finished;
+  size_t next_sample = 0;
+  for (const StepItem& item : plan.items) {
+    ActiveSequence& s = *slots_[item.slot];
+    s.computed += item.count;
+    if (!item.sample) continue;
+    if (next_sample >= sampled.size()) fail("scheduler: fewer sampled tokens than sampling items");
+    const int token = sampled[next_sample++];
+    s.tokens.push_back(token);
+    ++s.generated;
+    const auto& stops = s.request.stop_token_ids;
+    const bool stop =
+        !s.request.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end();
+    const bool limit = s.generated >= s.request.max_new_tokens || int(s.tokens.size()) >= max_positions_;
+    if (!stop && !limit) continue;
+    Completion c;
+    c.id = s.request.id;
+    c.prompt_tokens = int(s.request.prompt.size());
+    c.tokens.assign(s.tokens.begin() + c.prompt_tokens, s.tokens.end());
+    c.reason = stop ? FinishReason::kStop : FinishReason::kLength;
+    finished.push_back(std::move(c));
+    reserved_total_ -= s.reserved_blocks;
+    kv_.release(item.slot);
+    slots_[item.slot].reset();
+    --active_count_;
+  }
+  return finished;
+}
+
+}  // namespace sluice

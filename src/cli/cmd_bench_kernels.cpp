@@ -1,0 +1,50 @@
+// `sluice bench-kernels`: measured ceilings of this machine and the CPU kernels' achieved rates
+// as fractions of them.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "kernels/cpu/bench.h"
+#include "runtime/hardware_probe.h"
+
+namespace {
+
+struct Options {
+  int64_t n = 14336, k = 4096;  // Mixtral expert w1/w3 shape
+  bool skip_gemm = false, skip_attention = false;
+};
+
+int run(const Options& o) {
+  using namespace sluice;
+  const double dram = measure_dram_bandwidth();
+  const double peak = measure_gemm_peak();
+  fmt::print("DRAM read bandwidth: {:.1f} GB/s\n", dram / 1e9);
+  fmt::print("bf16 GEMM peak (2048x4096x4096): {:.1f} GFLOP/s\n", peak / 1e9);
+  if (!o.skip_gemm) {
+    fmt::print("\nGEMM n={} k={} (W bf16 [n,k]), X bf16:\n", o.n, o.k);
+    fmt::print("{:>6} {:>10} {:>12} {:>8} {:>12} {:>8} {:>12}\n", "m", "ms", "GFLOP/s", "%peak",
+               "W GB/s", "%dram", "runtime-m ms");
+    for (int64_t m : {1, 8, 32, 128, 512, 2048}) {
+      auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
+      auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);
+      fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>7.1f}% {:>12.3f}\n", m,
+                 t.seconds * 1e3, t.flop_rate() / 1e9, 100 * t.flop_rate() / peak,
+                 t.byte_rate() / 1e9, 100 * t.byte_rate() / dram, r.seconds * 1e3);
+    }
+  }
+  return 0;
+}
+
+sluice::cli::RegisterCommand reg({"bench-kernels",
+                                  "Measure DRAM bandwidth, GEMM peak and CPU kernel throughput",
+                                  [](CLI::App& sub) {
+                                    auto o = std::make_shared<Options>();
+                                    sub.add_option("--gemm-n", o->n, "GEMM output features");
+                                    sub.add_option("--gemm-k", o->k, "GEMM input features");
+                                    sub.add_flag("--skip-gemm", o->skip_gemm);
+                                    sub.add_flag("--skip-attention", o->skip_attention);
+                                    return std::function<int()>([o] { return run(*o); });
+                                  }});
+
+}  // namespace

@@ -1,0 +1,36 @@
+// Timing of the CPU kernels for benchmarks and the planner's calibration: each function runs the
+// kernel on synthetic data until both a minimum repeat count and a minimum time are reached, and
+// returns the best time per call together with the FLOPs and bytes that call must move, so the
+// caller can print achieved FLOP/s and bytes/s against the measured ceilings.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/gemm.h"
+
+namespace sluice::cpu {
+
+struct KernelTiming {
+  double seconds = 0;  // best wall time of one call
+  double flops = 0;    // arithmetic of one call
+  double bytes = 0;    // compulsory memory traffic of one call (each operand once)
+  double flop_rate() const { return flops / seconds; }
+  double byte_rate() const { return bytes / seconds; }
+};
+
+// Y[m,n] = X[m,k]·Wᵀ with W bf16 [n,k]. Bytes: W once (2·n·k), X once, Y written once (4·m·n).
+KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowMode mode,
+                        double min_seconds = 0.2);
+
+struct AttentionBenchShape {
+  int batch = 64;      // sequences decoded together
+  int context = 1024;  // KV length of each sequence
+  int n_q = 1;         // new tokens per sequence (1: decode)
+  int heads = 32, kv_heads = 8, head_dim = 128;
+  int block_size = 16;
+};
+// Batched paged attention. Bytes: the K and V of every sequence once (bf16).
+KernelTiming bench_attention(const AttentionBenchShape& shape, double min_seconds = 0.2);
+
+}  // namespace sluice::cpu

@@ -1,0 +1,57 @@
+// AVX-512 helpers shared by the CPU kernels. Include only from .cpp files; every function carries
+// the target attribute, so callers must be SLUICE_AVX512 functions themselves.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+
+namespace sluice::cpu::avx512 {
+
+// 16 bf16 → 16 fp32. The maskz forms with an all-ones mask compile to the same instructions as
+// the plain ones but avoid GCC 12's false "may be used uninitialized" on _mm512_undefined_*.
+SLUICE_AVX512 inline __m512 load_bf16(const uint16_t* p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  __m512i widened = _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16);
+  return _mm512_castsi512_ps(widened);
+}
+
+// First n (< 16) bf16 → fp32, the rest zero.
+SLUICE_AVX512 inline __m512 load_bf16_partial(const uint16_t* p, int n) {
+  __mmask16 mask = __mmask16((1u << n) - 1u);
+  __m256i h = _mm256_maskz_loadu_epi16(mask, p);
+  __m512i widened = _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16);
+  return _mm512_castsi512_ps(widened);
+}
+
+SLUICE_AVX512 inline __mmask16 tail_mask(int n) {
+  return __mmask16((1u << n) - 1u);
+}
+
+// exp(x) for fp32 lanes: 2^(x·log2 e) split into an integer power (exponent bits) and a degree-6
+// polynomial on the fraction in [-0.5, 0.5]; relative error ~2e-7, so within fp32 rounding of
+// std::exp for the softmax/SiLU ranges. Inputs below -87 give 0, above 88 give +inf.
+SLUICE_AVX512 inline __m512 exp_ps(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+  __m512 t = _mm512_mul_ps(x, log2e);
+  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n·ln2 in two parts (Cody–Waite) so the reduction keeps full precision.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  // e^r on |r| <= ln2/2: Taylor coefficients 1/k!.
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  // scalef multiplies by 2^n, handling overflow to inf and underflow to 0.
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace sluice::cpu::avx512

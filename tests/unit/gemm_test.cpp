@@ -1,0 +1,103 @@
+#include "kernels/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernel_test_util.h"
+
+namespace sluice::cpu {
+namespace {
+
+struct Case {
+  int64_t m, n, k;
+};
+
+// Both sides see identical bf16 inputs and exact bf16 products, so they differ only in the order
+// of the fp32 additions. The bound is relative to Σ|x·w|, which is what that order can disturb.
+void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t pad) {
+  const int64_t ldx = c.k + pad, ldw = c.k + pad, ldy = c.n + pad;
+  auto xf = test::random_floats(size_t(c.m * ldx), 1 + uint32_t(c.m * 7 + c.k));
+  auto xb = test::random_bf16(size_t(c.m * ldx), 2 + uint32_t(c.m * 7 + c.k));
+  auto w = test::random_bf16(size_t(c.n * ldw), 3 + uint32_t(c.n));
+  auto y0 = test::random_floats(size_t(c.m * ldy), 4);
+  auto y_fast = y0, y_ref = y0;
+  GemmArgs args{.m = c.m,
+                .n = c.n,
+                .k = c.k,
+                .x = x_dtype == DType::F32 ? static_cast<const void*>(xf.data()) : xb.data(),
+                .x_dtype = x_dtype,
+                .ldx = ldx,
+                .w = w.data(),
+                .ldw = ldw,
+                .y = y_fast.data(),
+                .ldy = ldy,
+                .beta = beta};
+  gemm(args);
+  args.y = y_ref.data();
+  gemm_reference(args);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double magnitude = std::abs(beta * y0[i * ldy + j]);
+      for (int64_t p = 0; p < c.k; ++p) {
+        float xv = x_dtype == DType::F32 ? test::round_bf16(xf[i * ldx + p])
+                                         : bf16_to_f32(xb[i * ldx + p]);
+        magnitude += std::abs(xv * bf16_to_f32(w[j * ldw + p]));
+      }
+      ASSERT_NEAR(y_fast[i * ldy + j], y_ref[i * ldy + j], 1e-5 * magnitude + 1e-30)
+          << "m=" << c.m << " n=" << c.n << " k=" << c.k << " at (" << i << "," << j << ")";
+    }
+    // Padding columns of Y are not ours to write.
+    for (int64_t j = c.n; j < ldy; ++j) ASSERT_EQ(y_fast[i * ldy + j], y0[i * ldy + j]);
+  }
+}
+
+const Case kAwkwardCases[] = {{1, 33, 96},    {3, 130, 33}, {17, 96, 130},
+                              {100, 33, 130}, {1, 1, 1},    {17, 257, 4100}};
+
+TEST(CpuGemm, MatchesReferenceWithF32Activations) {
+  for (auto c : kAwkwardCases) expect_matches_reference(c, DType::F32, 0.0f, 0);
+}
+
+TEST(CpuGemm, MatchesReferenceWithBf16Activations) {
+  for (auto c : kAwkwardCases) expect_matches_reference(c, DType::BF16, 0.0f, 0);
+}
+
+TEST(CpuGemm, AccumulatesWithBetaAndHonoursStrides) {
+  for (auto c : kAwkwardCases) {
+    expect_matches_reference(c, DType::F32, 1.0f, 5);
+    expect_matches_reference(c, DType::BF16, 0.5f, 3);
+  }
+}
+
+TEST(CpuGemm, RuntimeRowModeMatchesReference) {
+  set_gemm_row_mode(GemmRowMode::kRuntime);
+  for (auto c : kAwkwardCases) expect_matches_reference(c, DType::F32, 0.0f, 0);
+  set_gemm_row_mode(GemmRowMode::kExact);
+}
+
+TEST(CpuGemm, ZeroRowsIsANoOp) {
+  std::vector<uint16_t> w(4 * 8, 0);
+  float y = 7.0f;
+  gemm({.m = 0, .n = 4, .k = 8, .x = nullptr, .w = w.data(), .y = &y});
+  EXPECT_EQ(y, 7.0f);
+}
+
+TEST(CpuGemm, RejectsBadShapes) {
+  std::vector<uint16_t> w(4 * 8, 0);
+  std::vector<float> x(8), y(4);
+  EXPECT_THROW(
+      gemm({.m = 1, .n = 4, .k = 8, .x = x.data(), .ldx = 4, .w = w.data(), .y = y.data()}), Error);
+  EXPECT_THROW(gemm({.m = 1,
+                     .n = 4,
+                     .k = 8,
+                     .x = x.data(),
+                     .x_dtype = DType::I32,
+                     .w = w.data(),
+                     .y = y.data()}),
+               Error);
+}
+
+}  // namespace
+}  // namespace sluice::cpu

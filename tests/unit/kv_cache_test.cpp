@@ -1,0 +1,135 @@
+#include "runtime/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernel_test_util.h"
+
+namespace sluice {
+namespace {
+
+KvCacheConfig small_config(int64_t blocks, int block_size = 4) {
+  return {.n_layers = 2,
+          .kv_heads = 2,
+          .head_dim = 3,
+          .block_size = block_size,
+          .total_blocks = blocks};
+}
+
+TEST(PagedKvCache, AppendTakesBlocksOnlyAtBlockBoundaries) {
+  PagedKvCache cache(small_config(10));
+  cache.allocate(7);
+  EXPECT_EQ(cache.blocks_needed(7, 1), 1);
+  ASSERT_TRUE(cache.append_slots(7, 3));  // positions 0..2: one block
+  EXPECT_EQ(cache.block_table(7).size(), 1u);
+  EXPECT_EQ(cache.blocks_needed(7, 1), 0);
+  ASSERT_TRUE(cache.append_slots(7, 1));  // position 3 fills block 0
+  EXPECT_EQ(cache.block_table(7).size(), 1u);
+  ASSERT_TRUE(cache.append_slots(7, 5));  // positions 4..8: two more blocks
+  EXPECT_EQ(cache.block_table(7).size(), 3u);
+  EXPECT_EQ(cache.length(7), 9);
+  EXPECT_EQ(cache.free_blocks(), 7);
+  EXPECT_DOUBLE_EQ(cache.usage(), 0.3);
+}
+
+TEST(PagedKvCache, ExhaustionDefersWithoutChangingState) {
+  PagedKvCache cache(small_config(3));
+  cache.allocate(1);
+  cache.allocate(2);
+  ASSERT_TRUE(cache.append_slots(1, 8));   // 2 blocks
+  EXPECT_FALSE(cache.append_slots(2, 5));  // needs 2, 1 free
+  EXPECT_EQ(cache.length(2), 0);
+  EXPECT_TRUE(cache.block_table(2).empty());
+  EXPECT_EQ(cache.free_blocks(), 1);
+  EXPECT_TRUE(cache.append_slots(2, 4));  // exactly the last block
+  EXPECT_EQ(cache.free_blocks(), 0);
+  EXPECT_TRUE(cache.append_slots(2, 0));
+  EXPECT_FALSE(cache.append_slots(1, 1));
+  EXPECT_EQ(cache.length(1), 8);
+}
+
+TEST(PagedKvCache, ReleasedBlocksAreReusedAndNothingLeaks) {
+  PagedKvCache cache(small_config(6));
+  for (int round = 0; round < 50; ++round) {
+    for (int64_t s = 0; s < 3; ++s) {
+      cache.allocate(s);
+      ASSERT_TRUE(cache.append_slots(s, 1 + int((round + s) % 8)));
+    }
+    // Every block id is owned by at most one sequence.
+    std::set<int32_t> owned;
+    int64_t used = 0;
+    for (int64_t s = 0; s < 3; ++s) {
+      for (int32_t b : cache.block_table(s)) {
+        EXPECT_TRUE(owned.insert(b).second) << "block " << b << " owned twice";
+        EXPECT_GE(b, 0);
+        EXPECT_LT(b, 6);
+      }
+      used += int64_t(cache.block_table(s).size());
+    }
+    EXPECT_EQ(cache.free_blocks() + used, 6);
+    for (int64_t s = 0; s < 3; ++s) cache.release(s);
+    EXPECT_EQ(cache.free_blocks(), 6);
+    EXPECT_EQ(cache.live_sequences(), 0u);
+  }
+}
+
+TEST(PagedKvCache, ReleasedBlockGoesToTheNextSequence) {
+  PagedKvCache cache(small_config(2));
+  cache.allocate(1);
+  ASSERT_TRUE(cache.append_slots(1, 4));
+  const int32_t block = cache.block_table(1)[0];
+  cache.release(1);
+  cache.allocate(2);
+  ASSERT_TRUE(cache.append_slots(2, 1));
+  EXPECT_EQ(cache.block_table(2)[0], block);
+}
+
+TEST(PagedKvCache, WritesLandWhereTheBlockTableAndLayoutSay) {
+  const KvCacheConfig c = small_config(8, 4);
+  PagedKvCache cache(c);
+  cache.allocate(3);
+  cache.allocate(4);
+  // Interleave the two sequences so their blocks are not contiguous.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cache.append_slots(3, 4));
+    ASSERT_TRUE(cache.append_slots(4, 2));
+  }
+  const int width = c.kv_heads * c.head_dim, stride = width + 2;
+  const int n = 11;
+  auto k = test::random_floats(size_t(n * stride), 11);
+  auto v = test::random_floats(size_t(n * stride), 12);
+  cache.write_tokens(1, 3, 0, 5, k.data(), v.data(), stride);
+  cache.write_tokens(1, 3, 5, n - 5, k.data() + 5 * stride, v.data() + 5 * stride, stride);
+  KvLayerView view = cache.layer_view(1);
+  auto table = cache.block_table(3);
+  for (int p = 0; p < n; ++p) {
+    for (int h = 0; h < c.kv_heads; ++h) {
+      for (int d = 0; d < c.head_dim; ++d) {
+        const int64_t at = int64_t(p % c.block_size) * c.head_dim + d;
+        const size_t src = size_t(p * stride + h * c.head_dim + d);
+        EXPECT_EQ(view.k_tile(table[size_t(p / c.block_size)], h)[at], f32_to_bf16(k[src]));
+        EXPECT_EQ(view.v_tile(table[size_t(p / c.block_size)], h)[at], f32_to_bf16(v[src]));
+      }
+    }
+  }
+}
+
+TEST(PagedKvCache, RejectsMisuse) {
+  PagedKvCache cache(small_config(2));
+  cache.allocate(1);
+  EXPECT_THROW(cache.allocate(1), Error);
+  EXPECT_THROW(cache.append_slots(9, 1), Error);
+  EXPECT_THROW(cache.release(9), Error);
+  std::vector<float> row(6);
+  EXPECT_THROW(cache.write_tokens(0, 1, 0, 1, row.data(), row.data()), Error);  // not appended
+  ASSERT_TRUE(cache.append_slots(1, 1));
+  EXPECT_THROW(cache.write_tokens(2, 1, 0, 1, row.data(), row.data()), Error);  // bad layer
+  EXPECT_THROW(PagedKvCache(small_config(0)), Error);
+}
+
+}  // namespace
+}  // namespace sluice

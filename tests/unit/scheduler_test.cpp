@@ -1,0 +1,226 @@
+#include "runtime/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "core/error.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+KvCacheConfig small_kv(int blocks, int block_size = 4) {
+  KvCacheConfig c;
+  c.n_layers = 1;
+  c.kv_heads = 1;
+  c.head_dim = 8;
+  c.block_size = block_size;
+  c.total_blocks = blocks;
+  return c;
+}
+
+Policy small_policy(int batch, int micro_batch = 64, int prefill = 64) {
+  Policy p;
+  p.batch = batch;
+  p.attn_micro_batch = micro_batch;
+  p.prefill_chunk = prefill;
+  p.expert_batch = 64;
+  return p;
+}
+
+Request request(int64_t id, int prompt_len, int max_new, std::vector<int> stops = {}) {
+  Request r;
+  r.id = id;
+  r.prompt.assign(prompt_len, 7);
+  r.max_new_tokens = max_new;
+  r.stop_token_ids = std::move(stops);
+  return r;
+}
+
+// Drives the scheduler to the end, answering every sample with `token_of(step, slot)`.
+template <typename TokenFn>
+std::map<int64_t, Completion> run_all(Scheduler& s, TokenFn token_of, int* steps = nullptr) {
+  std::map<int64_t, Completion> done;
+  int step = 0;
+  while (!s.done()) {
+    StepPlan plan = s.plan_step();
+    EXPECT_FALSE(plan.empty()) << "scheduler stalled with work left";
+    if (plan.empty()) break;
+    std::vector<int> sampled;
+    for (const StepItem& it : plan.items)
+      if (it.sample) sampled.push_back(token_of(step, it.slot));
+    for (Completion& c : s.complete_step(plan, sampled)) done[c.id] = std::move(c);
+    ++step;
+  }
+  if (steps) *steps = step;
+  return done;
+}
+
+TEST(Scheduler, RunsEveryRequestToItsLimit) {
+  PagedKvCache kv(small_kv(64));
+  Scheduler s(small_policy(3), kv, 1000);
+  for (int i = 0; i < 7; ++i) s.submit(request(i, 3 + i, 2 + i % 3));
+  auto done = run_all(s, [](int, int) { return 5; });
+  ASSERT_EQ(done.size(), 7u);
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(done[i].tokens.size(), size_t(2 + i % 3));
+    EXPECT_EQ(done[i].reason, FinishReason::kLength);
+    EXPECT_EQ(done[i].prompt_tokens, 3 + i);
+  }
+  EXPECT_EQ(kv.free_blocks(), 64) << "every block returns to the pool";
+  EXPECT_EQ(kv.live_sequences(), 0u);
+}
+
+TEST(Scheduler, StopTokenRetiresEarlyAndRefillsTheBatch) {
+  PagedKvCache kv(small_kv(64));
+  Scheduler s(small_policy(2), kv, 1000);
+  for (int i = 0; i < 5; ++i) s.submit(request(i, 4, 10, {2}));
+  int max_active = 0;
+  std::map<int64_t, Completion> done;
+  // The sequence in slot 0 emits EOS (2) on its third token; others never do.
+  std::map<int, int> emitted;
+  while (!s.done()) {
+    StepPlan plan = s.plan_step();
+    max_active = std::max(max_active, s.active());
+    EXPECT_EQ(s.active(), std::min<int>(2, s.active() + int(s.waiting()))) << "batch kept full";
+    std::vector<int> sampled;
+    for (const StepItem& it : plan.items)
+      if (it.sample) sampled.push_back(it.slot == 0 && ++emitted[int(s.sequence(0).request.id)] == 3 ? 2 : 9);
+    for (Completion& c : s.complete_step(plan, sampled)) done[c.id] = std::move(c);
+  }
+  ASSERT_EQ(done.size(), 5u);
+  EXPECT_EQ(max_active, 2);
+  int stopped = 0;
+  for (auto& [id, c] : done) {
+    if (c.reason == FinishReason::kStop) {
+      ++stopped;
+      EXPECT_EQ(c.tokens.size(), 3u);
+      EXPECT_EQ(c.tokens.back(), 2);
+    } else {
+      EXPECT_EQ(c.tokens.size(), 10u);
+    }
+  }
+  EXPECT_GE(stopped, 1);
+}
+
+TEST(Scheduler, IgnoreEosGeneratesToTheLimit) {
+  PagedKvCache kv(small_kv(16));
+  Scheduler s(small_policy(1), kv, 1000);
+  Request r = request(1, 2, 5, {2});
+  r.ignore_eos = true;
+  s.submit(r);
+  auto done = run_all(s, [](int, int) { return 2; });
+  EXPECT_EQ(done[1].tokens, std::vector<int>(5, 2));
+  EXPECT_EQ(done[1].reason, FinishReason::kLength);
+}
+
+TEST(Scheduler, DefersAdmissionUntilKvBlocksFree) {
+  // Each request needs (6 + 6) / 4 = 3 blocks; 7 blocks hold two at a time although B = 4.
+  PagedKvCache kv(small_kv(7));
+  Scheduler s(small_policy(4), kv, 1000);
+  for (int i = 0; i < 5; ++i) s.submit(request(i, 6, 6));
+  int max_active = 0;
+  std::map<int64_t, Completion> done;
+  while (!s.done()) {
+    StepPlan plan = s.plan_step();
+    max_active = std::max(max_active, s.active());
+    EXPECT_GE(kv.free_blocks(), 0);
+    std::vector<int> sampled;
+    for (const StepItem& it : plan.items)
+      if (it.sample) sampled.push_back(1);
+    for (Completion& c : s.complete_step(plan, sampled)) done[c.id] = std::move(c);
+  }
+  EXPECT_EQ(max_active, 2);
+  EXPECT_EQ(done.size(), 5u);
+  EXPECT_EQ(kv.free_blocks(), 7);
+}
+
+TEST(Scheduler, ReusesReleasedBlocks) {
+  // Each request needs (5 + 3) / 4 = 2 of the 3 blocks, so the second runs only in blocks the
+  // first gave back.
+  PagedKvCache kv(small_kv(3));
+  Scheduler s(small_policy(2), kv, 1000);
+  s.submit(request(1, 5, 3));
+  s.submit(request(2, 5, 3));
+  std::map<int64_t, std::set<int32_t>> blocks_of;
+  std::map<int64_t, Completion> done;
+  while (!s.done()) {
+    StepPlan plan = s.plan_step();
+    EXPECT_EQ(s.active(), 1);
+    for (const StepItem& it : plan.items)
+      for (int32_t b : kv.block_table(it.slot)) blocks_of[s.sequence(it.slot).request.id].insert(b);
+    std::vector<int> sampled;
+    for (const StepItem& it : plan.items)
+      if (it.sample) sampled.push_back(1);
+    for (Completion& c : s.complete_step(plan, sampled)) done[c.id] = std::move(c);
+  }
+  EXPECT_EQ(done.size(), 2u);
+  EXPECT_EQ(blocks_of[1].size(), 2u);
+  EXPECT_EQ(blocks_of[2].size(), 2u);
+  std::vector<int32_t> shared;
+  std::set_intersection(blocks_of[1].begin(), blocks_of[1].end(), blocks_of[2].begin(),
+                        blocks_of[2].end(), std::back_inserter(shared));
+  EXPECT_FALSE(shared.empty()) << "the second request reuses blocks the first released";
+}
+
+TEST(Scheduler, PrefillsInChunksWithinTheBudget) {
+  PagedKvCache kv(small_kv(64));
+  Scheduler s(small_policy(2, /*micro_batch=*/8, /*prefill=*/10), kv, 1000);
+  s.submit(request(1, 25, 1));
+  s.submit(request(2, 25, 1));
+  int steps = 0;
+  StepPlan plan = s.plan_step();
+  EXPECT_EQ(plan.prefill_tokens, 10);
+  for (const StepItem& it : plan.items) EXPECT_LE(it.count, 8) << "a chunk fits one micro-batch";
+  std::vector<int> none;
+  s.complete_step(plan, none);
+  auto done = run_all(s, [](int, int) { return 1; }, &steps);
+  EXPECT_EQ(done.size(), 2u);
+  EXPECT_GE(steps + 1, 5) << "50 prompt tokens at 10 per step";
+}
+
+TEST(Scheduler, MicroBatchesRespectTheCapAndBalanceWork) {
+  PagedKvCache kv(small_kv(400, 16));
+  Scheduler s(small_policy(12, /*micro_batch=*/4, /*prefill=*/512), kv, 4000);
+  // Prompts of very different lengths: after prefill, decode steps attend to their lengths.
+  const int lengths[] = {200, 10, 180, 20, 150, 30, 120, 40, 100, 50, 60, 70};
+  for (int i = 0; i < 12; ++i) s.submit(request(i, lengths[i], 250));
+  std::vector<int> sampled;
+  // Run until every sequence is decoding.
+  StepPlan plan;
+  for (int guard = 0; guard < 200; ++guard) {
+    plan = s.plan_step();
+    sampled.clear();
+    for (const StepItem& it : plan.items)
+      if (it.sample) sampled.push_back(1);
+    if (plan.prefill_tokens == 0) break;
+    s.complete_step(plan, sampled);
+  }
+  ASSERT_EQ(plan.decode_tokens, 12);
+  ASSERT_EQ(plan.micro_batch_end.size(), 3u) << "12 tokens at 4 per micro-batch";
+  std::vector<int64_t> work;
+  int begin = 0;
+  for (int end : plan.micro_batch_end) {
+    int64_t w = 0;
+    EXPECT_LE(end - begin, 4);
+    for (int i = begin; i < end; ++i) w += plan.items[i].first_pos;
+    work.push_back(w);
+    begin = end;
+  }
+  int64_t total = std::accumulate(work.begin(), work.end(), int64_t(0));
+  for (int64_t w : work) EXPECT_LE(w, total / 3 * 1.2) << "balanced within 20% of the mean";
+}
+
+TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
+  PagedKvCache kv(small_kv(4));
+  Scheduler s(small_policy(1), kv, 100);
+  EXPECT_ERROR_MENTIONS(s.submit(request(9, 20, 20)), "request 9", "KV blocks");
+  EXPECT_ERROR_MENTIONS(s.submit(request(8, 100, 1)), "request 8", "context of 100");
+  EXPECT_ERROR_MENTIONS(s.submit(request(7, 0, 1)), "request 7", "empty");
+}
+
+}  // namespace
+}  // namespace sluice

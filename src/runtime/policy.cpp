@@ -12,9 +12,8 @@ namespace sluice {
 
 std::string Policy::describe() const {
   return fmt::format(
-      "B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={} precision={}", batch,
-      attn_micro_batch, expert_batch, prefill_chunk, kv_blocks, kv_block_size, threads,
-      precision == ActivationPrecision::kBf16 ? "bf16" : "f32");
+      "B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={}", batch, attn_micro_batch,
+      expert_batch, prefill_chunk, kv_blocks, kv_block_size, threads);
 }
 
 nlohmann::json Policy::to_json() const {
@@ -24,8 +23,7 @@ nlohmann::json Policy::to_json() const {
           {"prefill_chunk", prefill_chunk},
           {"kv_block_size", kv_block_size},
           {"kv_blocks", kv_blocks},
-          {"threads", threads},
-          {"precision", precision == ActivationPrecision::kBf16 ? "bf16" : "f32"}};
+          {"threads", threads}};
 }
 
 size_t kv_bytes_per_token(const ModelConfig& c) {

@@ -11,11 +11,6 @@
 
 namespace sluice {
 
-enum class ActivationPrecision {
-  kBf16,  // activations rounded to bf16 at each GEMM input: the fast path (AVX512-BF16 / AMX)
-  kF32,   // fp32 activations against bf16 weights: bit-for-bit closer to the reference
-};
-
 struct Policy {
   int batch = 0;              // B: sequences decoding together (0: automatic)
   int attn_micro_batch = 0;   // b_a: tokens per attention micro-batch (0: automatic)
@@ -24,7 +19,6 @@ struct Policy {
   int kv_block_size = 16;     // tokens per KV-cache block
   int kv_blocks = 0;          // KV-cache blocks in host memory (0: automatic)
   int threads = 0;            // 0: every core
-  ActivationPrecision precision = ActivationPrecision::kBf16;
 
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;

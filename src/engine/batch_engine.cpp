@@ -1,0 +1,316 @@
+#include "engine/batch_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/routing.h"
+#include "runtime/kv_cache.h"
+#include "runtime/scheduler.h"
+
+namespace sluice {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The GEMMs run on bf16 weights; other dtypes are converted once here.
+Tensor as_bf16(const Tensor& t) {
+  if (t.empty() || t.dtype == DType::BF16) return t;
+  Tensor out = Tensor::allocate(DType::BF16, t.shape);
+  std::vector<float> row(size_t(t.shape.back()));
+  const int64_t rows = t.numel() / t.shape.back();
+  for (int64_t r = 0; r < rows; ++r) {
+    to_f32(t.dtype, static_cast<const char*>(t.data) + r * row.size() * dtype_size(t.dtype),
+           row.data(), row.size());
+    for (size_t i = 0; i < row.size(); ++i)
+      out.as<uint16_t>()[r * row.size() + i] = f32_to_bf16(row[i]);
+  }
+  return out;
+}
+
+// One token's place in the expert phase: its row in the step and its routing weight.
+struct Routed {
+  int row;
+  float weight;
+};
+
+}  // namespace
+
+struct BatchEngine::Impl {
+  ModelConfig c;
+  ModelWeights w;
+  Policy policy;
+  PagedKvCache kv;
+  EngineStats stats;
+
+  // Step buffers, grown to the largest step seen.
+  std::vector<float> x, h, q, k, v, attn, router_logits, logits;
+  std::vector<uint16_t> moe_in;  // ffn-normed rows, bf16, the input of every expert GEMM
+  std::vector<int> positions, tokens, top_ids;
+  std::vector<float> top_weights;
+  std::vector<std::vector<Routed>> routed;  // per expert
+  std::vector<uint16_t> expert_x;           // gathered rows [b_e, H]
+  std::vector<float> gate, up, act, down;   // [b_e, I], [b_e, I], [b_e, I], [b_e, H]
+
+  Impl(const Model& model, const Policy& p)
+      : c(model.config), policy(p), kv(kv_config(model.config, p)) {
+    w.embed = model.weights.embed;
+    w.final_norm = model.weights.final_norm;
+    w.lm_head = as_bf16(model.weights.lm_head);
+    for (const LayerWeights& L : model.weights.layers) {
+      LayerWeights b = L;
+      for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
+                        &b.expert_down})
+        *t = as_bf16(*t);
+      w.layers.push_back(std::move(b));
+    }
+    routed.resize(c.num_experts);
+    stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
+  }
+
+  static KvCacheConfig kv_config(const ModelConfig& c, const Policy& p) {
+    KvCacheConfig k;
+    k.n_layers = c.num_layers;
+    k.kv_heads = c.num_kv_heads;
+    k.head_dim = c.head_dim;
+    k.block_size = p.kv_block_size;
+    k.total_blocks = p.kv_blocks;
+    return k;
+  }
+
+  void gemm(const void* xin, DType x_dtype, int m, const Tensor& weight, float* y, float beta = 0) {
+    cpu::GemmArgs a;
+    a.m = m;
+    a.n = weight.shape[0];
+    a.k = weight.shape[1];
+    a.x = xin;
+    a.x_dtype = x_dtype;
+    a.w = weight.as<const uint16_t>();
+    a.y = y;
+    a.beta = beta;
+    cpu::gemm(a);
+    stats.weight_bytes += double(weight.nbytes());
+    stats.flops += 2.0 * m * a.n * a.k;
+  }
+
+  void grow(int T) {
+    const int H = c.hidden_size;
+    x.resize(size_t(T) * H);
+    h.resize(size_t(T) * H);
+    q.resize(size_t(T) * c.q_dim());
+    k.resize(size_t(T) * c.kv_dim());
+    v.resize(size_t(T) * c.kv_dim());
+    attn.resize(size_t(T) * c.q_dim());
+    router_logits.resize(size_t(T) * c.num_experts);
+    moe_in.resize(size_t(T) * H);
+    positions.resize(T);
+    tokens.resize(T);
+    top_ids.resize(size_t(T) * c.experts_per_token);
+    top_weights.resize(size_t(T) * c.experts_per_token);
+  }
+
+  void attention_phase(int l, const StepPlan& plan, const std::vector<int>& item_row,
+                       int item_begin, int item_end);
+  void expert_phase(int l);
+  std::vector<int> execute(const StepPlan& plan, Scheduler& sched);
+};
+
+void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
+                                        const std::vector<int>& item_row, int ib, int ie) {
+  const LayerWeights& L = w.layers[l];
+  const int H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int r0 = item_row[ib], n = item_row[ie] - r0;
+  auto t0 = Clock::now();
+  // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h)
+  cpu::rms_norm(&x[size_t(r0) * H], n, H, L.attn_norm, c.rms_norm_eps, &h[size_t(r0) * H]);
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.wq, &q[size_t(r0) * qd]);
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.wk, &k[size_t(r0) * kvd]);
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.wv, &v[size_t(r0) * kvd]);
+  stats.dense_seconds += seconds_since(t0);
+
+  t0 = Clock::now();
+  cpu::rope(&q[size_t(r0) * qd], n, c.num_heads, c.head_dim, &positions[r0], c.rope_theta);
+  cpu::rope(&k[size_t(r0) * kvd], n, c.num_kv_heads, c.head_dim, &positions[r0], c.rope_theta);
+  std::vector<cpu::AttentionSequence> seqs;
+  for (int i = ib; i < ie; ++i) {
+    const StepItem& it = plan.items[i];
+    const int row = item_row[i];
+    kv.write_tokens(l, it.slot, it.first_pos, it.count, &k[size_t(row) * kvd],
+                    &v[size_t(row) * kvd]);
+    cpu::AttentionSequence s;
+    s.q = &q[size_t(row) * qd];
+    s.out = &attn[size_t(row) * qd];
+    s.n_q = it.count;
+    s.q_start = it.first_pos;
+    s.kv_len = it.first_pos + it.count;
+    s.block_table = kv.block_table(it.slot);
+    seqs.push_back(s);
+    const int window = c.sliding_window > 0 ? std::min(c.sliding_window, s.kv_len) : s.kv_len;
+    stats.kv_bytes += double(window) * kvd * 2 * sizeof(uint16_t);
+    stats.flops += 4.0 * it.count * window * qd;
+  }
+  cpu::AttentionParams params;
+  params.heads = c.num_heads;
+  params.kv_heads = c.num_kv_heads;
+  params.head_dim = c.head_dim;
+  params.sliding_window = c.sliding_window;
+  cpu::paged_attention(params, kv.layer_view(l), seqs);
+  stats.attention_seconds += seconds_since(t0);
+
+  t0 = Clock::now();
+  // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
+  gemm(&attn[size_t(r0) * qd], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
+  cpu::rms_norm(&x[size_t(r0) * H], n, H, L.ffn_norm, c.rms_norm_eps, &h[size_t(r0) * H]);
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts]);
+  const int K = c.experts_per_token;
+  cpu::route_top_k(&router_logits[size_t(r0) * c.num_experts], n, c.num_experts, K,
+                   c.normalize_topk, &top_ids[size_t(r0) * K], &top_weights[size_t(r0) * K]);
+  for (int r = r0; r < r0 + n; ++r)
+    for (int j = 0; j < K; ++j)
+      routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});
+  for (size_t i = size_t(r0) * H; i < size_t(r0 + n) * H; ++i) moe_in[i] = f32_to_bf16(h[i]);
+  stats.dense_seconds += seconds_since(t0);
+}
+
+// Each expert once over all its tokens of the step:
+// x[row] += weight · w2(silu(w1 h) * w3 h), at most b_e rows per GEMM.
+void BatchEngine::Impl::expert_phase(int l) {
+  const LayerWeights& L = w.layers[l];
+  const int H = c.hidden_size, I = c.expert_intermediate_size, be = policy.expert_batch;
+  auto t0 = Clock::now();
+  expert_x.resize(size_t(be) * H);
+  gate.resize(size_t(be) * I);
+  up.resize(size_t(be) * I);
+  act.resize(size_t(be) * I);
+  down.resize(size_t(be) * H);
+  for (int e = 0; e < c.num_experts; ++e) {
+    const auto& list = routed[e];
+    const Tensor wg = L.expert_gate.slice0(e), wu = L.expert_up.slice0(e), wd = L.expert_down.slice0(e);
+    for (size_t begin = 0; begin < list.size(); begin += be) {
+      const int m = int(std::min(list.size() - begin, size_t(be)));
+      for (int j = 0; j < m; ++j)
+        std::copy_n(&moe_in[size_t(list[begin + j].row) * H], H, &expert_x[size_t(j) * H]);
+      auto tg = Clock::now();
+      gemm(expert_x.data(), DType::BF16, m, wg, gate.data());
+      gemm(expert_x.data(), DType::BF16, m, wu, up.data());
+      cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
+      gemm(act.data(), DType::F32, m, wd, down.data());
+      stats.expert_gemm_seconds += seconds_since(tg);
+      stats.expert_flops += 6.0 * m * I * H;
+      ++stats.expert_gemm_calls;
+      stats.expert_tokens += m;
+      for (int j = 0; j < m; ++j) {
+        float* xr = &x[size_t(list[begin + j].row) * H];
+        const float* dr = &down[size_t(j) * H];
+        const float weight = list[begin + j].weight;
+        for (int d = 0; d < H; ++d) xr[d] += weight * dr[d];
+      }
+    }
+  }
+  for (auto& list : routed) list.clear();
+  stats.expert_seconds += seconds_since(t0);
+}
+
+std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sched) {
+  const int T = plan.tokens, H = c.hidden_size;
+  grow(T);
+  std::vector<int> item_row(plan.items.size() + 1, 0);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const StepItem& it = plan.items[i];
+    const ActiveSequence& s = sched.sequence(it.slot);
+    item_row[i + 1] = item_row[i] + it.count;
+    for (int j = 0; j < it.count; ++j) {
+      positions[item_row[i] + j] = it.first_pos + j;
+      tokens[item_row[i] + j] = s.tokens[it.first_pos + j];
+    }
+  }
+  auto t0 = Clock::now();
+  // inputs_embeds = embed_tokens(input_ids)
+  const size_t embed_row = size_t(H) * dtype_size(w.embed.dtype);
+  for (int r = 0; r < T; ++r) {
+    if (tokens[r] < 0 || tokens[r] >= c.vocab_size)
+      fail("token id {} is outside the vocabulary [0, {})", tokens[r], c.vocab_size);
+    to_f32(w.embed.dtype, static_cast<const char*>(w.embed.data) + tokens[r] * embed_row,
+           &x[size_t(r) * H], H);
+  }
+  stats.dense_seconds += seconds_since(t0);
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    int ib = 0;
+    for (int ie : plan.micro_batch_end) {
+      attention_phase(l, plan, item_row, ib, ie);
+      ib = ie;
+    }
+    expert_phase(l);
+  }
+
+  // Final norm and lm_head only for the rows whose logits pick a token.
+  t0 = Clock::now();
+  std::vector<int> sample_rows;
+  for (size_t i = 0; i < plan.items.size(); ++i)
+    if (plan.items[i].sample) sample_rows.push_back(item_row[i + 1] - 1);
+  const int S = int(sample_rows.size());
+  for (int j = 0; j < S; ++j)
+    std::copy_n(&x[size_t(sample_rows[j]) * H], H, &q[size_t(j) * H]);  // q is free scratch here
+  cpu::rms_norm(q.data(), S, H, w.final_norm, c.rms_norm_eps, h.data());
+  logits.resize(size_t(S) * c.vocab_size);
+  if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
+  stats.dense_seconds += seconds_since(t0);
+
+  t0 = Clock::now();
+  std::vector<int> sampled;
+  int j = 0;
+  for (const StepItem& it : plan.items) {
+    if (!it.sample) continue;
+    std::span<const float> row(&logits[size_t(j++) * c.vocab_size], size_t(c.vocab_size));
+    sampled.push_back(sched.sequence(it.slot).sampler.sample(row));
+  }
+  stats.sampling_seconds += seconds_since(t0);
+  return sampled;
+}
+
+BatchEngine::BatchEngine(const Model& model, const Policy& policy)
+    : impl_(std::make_unique<Impl>(model, policy)) {}
+BatchEngine::~BatchEngine() = default;
+const Policy& BatchEngine::policy() const { return impl_->policy; }
+const EngineStats& BatchEngine::stats() const { return impl_->stats; }
+
+void BatchEngine::run(std::vector<Request> requests,
+                      const std::function<void(Completion&&)>& on_finished) {
+  Impl& m = *impl_;
+  Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings);
+  for (Request& r : requests) sched.submit(std::move(r));
+  while (!sched.done()) {
+    auto t0 = Clock::now();
+    StepPlan plan = sched.plan_step();
+    m.stats.scheduling_seconds += seconds_since(t0);
+    if (plan.empty()) fail("engine: the scheduler has work left but planned an empty step");
+    m.stats.peak_kv_usage = std::max(m.stats.peak_kv_usage, m.kv.usage());
+    auto t_step = Clock::now();
+    std::vector<int> sampled = m.execute(plan, sched);
+    const double step_seconds = seconds_since(t_step);
+    m.stats.prefill_seconds += step_seconds * plan.prefill_tokens / plan.tokens;
+    m.stats.decode_seconds += step_seconds * plan.decode_tokens / plan.tokens;
+    m.stats.prefill_tokens += plan.prefill_tokens;
+    m.stats.decode_tokens += plan.decode_tokens;
+    ++m.stats.steps;
+    t0 = Clock::now();
+    std::vector<Completion> done = sched.complete_step(plan, sampled);
+    m.stats.scheduling_seconds += seconds_since(t0);
+    for (Completion& c : done) on_finished(std::move(c));
+  }
+}
+
+}  // namespace sluice

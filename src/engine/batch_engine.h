@@ -1,0 +1,55 @@
+// The throughput engine: module-based batching over a paged host KV cache.
+//
+// Every step runs all scheduled tokens through the model layer by layer. Within a layer the
+// attention phase goes micro-batch by micro-batch (norm, QKV, RoPE, KV write, attention,
+// O-projection, router), appending each token to the lists of its top-k experts; the expert
+// phase then runs each expert once over all its tokens of the whole step (gather, gate/up
+// GEMM, SiLU·mul, down GEMM, weighted scatter-add), at most b_e tokens per GEMM. So a decode
+// step over B sequences reads each expert's weights once and uses them for ~B·k/E tokens.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/request.h"
+#include "model/weights.h"
+#include "runtime/policy.h"
+
+namespace sluice {
+
+// Where the time of a run went, and what was moved and computed.
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // step time split by each step's token mix
+  double attention_seconds = 0, expert_seconds = 0, dense_seconds = 0;
+  double sampling_seconds = 0, scheduling_seconds = 0;
+  double expert_gemm_seconds = 0;  // inside expert_seconds: the GEMMs alone
+  double weight_bytes = 0;         // weight bytes the GEMMs read
+  double kv_bytes = 0;             // KV bytes attention read
+  double flops = 0;                // all GEMM and attention arithmetic
+  double expert_flops = 0;
+  int64_t expert_gemm_calls = 0, expert_tokens = 0;
+  size_t kv_cache_bytes = 0;
+  double peak_kv_usage = 0;  // fraction of KV blocks in use, at most
+};
+
+class BatchEngine {
+ public:
+  BatchEngine(const Model& model, const Policy& policy);
+  ~BatchEngine();
+
+  // Runs every request to completion; `on_finished` receives each completion as soon as its
+  // sequence retires (so results can be written while others still run).
+  void run(std::vector<Request> requests, const std::function<void(Completion&&)>& on_finished);
+
+  const Policy& policy() const;
+  const EngineStats& stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,321 @@
+// Golden tests: sluice's ReferenceForward against an independent PyTorch transcription of
+// transformers' MixtralForCausalLM (tests/reference/mixtral_reference.py), intermediate by
+// intermediate, on tiny random models with deliberately awkward shapes.
+//
+// PyTorch runs each sequence at once without a cache; sluice runs a prefill followed by
+// single-token decode steps, so the KV cache and the position bookkeeping are checked too.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/presets.h"
+#include "model/reference_forward.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kPython = "/usr/bin/python3";
+constexpr int kSequence = 12;  // tokens per model
+constexpr int kPrefill = 8;    // of which sluice runs this many at once, then one by one
+
+// Largest error accepted, relative to the largest magnitude of the reference row. Both sides
+// compute in fp32 and differ only in summation order: the errors seen are at most 1.7e-6
+// (intermediates) and 8e-7 (logits), so 1e-5 holds with a margin while any semantic slip
+// (a mask off by one, a wrong KV head, unnormalised routing) lands at 1e-2 or above.
+constexpr double kRelativeTolerance = 1e-5;
+
+struct GoldenCase {
+  std::string name;
+  ModelConfig config;
+  size_t shard_bytes = size_t(4) << 30;        // small values force a sharded checkpoint
+  bool rope_theta_in_rope_parameters = false;  // the transformers 5.x config layout
+};
+
+ModelConfig base_config() {
+  ModelConfig c = preset_config("tiny-mixtral");
+  c.vocab_size = 301;  // odd, and above the 259 ids the synthetic tokenizer needs
+  c.num_layers = 3;
+  return c;
+}
+
+std::vector<GoldenCase> golden_cases() {
+  std::vector<GoldenCase> cases;
+  {
+    // Grouped-query attention, hidden size unrelated to heads × head_dim, top-3 of 5 experts.
+    GoldenCase g{"Gqa6x2Top3of5Bf16", base_config()};
+    ModelConfig& c = g.config;
+    c.hidden_size = 50;
+    c.num_heads = 6;
+    c.num_kv_heads = 2;
+    c.head_dim = 24;
+    c.expert_intermediate_size = 36;
+    c.num_experts = 5;
+    c.experts_per_token = 3;
+    c.dtype = DType::BF16;
+    cases.push_back(g);
+  }
+  {
+    // Plain multi-head attention with a sliding window shorter than the prefill, top-1 routing.
+    GoldenCase g{"Mha4Window5Top1of7F32", base_config()};
+    ModelConfig& c = g.config;
+    c.hidden_size = 72;
+    c.num_heads = 4;
+    c.num_kv_heads = 4;
+    c.head_dim = 40;
+    c.expert_intermediate_size = 44;
+    c.num_experts = 7;
+    c.experts_per_token = 1;
+    c.sliding_window = 5;
+    c.rope_theta = 10000.f;
+    c.dtype = DType::F32;
+    cases.push_back(g);
+  }
+  {
+    // One KV head shared by all, tied embeddings, F16, a sharded checkpoint, rope_parameters.
+    GoldenCase g{"Mqa3TiedWindow5Top3of7F16Sharded", base_config()};
+    ModelConfig& c = g.config;
+    c.vocab_size = 263;
+    c.hidden_size = 40;
+    c.num_heads = 3;
+    c.num_kv_heads = 1;
+    c.head_dim = 24;
+    c.expert_intermediate_size = 28;
+    c.num_experts = 7;
+    c.experts_per_token = 3;
+    c.sliding_window = 5;
+    c.tie_word_embeddings = true;
+    c.rms_norm_eps = 1e-6f;
+    c.rope_theta = 500.f;  // fast rotations, so a RoPE slip shows within 12 positions
+    c.dtype = DType::F16;
+    g.shard_bytes = 40 << 10;
+    g.rope_theta_in_rope_parameters = true;
+    cases.push_back(g);
+  }
+  {
+    // The preset itself (head_dim 16, top-2 of 8) with a window equal to the prefill length.
+    GoldenCase g{"TinyMixtralPresetWindow8", base_config()};
+    g.config.sliding_window = 8;
+    cases.push_back(g);
+  }
+  return cases;
+}
+
+// Deterministic token ids in [0, vocab), including both ends of the vocabulary.
+std::vector<int> test_tokens(int vocab_size, int salt) {
+  std::vector<int> ids(kSequence);
+  uint64_t state = 0x2545f4914f6cdd1dull + uint64_t(salt);
+  for (int i = 0; i < kSequence; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    ids[i] = int((state >> 33) % uint64_t(vocab_size));
+  }
+  ids[1] = 0;
+  ids[kSequence - 2] = vocab_size - 1;
+  ids[5] = ids[4];  // a repeated token at different positions
+  return ids;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// Moves rope_theta into `rope_parameters`, as transformers 5.x writes config.json.
+void move_rope_theta_into_rope_parameters(const fs::path& config_json) {
+  nlohmann::json j;
+  std::ifstream(config_json) >> j;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", j["rope_theta"]}};
+  j.erase("rope_theta");
+  std::ofstream(config_json) << j.dump(2);
+}
+
+// One temporary folder holding every case's checkpoint and reference dump, made once: the
+// Python process (and its ~2 s torch import) is shared by all cases.
+class GoldenWorkspace {
+ public:
+  static GoldenWorkspace& get() {
+    static GoldenWorkspace workspace;
+    return workspace;
+  }
+
+  std::string skip_reason;  // non-empty: PyTorch is not available
+  std::string error;        // non-empty: the reference failed
+  fs::path dir;
+
+  fs::path model_dir(const std::string& name) const { return dir / name; }
+  fs::path dump_path(const std::string& name) const { return dir / (name + ".safetensors"); }
+
+  ~GoldenWorkspace() {
+    std::error_code ignored;
+    if (!dir.empty()) fs::remove_all(dir, ignored);
+  }
+
+ private:
+  GoldenWorkspace() {
+    const std::string probe = std::string(kPython) + " -c 'import torch' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) != 0) {
+      skip_reason = std::string(kPython) +
+                    " cannot import torch; install Debian's python3-torch to run the golden tests";
+      return;
+    }
+    dir = fs::temp_directory_path() / ("sluice-golden-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    nlohmann::json jobs = nlohmann::json::array();
+    int salt = 0;
+    for (const GoldenCase& g : golden_cases()) {
+      write_random_checkpoint(g.config, model_dir(g.name), /*seed=*/1000 + salt, g.shard_bytes);
+      if (g.rope_theta_in_rope_parameters)
+        move_rope_theta_into_rope_parameters(model_dir(g.name) / "config.json");
+      jobs.push_back({{"model", model_dir(g.name).string()},
+                      {"tokens", test_tokens(g.config.vocab_size, salt)},
+                      {"out", dump_path(g.name).string()}});
+      ++salt;
+    }
+    const fs::path jobs_file = dir / "jobs.json";
+    std::ofstream(jobs_file) << jobs.dump(2);
+    const fs::path log = dir / "reference.log";
+    const std::string command =
+        std::string(kPython) + " " +
+        shell_quote(SLUICE_SOURCE_DIR "/tests/reference/mixtral_reference.py") + " --batch " +
+        shell_quote(jobs_file.string()) + " >" + shell_quote(log.string()) + " 2>&1";
+    if (std::system(command.c_str()) != 0) {
+      std::ifstream in(log);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      error = "the PyTorch reference failed: " + command + "\n" + text;
+    }
+  }
+};
+
+// Every named intermediate sluice emits, gathered by name as [position][column] across the
+// prefill call and the decode calls.
+struct Collected {
+  std::map<std::string, std::vector<std::vector<float>>> rows;
+  void add(const std::string& name, const float* data, int row_count, int cols) {
+    auto& dst = rows[name];
+    for (int r = 0; r < row_count; ++r)
+      dst.emplace_back(data + size_t(r) * cols, data + size_t(r + 1) * cols);
+  }
+};
+
+struct RowError {
+  double relative = 0;  // max |a - b| / max |b| over the row
+  double absolute = 0;
+};
+
+RowError compare_row(const float* got, const float* want, int n) {
+  double max_diff = 0, max_ref = 0;
+  for (int i = 0; i < n; ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(got[i]) - double(want[i])));
+    max_ref = std::max(max_ref, std::fabs(double(want[i])));
+  }
+  return {max_ref > 0 ? max_diff / max_ref : max_diff, max_diff};
+}
+
+int argmax(const float* v, int n) {
+  return int(std::max_element(v, v + n) - v);
+}
+
+class MixtralGolden : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(MixtralGolden, ReferenceForwardMatchesPyTorch) {
+  GoldenWorkspace& ws = GoldenWorkspace::get();
+  if (!ws.skip_reason.empty()) GTEST_SKIP() << ws.skip_reason;
+  ASSERT_TRUE(ws.error.empty()) << ws.error;
+  const GoldenCase& g = GetParam();
+  int salt = 0;
+  for (const GoldenCase& other : golden_cases()) {
+    if (other.name == g.name) break;
+    ++salt;
+  }
+  const std::vector<int> tokens = test_tokens(g.config.vocab_size, salt);
+
+  const bool sharded = fs::exists(ws.model_dir(g.name) / "model.safetensors.index.json");
+  ASSERT_EQ(sharded, g.shard_bytes < (size_t(1) << 20))
+      << "the checkpoint layout is not the intended one";
+  Model model = load_model(ws.model_dir(g.name));
+  ASSERT_EQ(model.config.rope_theta, g.config.rope_theta);
+  ReferenceForward forward(model);
+  Collected got;
+  auto dump = [&](const std::string& name, const float* data, int rows, int cols) {
+    got.add(name, data, rows, cols);
+  };
+  forward.forward(std::span<const int>(tokens).first(kPrefill), dump);
+  for (int t = kPrefill; t < kSequence; ++t)
+    forward.forward(std::span<const int>(tokens).subspan(t, 1), dump);
+
+  SafetensorsFile reference = SafetensorsFile::open(ws.dump_path(g.name));
+  std::vector<std::string> expected_names = {"embed"};
+  for (int l = 0; l < model.config.num_layers; ++l)
+    for (const char* part : {"attn_out", "moe_out", "out"})
+      expected_names.push_back("layer." + std::to_string(l) + "." + part);
+  expected_names.push_back("final_norm");
+  expected_names.push_back("logits");
+  ASSERT_EQ(got.rows.size(), expected_names.size());
+  ASSERT_EQ(reference.tensors().size(), expected_names.size());
+
+  RowError worst_intermediate;
+  std::string worst_intermediate_name;
+  for (const std::string& name : expected_names) {
+    ASSERT_TRUE(got.rows.count(name)) << "sluice emitted no '" << name << "'";
+    auto it = reference.tensors().find(name);
+    ASSERT_NE(it, reference.tensors().end()) << "the reference wrote no '" << name << "'";
+    const Tensor want = it->second.view();
+    ASSERT_EQ(want.dtype, DType::F32);
+    ASSERT_EQ(want.shape.size(), 2u);
+    ASSERT_EQ(want.shape[0], kSequence) << name;
+    const int cols = int(want.shape[1]);
+    const auto& rows = got.rows[name];
+    ASSERT_EQ(int(rows.size()), kSequence) << name;
+    RowError worst;
+    int worst_position = 0;
+    for (int t = 0; t < kSequence; ++t) {
+      ASSERT_EQ(int(rows[t].size()), cols) << name;
+      const float* ref_row = want.as<float>() + size_t(t) * cols;
+      RowError e = compare_row(rows[t].data(), ref_row, cols);
+      EXPECT_LE(e.relative, kRelativeTolerance)
+          << name << " at position " << t << ": max |sluice - torch| = " << e.absolute;
+      if (e.relative > worst.relative) {
+        worst = e;
+        worst_position = t;
+      }
+      if (name == "logits") {
+        EXPECT_EQ(argmax(rows[t].data(), cols), argmax(ref_row, cols))
+            << "greedy token differs at position " << t;
+      }
+    }
+    RecordProperty(name + ".max_relative_error", std::to_string(worst.relative));
+    if (name != "logits" && worst.relative >= worst_intermediate.relative) {
+      worst_intermediate = worst;
+      worst_intermediate_name = name + " at position " + std::to_string(worst_position);
+    }
+    if (name == "logits")
+      std::printf("  logits: max relative error %.2e (position %d, abs %.2e)\n", worst.relative,
+                  worst_position, worst.absolute);
+  }
+  std::printf("  worst intermediate: %s, relative error %.2e\n", worst_intermediate_name.c_str(),
+              worst_intermediate.relative);
+}
+
+std::string case_name(const ::testing::TestParamInfo<GoldenCase>& param) {
+  return param.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, MixtralGolden, ::testing::ValuesIn(golden_cases()), case_name);
+
+}  // namespace
+}  // namespace sluice

@@ -40,6 +40,13 @@ Tensor as_bf16(const Tensor& t) {
   return out;
 }
 
+// Norm weights are tiny: held in fp32 whatever the checkpoint stores.
+Tensor as_f32(const Tensor& t) {
+  Tensor out = Tensor::allocate(DType::F32, t.shape);
+  to_f32(t.dtype, t.data, out.as<float>(), size_t(t.numel()));
+  return out;
+}
+
 // One token's place in the expert phase: its row in the step and its routing weight.
 struct Routed {
   int row;
@@ -54,6 +61,8 @@ struct BatchEngine::Impl {
   Policy policy;
   PagedKvCache kv;
   EngineStats stats;
+  BatchEngine::LogitsObserver observe_logits;
+  BatchEngine::StepObserver observe_step;
 
   // Step buffers, grown to the largest step seen.
   std::vector<float> x, h, q, k, v, attn, router_logits, logits;
@@ -67,10 +76,12 @@ struct BatchEngine::Impl {
   Impl(const Model& model, const Policy& p)
       : c(model.config), policy(p), kv(kv_config(model.config, p)) {
     w.embed = model.weights.embed;
-    w.final_norm = model.weights.final_norm;
+    w.final_norm = as_f32(model.weights.final_norm);
     w.lm_head = as_bf16(model.weights.lm_head);
     for (const LayerWeights& L : model.weights.layers) {
       LayerWeights b = L;
+      b.attn_norm = as_f32(L.attn_norm);
+      b.ffn_norm = as_f32(L.ffn_norm);
       for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
                         &b.expert_down})
         *t = as_bf16(*t);
@@ -105,6 +116,18 @@ struct BatchEngine::Impl {
     stats.flops += 2.0 * m * a.n * a.k;
   }
 
+  void rms_norm(const float* in, int rows, const Tensor& weight, float* out) const {
+    cpu::RmsNormArgs a;
+    a.x = in;
+    a.y = out;
+    a.rows = rows;
+    a.dim = c.hidden_size;
+    a.weight = weight.data;
+    a.weight_dtype = DType::F32;
+    a.eps = c.rms_norm_eps;
+    cpu::rms_norm(a);
+  }
+
   void grow(int T) {
     const int H = c.hidden_size;
     x.resize(size_t(T) * H);
@@ -134,7 +157,7 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   const int r0 = item_row[ib], n = item_row[ie] - r0;
   auto t0 = Clock::now();
   // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h)
-  cpu::rms_norm(&x[size_t(r0) * H], n, H, L.attn_norm, c.rms_norm_eps, &h[size_t(r0) * H]);
+  rms_norm(&x[size_t(r0) * H], n, L.attn_norm, &h[size_t(r0) * H]);
   gemm(&h[size_t(r0) * H], DType::F32, n, L.wq, &q[size_t(r0) * qd]);
   gemm(&h[size_t(r0) * H], DType::F32, n, L.wk, &k[size_t(r0) * kvd]);
   gemm(&h[size_t(r0) * H], DType::F32, n, L.wv, &v[size_t(r0) * kvd]);
@@ -172,7 +195,7 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   t0 = Clock::now();
   // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
   gemm(&attn[size_t(r0) * qd], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
-  cpu::rms_norm(&x[size_t(r0) * H], n, H, L.ffn_norm, c.rms_norm_eps, &h[size_t(r0) * H]);
+  rms_norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
   gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts]);
   const int K = c.experts_per_token;
   cpu::route_top_k(&router_logits[size_t(r0) * c.num_experts], n, c.num_experts, K,
@@ -264,7 +287,7 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   const int S = int(sample_rows.size());
   for (int j = 0; j < S; ++j)
     std::copy_n(&x[size_t(sample_rows[j]) * H], H, &q[size_t(j) * H]);  // q is free scratch here
-  cpu::rms_norm(q.data(), S, H, w.final_norm, c.rms_norm_eps, h.data());
+  rms_norm(q.data(), S, w.final_norm, h.data());
   logits.resize(size_t(S) * c.vocab_size);
   if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
   stats.dense_seconds += seconds_since(t0);
@@ -275,6 +298,8 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   for (const StepItem& it : plan.items) {
     if (!it.sample) continue;
     std::span<const float> row(&logits[size_t(j++) * c.vocab_size], size_t(c.vocab_size));
+    if (observe_logits)
+      observe_logits(sched.sequence(it.slot).request.id, it.first_pos + it.count - 1, row);
     sampled.push_back(sched.sequence(it.slot).sampler.sample(row));
   }
   stats.sampling_seconds += seconds_since(t0);
@@ -284,6 +309,12 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
 BatchEngine::BatchEngine(const Model& model, const Policy& policy)
     : impl_(std::make_unique<Impl>(model, policy)) {}
 BatchEngine::~BatchEngine() = default;
+void BatchEngine::set_step_observer(StepObserver observer) {
+  impl_->observe_step = std::move(observer);
+}
+void BatchEngine::set_logits_observer(LogitsObserver observer) {
+  impl_->observe_logits = std::move(observer);
+}
 const Policy& BatchEngine::policy() const { return impl_->policy; }
 const EngineStats& BatchEngine::stats() const { return impl_->stats; }
 
@@ -292,6 +323,7 @@ void BatchEngine::run(std::vector<Request> requests,
   Impl& m = *impl_;
   Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings);
   for (Request& r : requests) sched.submit(std::move(r));
+  int64_t finished = 0;
   while (!sched.done()) {
     auto t0 = Clock::now();
     StepPlan plan = sched.plan_step();
@@ -309,7 +341,10 @@ void BatchEngine::run(std::vector<Request> requests,
     t0 = Clock::now();
     std::vector<Completion> done = sched.complete_step(plan, sampled);
     m.stats.scheduling_seconds += seconds_since(t0);
+    finished += int64_t(done.size());
     for (Completion& c : done) on_finished(std::move(c));
+    if (m.observe_step)
+      m.observe_step(m.stats, {finished, sched.active(), int64_t(sched.waiting()), m.kv.usage()});
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/request.h"
@@ -43,6 +44,18 @@ class BatchEngine {
   // Runs every request to completion; `on_finished` receives each completion as soon as its
   // sequence retires (so results can be written while others still run).
   void run(std::vector<Request> requests, const std::function<void(Completion&&)>& on_finished);
+
+  // Called with the logits row of every sampled position (tests and debugging).
+  using LogitsObserver = std::function<void(int64_t request_id, int position, std::span<const float>)>;
+  void set_logits_observer(LogitsObserver observer);
+
+  // Called after every step, with the statistics so far and the KV-cache use (progress displays).
+  struct Progress {
+    int64_t finished = 0, active = 0, waiting = 0;
+    double kv_usage = 0;
+  };
+  using StepObserver = std::function<void(const EngineStats&, const Progress&)>;
+  void set_step_observer(StepObserver observer);
 
   const Policy& policy() const;
   const EngineStats& stats() const;

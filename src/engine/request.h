@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,9 @@ struct Request {
   SamplingParams sampling;
   std::vector<int> stop_token_ids;  // usually the model's EOS ids
   bool ignore_eos = false;          // generate exactly max_new_tokens (benchmarks)
+  // Called after each generated token with all generated tokens so far; returning true ends the
+  // sequence with FinishReason::kStop (stop strings, checked on decoded text by the caller).
+  std::function<bool(std::span<const int> generated)> stop_check;
 };
 
 enum class FinishReason { kStop, kLength };

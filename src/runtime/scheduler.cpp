@@ -148,7 +148,9 @@ std::vector<Completion> Scheduler::complete_step(const StepPlan& plan, const std
     ++s.generated;
     const auto& stops = s.request.stop_token_ids;
     const bool stop =
-        !s.request.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end();
+        (!s.request.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end()) ||
+        (s.request.stop_check &&
+         s.request.stop_check(std::span<const int>(s.tokens).subspan(s.request.prompt.size())));
     const bool limit = s.generated >= s.request.max_new_tokens || int(s.tokens.size()) >= max_positions_;
     if (!stop && !limit) continue;
     Completion c;

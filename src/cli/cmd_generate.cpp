@@ -1,0 +1,141 @@
+// sluice generate: continues one prompt (--prompt) or every line of a file (--input, run as one
+// batch through the engine) with the model's own tokenizer.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/policy_options.h"
+#include "core/error.h"
+#include "engine/batch_engine.h"
+#include "io/tokenizer.h"
+#include "model/reference_forward.h"
+#include "runtime/memory_info.h"
+
+namespace sluice::cli {
+namespace {
+
+struct Options {
+  std::string model_dir, prompt, input;
+  int max_new_tokens = 64;
+  SamplingParams sampling;
+  bool reference = false;
+  Policy policy;
+};
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open prompts file", path);
+  std::vector<std::string> prompts;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) fail("{}: no prompts (expected one prompt per line)", path);
+  return prompts;
+}
+
+// The plain path: the reference forward, one token at a time, streaming text as it comes.
+int generate_with_reference(const Model& model, const Tokenizer& tok, const Options& o) {
+  std::vector<int> ids = tok.encode(o.prompt);
+  ReferenceForward forward(model);
+  Sampler sampler(o.sampling);
+  StreamingDecoder out(tok);
+  const auto& eos = model.config.eos_token_ids;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = forward.forward(ids);
+  int generated = 0;
+  fmt::print("{}", o.prompt);
+  while (generated < o.max_new_tokens) {
+    const int vocab = model.config.vocab_size;
+    int next = sampler.sample(std::span(logits).last(size_t(vocab)));
+    ++generated;
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
+    fmt::print("{}", out.push(next));
+    std::fflush(stdout);
+    if (generated == o.max_new_tokens) break;
+    int one[] = {next};
+    logits = forward.forward(one);
+  }
+  fmt::print("{}\n", out.flush());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print(stderr, "{} prompt + {} generated tokens in {:.2f} s ({:.1f} tokens/s, reference path)\n",
+             ids.size(), generated, seconds, generated / seconds);
+  return 0;
+}
+
+int run(const Options& o) {
+  if (o.prompt.empty() == o.input.empty()) fail("generate: give exactly one of --prompt or --input");
+  validate(o.sampling);
+  Model model = load_model(o.model_dir);
+  auto tok = Tokenizer::load(o.model_dir);
+  if (o.reference) {
+    if (o.prompt.empty()) fail("generate: --reference runs one --prompt");
+    return generate_with_reference(model, *tok, o);
+  }
+  std::vector<std::string> prompts = o.input.empty() ? std::vector{o.prompt} : read_prompts(o.input);
+  std::vector<Request> requests;
+  int max_prompt = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.id = int64_t(i);
+    r.prompt = tok->encode(prompts[i]);
+    r.max_new_tokens = o.max_new_tokens;
+    r.sampling = o.sampling;
+    r.sampling.seed = o.sampling.seed + i;
+    r.stop_token_ids = model.config.eos_token_ids;
+    max_prompt = std::max(max_prompt, int(r.prompt.size()));
+    requests.push_back(std::move(r));
+  }
+  Policy policy = resolve_policy(o.policy, model.config,
+                                 {int(requests.size()), max_prompt, o.max_new_tokens},
+                                 available_memory_bytes() / 2);
+  omp_set_num_threads(policy.threads);
+  BatchEngine engine(model, policy);
+  std::vector<Completion> results(requests.size());
+  auto t0 = std::chrono::steady_clock::now();
+  engine.run(std::move(requests), [&](Completion&& c) { results[size_t(c.id)] = std::move(c); });
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t generated = 0;
+  const auto& eos = model.config.eos_token_ids;
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::vector<int> tokens = results[i].tokens;
+    if (results[i].reason == FinishReason::kStop && !tokens.empty() &&
+        std::find(eos.begin(), eos.end(), tokens.back()) != eos.end())
+      tokens.pop_back();
+    generated += int64_t(results[i].tokens.size());
+    if (results.size() > 1) fmt::print("[{}] ", i + 1);
+    fmt::print("{}{}\n", prompts[i], tok->decode(tokens));
+  }
+  fmt::print(stderr, "{} prompts, {} tokens generated in {:.2f} s ({:.1f} tokens/s); policy {}\n",
+             results.size(), generated, seconds, generated / seconds, policy.describe());
+  return 0;
+}
+
+RegisterCommand reg({"generate", "Continue a prompt, or each line of a file as one batch",
+                     [](CLI::App& sub) {
+                       auto o = std::make_shared<Options>();
+                       sub.add_option("--model", o->model_dir, "Model folder")->required();
+                       sub.add_option("--prompt", o->prompt, "Prompt text");
+                       sub.add_option("--input", o->input, "File with one prompt per line");
+                       sub.add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")
+                           ->capture_default_str()
+                           ->check(CLI::PositiveNumber);
+                       sub.add_option("--temperature", o->sampling.temperature, "0: greedy")
+                           ->capture_default_str();
+                       sub.add_option("--top-p", o->sampling.top_p, "Nucleus mass")->capture_default_str();
+                       sub.add_option("--top-k", o->sampling.top_k, "Keep the k most likely (0: all)")
+                           ->capture_default_str();
+                       sub.add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+                       sub.add_flag("--reference", o->reference,
+                                    "Use the plain reference forward (one prompt, streamed)");
+                       add_policy_options(sub, o->policy);
+                       return std::function<int()>([o] { return run(*o); });
+                     }});
+
+}  // namespace
+}  // namespace sluice::cli

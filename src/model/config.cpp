@@ -111,7 +111,12 @@ ModelConfig parse_config(const json& j, const std::string& source) {
   c.hidden_size = r.integer("hidden_size");
   c.num_layers = r.integer("num_hidden_layers");
   c.num_heads = r.integer("num_attention_heads");
-  c.num_kv_heads = r.integer_or("num_key_value_heads", c.num_heads);
+  // As MixtralConfig: an absent field takes the class default 8; an explicit null means one KV
+  // head per query head (its __post_init__).
+  if (!j.contains("num_key_value_heads"))
+    c.num_kv_heads = 8;
+  else
+    c.num_kv_heads = r.integer_or("num_key_value_heads", c.num_heads);
   if (c.num_heads % c.num_kv_heads != 0)
     fail("{}: field 'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})",
          source, c.num_heads, c.num_kv_heads);

@@ -135,7 +135,9 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
     vc.insert(vc.end(), v.begin(), v.end());
 
     // softmax(q·kᵀ / sqrt(d) + causal (and sliding-window) mask) · v, per head; query head
-    // `hq` reads KV head hq / (heads / kv_heads) (repeat_kv).
+    // `hq` reads KV head hq / (heads / kv_heads) (repeat_kv). The window is masking_utils'
+    // sliding_window_overlay, kv_idx > q_idx - sliding_window: `sliding_window` keys, self
+    // included.
     for (int t = 0; t < T; ++t) {
       const int pos = length_ + t;
       const int first = c.sliding_window > 0 ? std::max(0, pos - c.sliding_window + 1) : 0;

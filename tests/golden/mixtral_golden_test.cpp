@@ -43,7 +43,13 @@ struct GoldenCase {
   ModelConfig config;
   size_t shard_bytes = size_t(4) << 30;        // small values force a sharded checkpoint
   bool rope_theta_in_rope_parameters = false;  // the transformers 5.x config layout
+  bool omit_num_key_value_heads = false;       // MixtralConfig's default (8) applies
 };
+
+// Names the case in failure messages instead of gtest's byte dump.
+void PrintTo(const GoldenCase& g, std::ostream* os) {
+  *os << g.name;
+}
 
 ModelConfig base_config() {
   ModelConfig c = preset_config("tiny-mixtral");
@@ -111,6 +117,21 @@ std::vector<GoldenCase> golden_cases() {
     g.config.sliding_window = 8;
     cases.push_back(g);
   }
+  {
+    // config.json without num_key_value_heads: transformers takes MixtralConfig's default of 8
+    // KV heads (not one per query head), so 16 query heads share them in pairs.
+    GoldenCase g{"Heads16DefaultKv8Top2of5", base_config()};
+    ModelConfig& c = g.config;
+    c.hidden_size = 48;
+    c.num_heads = 16;
+    c.num_kv_heads = 8;
+    c.head_dim = 6;
+    c.num_experts = 5;
+    c.expert_intermediate_size = 20;
+    c.rope_theta = 100.f;
+    g.omit_num_key_value_heads = true;
+    cases.push_back(g);
+  }
   return cases;
 }
 
@@ -134,12 +155,15 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// Moves rope_theta into `rope_parameters`, as transformers 5.x writes config.json.
-void move_rope_theta_into_rope_parameters(const fs::path& config_json) {
+// Rewrites config.json into the layout a case asks for.
+void edit_config(const GoldenCase& g, const fs::path& config_json) {
   nlohmann::json j;
   std::ifstream(config_json) >> j;
-  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", j["rope_theta"]}};
-  j.erase("rope_theta");
+  if (g.rope_theta_in_rope_parameters) {  // as transformers 5.x writes it
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", j["rope_theta"]}};
+    j.erase("rope_theta");
+  }
+  if (g.omit_num_key_value_heads) j.erase("num_key_value_heads");
   std::ofstream(config_json) << j.dump(2);
 }
 
@@ -179,8 +203,7 @@ class GoldenWorkspace {
     int salt = 0;
     for (const GoldenCase& g : golden_cases()) {
       write_random_checkpoint(g.config, model_dir(g.name), /*seed=*/1000 + salt, g.shard_bytes);
-      if (g.rope_theta_in_rope_parameters)
-        move_rope_theta_into_rope_parameters(model_dir(g.name) / "config.json");
+      edit_config(g, model_dir(g.name) / "config.json");
       jobs.push_back({{"model", model_dir(g.name).string()},
                       {"tokens", test_tokens(g.config.vocab_size, salt)},
                       {"out", dump_path(g.name).string()}});
@@ -249,6 +272,7 @@ TEST_P(MixtralGolden, ReferenceForwardMatchesPyTorch) {
       << "the checkpoint layout is not the intended one";
   Model model = load_model(ws.model_dir(g.name));
   ASSERT_EQ(model.config.rope_theta, g.config.rope_theta);
+  ASSERT_EQ(model.config.num_kv_heads, g.config.num_kv_heads);
   ReferenceForward forward(model);
   Collected got;
   auto dump = [&](const std::string& name, const float* data, int rows, int cols) {

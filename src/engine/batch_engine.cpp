@@ -67,6 +67,7 @@ struct BatchEngine::Impl {
   // Step buffers, grown to the largest step seen.
   std::vector<float> x, h, q, k, v, attn, router_logits, logits;
   std::vector<uint16_t> moe_in;  // ffn-normed rows, bf16, the input of every expert GEMM
+  std::vector<float> inv_freq;
   std::vector<int> positions, tokens, top_ids;
   std::vector<float> top_weights;
   std::vector<std::vector<Routed>> routed;  // per expert
@@ -88,6 +89,7 @@ struct BatchEngine::Impl {
       w.layers.push_back(std::move(b));
     }
     routed.resize(c.num_experts);
+    inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
   }
 
@@ -128,6 +130,18 @@ struct BatchEngine::Impl {
     cpu::rms_norm(a);
   }
 
+  // q * cos + rotate_half(q) * sin at each row's position, in place.
+  void rope(float* x_rows, int rows, int heads, const int* pos) const {
+    cpu::RopeArgs a;
+    a.x = x_rows;
+    a.rows = rows;
+    a.n_heads = heads;
+    a.head_dim = c.head_dim;
+    a.positions = pos;
+    a.inv_freq = inv_freq.data();
+    cpu::apply_rope(a);
+  }
+
   void grow(int T) {
     const int H = c.hidden_size;
     x.resize(size_t(T) * H);
@@ -164,8 +178,8 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   stats.dense_seconds += seconds_since(t0);
 
   t0 = Clock::now();
-  cpu::rope(&q[size_t(r0) * qd], n, c.num_heads, c.head_dim, &positions[r0], c.rope_theta);
-  cpu::rope(&k[size_t(r0) * kvd], n, c.num_kv_heads, c.head_dim, &positions[r0], c.rope_theta);
+  rope(&q[size_t(r0) * qd], n, c.num_heads, &positions[r0]);
+  rope(&k[size_t(r0) * kvd], n, c.num_kv_heads, &positions[r0]);
   std::vector<cpu::AttentionSequence> seqs;
   for (int i = ib; i < ie; ++i) {
     const StepItem& it = plan.items[i];
@@ -198,8 +212,15 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   rms_norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
   gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts]);
   const int K = c.experts_per_token;
-  cpu::route_top_k(&router_logits[size_t(r0) * c.num_experts], n, c.num_experts, K,
-                   c.normalize_topk, &top_ids[size_t(r0) * K], &top_weights[size_t(r0) * K]);
+  cpu::RoutingArgs routing;
+  routing.logits = &router_logits[size_t(r0) * c.num_experts];
+  routing.tokens = n;
+  routing.n_experts = c.num_experts;
+  routing.top_k = K;
+  routing.renormalize = c.normalize_topk;
+  routing.expert_ids = &top_ids[size_t(r0) * K];
+  routing.weights = &top_weights[size_t(r0) * K];
+  cpu::route_top_k(routing);
   for (int r = r0; r < r0 + n; ++r)
     for (int j = 0; j < K; ++j)
       routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});

@@ -33,6 +33,21 @@ int run(const Options& o) {
                  t.byte_rate() / 1e9, 100 * t.byte_rate() / dram, r.seconds * 1e3);
     }
   }
+  if (!o.skip_attention) {
+    fmt::print("\nPaged attention, 128 sequences, heads 32, kv_heads 8, head_dim 128, bs 16:\n");
+    fmt::print("{:>8} {:>5} {:>10} {:>10} {:>8} {:>10}\n", "context", "n_q", "ms", "KV GB/s",
+               "%dram", "GFLOP/s");
+    for (auto [context, n_q] : {std::pair{1024, 1}, {4096, 1}, {1024, 16}}) {
+      cpu::AttentionBenchShape shape;
+      shape.context = context;
+      shape.n_q = n_q;
+      shape.batch = context >= 4096 ? 32 : 128;
+      auto t = cpu::bench_attention(shape);
+      fmt::print("{:>8} {:>5} {:>10.3f} {:>10.1f} {:>7.1f}% {:>10.1f}\n", context, n_q,
+                 t.seconds * 1e3, t.byte_rate() / 1e9, 100 * t.byte_rate() / dram,
+                 t.flop_rate() / 1e9);
+    }
+  }
   return 0;
 }
 

@@ -4,6 +4,9 @@
 #include <chrono>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
+#include "runtime/kv_cache.h"
+
 namespace sluice::cpu {
 namespace {
 
@@ -61,6 +64,47 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
   set_gemm_row_mode(saved);
   t.flops = 2.0 * double(m) * double(n) * double(k);
   t.bytes = 2.0 * double(n * k) + double(m * k) * double(dtype_size(x_dtype)) + 4.0 * double(m * n);
+  return t;
+}
+
+// Roofline for decode attention: per sequence and KV head, K and V of the context are read once
+// (2·context·head_dim·2 bytes) and used by `group` query heads at 4 FLOP per element (QK dot and
+// PV axpy), i.e. group FLOP/byte: 4 for Mixtral (32/8), far below the CPU's ~10+ FLOP/byte
+// balance, so decode attention should run at DRAM bandwidth. The default shape's KV (128 seqs ×
+// 1024 tokens × 8 heads × 128 × 2 × 2 B = 512 MiB) is twice the L3, so it streams from DRAM.
+KernelTiming bench_attention(const AttentionBenchShape& shape, double min_seconds) {
+  const AttentionBenchShape& b = shape;
+  const int64_t blocks_per_seq = (b.context + b.block_size - 1) / b.block_size;
+  PagedKvCache cache({.n_layers = 1,
+                      .kv_heads = b.kv_heads,
+                      .head_dim = b.head_dim,
+                      .block_size = b.block_size,
+                      .total_blocks = blocks_per_seq * b.batch});
+  const int64_t width = int64_t(b.kv_heads) * b.head_dim, q_width = int64_t(b.heads) * b.head_dim;
+  std::vector<float> kv_rows(size_t(b.context * width));
+  for (size_t i = 0; i < kv_rows.size(); ++i) kv_rows[i] = float(int(i % 97) - 48) / 64.0f;
+  std::vector<float> q(size_t(b.batch * b.n_q * q_width), 0.01f), out(q.size());
+  std::vector<AttentionSequence> seqs;
+  for (int s = 0; s < b.batch; ++s) {
+    cache.allocate(s);
+    cache.append_slots(s, b.context);
+    cache.write_tokens(0, s, 0, b.context, kv_rows.data(), kv_rows.data());
+  }
+  for (int s = 0; s < b.batch; ++s)
+    seqs.push_back({.q = q.data() + s * b.n_q * q_width,
+                    .out = out.data() + s * b.n_q * q_width,
+                    .n_q = b.n_q,
+                    .q_start = b.context - b.n_q,
+                    .kv_len = b.context,
+                    .block_table = cache.block_table(s)});
+  const AttentionParams params{.heads = b.heads, .kv_heads = b.kv_heads, .head_dim = b.head_dim};
+  KernelTiming t;
+  t.seconds =
+      best_seconds([&] { paged_attention(params, cache.layer_view(0), seqs); }, min_seconds);
+  t.bytes = double(b.batch) * b.context * double(width) * 2 * 2;
+  // QK and PV: 2 FLOP each per (query row, key, element); causal masking inside a prefill chunk
+  // is ignored (upper bound).
+  t.flops = double(b.batch) * b.n_q * b.context * double(q_width) * 4;
   return t;
 }
 

@@ -24,7 +24,7 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
                         double min_seconds = 0.2);
 
 struct AttentionBenchShape {
-  int batch = 64;      // sequences decoded together
+  int batch = 128;     // sequences decoded together
   int context = 1024;  // KV length of each sequence
   int n_q = 1;         // new tokens per sequence (1: decode)
   int heads = 32, kv_heads = 8, head_dim = 128;

@@ -38,11 +38,12 @@ SLUICE_AVX512 inline __mmask16 tail_mask(int n) {
 
 // exp(x) for fp32 lanes: 2^(x·log2 e) split into an integer power (exponent bits) and a degree-6
 // polynomial on the fraction in [-0.5, 0.5]; relative error ~2e-7, so within fp32 rounding of
-// std::exp for the softmax/SiLU ranges. Inputs below -87 give 0, above 88 give +inf.
+// std::exp for the softmax/SiLU ranges. scalef saturates: inputs above ~88.7 give +inf, inputs
+// below ~-103 give 0 (the clamp only keeps the integer part finite).
 SLUICE_AVX512 inline __m512 exp_ps(__m512 x) {
   const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(89.0f));
   __m512 t = _mm512_mul_ps(x, log2e);
   __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   // r = x - n·ln2 in two parts (Cody–Waite) so the reduction keeps full precision.

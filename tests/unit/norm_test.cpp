@@ -1,0 +1,69 @@
+#include "kernels/cpu/norm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/isa.h"
+
+namespace sluice::cpu {
+namespace {
+
+TEST(CpuRmsNorm, MatchesReferenceOverAwkwardSizes) {
+  for (bool scalar : {false, true})
+    for (int64_t dim : {1, 15, 16, 17, 100, 4096, 5120 + 3}) {
+      for (DType wt : {DType::BF16, DType::F32}) {
+        const int64_t rows = 5, stride = dim + 3;
+        auto x = test::random_floats(size_t(rows * stride), uint32_t(dim), 3.0f);
+        auto wf = test::random_floats(size_t(dim), uint32_t(dim) + 1);
+        auto wb = test::random_bf16(size_t(dim), uint32_t(dim) + 1);
+        std::vector<float> y(size_t(rows * dim)), ref(y.size());
+        RmsNormArgs args{
+            .x = x.data(),
+            .y = y.data(),
+            .rows = rows,
+            .dim = dim,
+            .weight = wt == DType::F32 ? static_cast<const void*>(wf.data()) : wb.data(),
+            .weight_dtype = wt,
+            .eps = 1e-6f,
+            .x_stride = stride};
+        force_scalar_kernels(scalar);
+        rms_norm(args);
+        force_scalar_kernels(false);
+        args.y = ref.data();
+        rms_norm_reference(args);
+        // fp32 sum of squares over up to 5k elements vs double: ~1e-6 relative.
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7) << "dim=" << dim << " i=" << i;
+      }
+    }
+}
+
+TEST(CpuRmsNorm, UnitWeightGivesUnitRms) {
+  const int64_t dim = 37;
+  auto x = test::random_floats(size_t(dim), 9, 5.0f);
+  std::vector<float> w(size_t(dim), 1.0f);
+  rms_norm({.x = x.data(),
+            .y = x.data(),
+            .rows = 1,
+            .dim = dim,
+            .weight = w.data(),
+            .weight_dtype = DType::F32,
+            .eps = 0.0f});  // in place
+  double sum = 0;
+  for (float v : x) sum += double(v) * v;
+  EXPECT_NEAR(sum / double(dim), 1.0, 1e-6);
+}
+
+TEST(CpuRmsNorm, RejectsBadWeightType) {
+  float x = 1, y = 0;
+  int32_t w = 1;
+  EXPECT_THROW(
+      rms_norm({.x = &x, .y = &y, .rows = 1, .dim = 1, .weight = &w, .weight_dtype = DType::I32}),
+      Error);
+}
+
+}  // namespace
+}  // namespace sluice::cpu

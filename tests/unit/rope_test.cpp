@@ -1,0 +1,102 @@
+#include "kernels/cpu/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernel_test_util.h"
+
+namespace sluice::cpu {
+namespace {
+
+TEST(CpuRope, InvFreqFollowsTheFp32Formula) {
+  for (int d : {64, 80, 128}) {
+    auto inv = rope_inv_freq(d, 1e6f);
+    ASSERT_EQ(inv.size(), size_t(d / 2));
+    EXPECT_EQ(inv[0], 1.0f);
+    // torch rounds the exponent 2i/d to fp32 before the power; that rounding (amplified by
+    // ln(theta) ≈ 13.8) is part of the result, so the expectation uses the fp32 exponent too.
+    for (int i = 0; i < d / 2; ++i) {
+      const double expected = 1.0 / std::pow(1e6, double(float(2 * i) / float(d)));
+      EXPECT_NEAR(inv[size_t(i)], expected, 2.5e-7 * expected) << "d=" << d << " i=" << i;
+    }
+  }
+}
+
+TEST(CpuRope, MatchesReferenceOverAwkwardSizes) {
+  struct Case {
+    int heads, head_dim, rotary_dim;
+  };
+  for (Case c : {Case{1, 2, 0}, Case{3, 64, 0}, Case{5, 80, 0}, Case{32, 128, 0}, Case{2, 128, 64},
+                 Case{4, 34, 0}}) {
+    const int64_t rows = 7, stride = int64_t(c.heads) * c.head_dim + 5;
+    auto x = test::random_floats(size_t(rows * stride), uint32_t(c.head_dim));
+    auto ref = x;
+    const int rd = c.rotary_dim ? c.rotary_dim : c.head_dim;
+    auto inv_freq = rope_inv_freq(rd, 10000.0f);
+    std::vector<int32_t> pos = {0, 1, 2, 17, 4095, 32767, 131071};
+    RopeArgs args{.x = x.data(),
+                  .rows = rows,
+                  .n_heads = c.heads,
+                  .head_dim = c.head_dim,
+                  .rotary_dim = c.rotary_dim,
+                  .row_stride = stride,
+                  .positions = pos.data(),
+                  .inv_freq = inv_freq.data()};
+    apply_rope(args);
+    args.x = ref.data();
+    apply_rope_reference(args);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], ref[i], 1e-6) << "d=" << c.head_dim;
+  }
+}
+
+TEST(CpuRope, RotatesPairsByTheFp32Angle) {
+  // One head of dim 4: pairs (0, 2) and (1, 3); check against the formula in double, using the
+  // fp32 angle float(pos)·inv_freq as transformers does.
+  const int d = 4;
+  auto inv_freq = rope_inv_freq(d, 10000.0f);
+  for (int32_t pos : {0, 3, 1000, 100000}) {
+    std::vector<float> x = {0.5f, -1.25f, 2.0f, 0.75f}, orig = x;
+    apply_rope({.x = x.data(),
+                .rows = 1,
+                .n_heads = 1,
+                .head_dim = d,
+                .positions = &pos,
+                .inv_freq = inv_freq.data()});
+    for (int i = 0; i < d / 2; ++i) {
+      const double a = double(float(pos) * inv_freq[size_t(i)]);
+      EXPECT_NEAR(x[size_t(i)], orig[size_t(i)] * std::cos(a) - orig[size_t(i + 2)] * std::sin(a),
+                  1e-6);
+      EXPECT_NEAR(x[size_t(i + 2)],
+                  orig[size_t(i + 2)] * std::cos(a) + orig[size_t(i)] * std::sin(a), 1e-6);
+    }
+  }
+  // Position 0 is the identity.
+  std::vector<float> x = {0.5f, -1.25f, 2.0f, 0.75f}, orig = x;
+  int32_t zero = 0;
+  apply_rope({.x = x.data(),
+              .rows = 1,
+              .n_heads = 1,
+              .head_dim = d,
+              .positions = &zero,
+              .inv_freq = inv_freq.data()});
+  EXPECT_EQ(x, orig);
+}
+
+TEST(CpuRope, RejectsOddRotaryDim) {
+  float x[4] = {};
+  int32_t pos = 0;
+  float inv = 1;
+  EXPECT_THROW(apply_rope({.x = x,
+                           .rows = 1,
+                           .n_heads = 1,
+                           .head_dim = 4,
+                           .rotary_dim = 3,
+                           .positions = &pos,
+                           .inv_freq = &inv}),
+               Error);
+}
+
+}  // namespace
+}  // namespace sluice::cpu

@@ -58,12 +58,15 @@ std::string show(const std::vector<int32_t>& ids) {
 }
 
 // Returns the number of cases that match; reports each mismatch.
-int check_cases(const Tokenizer& t, const std::vector<GoldenCase>& cases, const std::string& name) {
+int check_cases(const Tokenizer& t, const std::vector<GoldenCase>& cases, const std::string& name,
+                bool expect_roundtrip = false) {
   int passed = 0;
   for (const auto& c : cases) {
     const auto ids = t.encode(c.text, /*add_special_tokens=*/false);
     if (ids == c.ids) {
       ++passed;
+      // Byte-level BPE loses nothing (except NFC normalization), so decoding gives the text back.
+      if (expect_roundtrip) EXPECT_EQ(t.decode(ids), c.text) << name;
     } else {
       ADD_FAILURE() << name << ": text [" << c.text << "]\n  expected " << show(c.ids)
                     << "\n  got      " << show(ids);
@@ -82,9 +85,9 @@ std::unique_ptr<Tokenizer> timed_load(const fs::path& p) {
   return t;
 }
 
-#define REQUIRE_DATA()                                                                  \
-  if (!fs::exists(kData)) GTEST_SKIP() << "no shared tokenizer data at " << kData \
-                                       << " (the /work/shared folder is absent)"
+#define REQUIRE_DATA()    \
+  if (!fs::exists(kData)) \
+  GTEST_SKIP() << "no shared tokenizer data at " << kData << " (the /work/shared folder is absent)"
 
 class LlamaCppVocabGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -94,7 +97,9 @@ TEST_P(LlamaCppVocabGolden, MatchesReferenceIds) {
   const fs::path dir = kData / "llamacpp-vocab-tests";
   const auto t = timed_load(dir / (name + ".gguf"));
   // Both the current llama.cpp inputs and the older ik_llama.cpp variant (with extra cases).
-  check_cases(*t, read_llamacpp_cases(dir / (name + ".gguf.inp"), dir / (name + ".gguf.out")), name);
+  const bool roundtrip = name == "ggml-vocab-gpt-2" || name == "ggml-vocab-starcoder";
+  check_cases(*t, read_llamacpp_cases(dir / (name + ".gguf.inp"), dir / (name + ".gguf.out")), name,
+              roundtrip);
   const fs::path ik = dir / "ik_llama.cpp-variant";
   if (fs::exists(ik / (name + ".gguf.inp")))
     check_cases(*t, read_llamacpp_cases(ik / (name + ".gguf.inp"), ik / (name + ".gguf.out")),
@@ -113,6 +118,88 @@ INSTANTIATE_TEST_SUITE_P(Families, LlamaCppVocabGolden,
                              if (c == '-') c = '_';
                            return n;
                          });
+
+std::vector<GoldenCase> qwen2_cases() {
+  const fs::path ik = kData / "llamacpp-vocab-tests/ik_llama.cpp-variant";
+  return read_llamacpp_cases(ik / "ggml-vocab-qwen2.gguf.inp", ik / "ggml-vocab-qwen2.gguf.out");
+}
+
+// Qwen2/2.5/3 (and their MoE variants) share one BPE; vocab.json + merges.txt carry it.
+TEST(TokenizerGolden, Qwen2VocabAndMerges) {
+  REQUIRE_DATA();
+  const fs::path dir = kData / "qwen";
+  const auto start = std::chrono::steady_clock::now();
+  auto parts = tok::read_vocab_and_merges(dir / "vocab.json", dir / "merges.txt", "qwen2");
+  const auto config = tok::read_tokenizer_config(dir / "tokenizer_config.qwen2.5.json");
+  const auto t = tok::build_tokenizer(std::move(parts), &config);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[golden] loaded qwen vocab.json + merges.txt in %.3f s\n", s);
+  EXPECT_LT(s, 1.0);
+  check_cases(*t, qwen2_cases(), "qwen2 vocab.json+merges.txt");
+  EXPECT_EQ(t->eos_id(), 151645);  // <|im_end|>
+  EXPECT_EQ(t->encode("<|im_start|>user", true), (std::vector<int32_t>{151644, 872}));
+}
+
+// Qwen 1's tiktoken file holds the same ranks, so the same reference ids apply.
+TEST(TokenizerGolden, QwenTiktoken) {
+  REQUIRE_DATA();
+  const auto t = timed_load(kData / "qwen/qwen.tiktoken");
+  check_cases(*t, qwen2_cases(), "qwen.tiktoken");
+  EXPECT_EQ(t->eos_id(), 151643);
+}
+
+// OLMoE's tokenizer is GPT-NeoX-20B's BPE with extra tokens; MPT uses GPT-NeoX-20B's tokenizer,
+// so llama.cpp's MPT reference ids apply to the regular tokens.
+TEST(TokenizerGolden, OlmoeTokenizerJsonAgainstGptNeoxIds) {
+  REQUIRE_DATA();
+  const fs::path dir = kData / "llamacpp-vocab-tests";
+  const auto cases =
+      read_llamacpp_cases(dir / "ggml-vocab-mpt.gguf.inp", dir / "ggml-vocab-mpt.gguf.out");
+  for (const char* name : {"allenai_gpt-neox-olmo-dolma-v1_5.json",
+                           "allenai_eleuther-ai-gpt-neox-20b-pii-special.json"}) {
+    const auto t = timed_load(kData / "olmoe" / name);
+    check_cases(*t, cases, name);
+  }
+  const auto t = Tokenizer::load(kData / "olmoe/allenai_gpt-neox-olmo-dolma-v1_5.json");
+  EXPECT_EQ(t->eos_id(), 50279);  // <|endoftext|> in OLMoE
+  EXPECT_EQ(t->encode("a|||IP_ADDRESS|||b", false), t->encode("a|||IP_ADDRESS|||b", false));
+}
+
+// Mixtral has no published reference ids here; libsentencepiece on tokenizer.model is the
+// reference implementation of its tokenizer, so tokenizer.json (our BPE) must agree with it.
+// `hf_metaspace_first`: the newer ("non-legacy") files use Hugging Face's Metaspace pre-tokenizer
+// with prepend_scheme "first", which by design differs from SentencePiece on text that starts with
+// a space (no second U+2581 is prepended) and after special tokens (no U+2581 at all); those
+// inputs are left out of the comparison for such files.
+void expect_agreement(const Tokenizer& reference, const Tokenizer& ours, const std::string& name,
+                      bool hf_metaspace_first = false) {
+  const fs::path dir = kData / "llamacpp-vocab-tests/ik_llama.cpp-variant";
+  auto texts = read_llamacpp_cases(dir / "ggml-vocab-llama-spm.gguf.inp",
+                                   dir / "ggml-vocab-llama-spm.gguf.out");
+  texts.push_back({"[INST] What is your favourite condiment? [/INST]", {}});
+  texts.push_back({"<s>[INST] Hi</s>", {}});
+  std::vector<GoldenCase> cases;
+  for (auto& c : texts) {
+    if (hf_metaspace_first && (c.text.starts_with(' ') || c.text.find("<s>") != std::string::npos ||
+                               c.text.find("[INST]") != std::string::npos))
+      continue;
+    cases.push_back({c.text, reference.encode(c.text, false)});
+  }
+  check_cases(ours, cases, name);
+  EXPECT_EQ(ours.encode("Hello", true), reference.encode("Hello", true));
+}
+
+TEST(TokenizerGolden, MixtralTokenizerJsonAgreesWithSentencePiece) {
+  REQUIRE_DATA();
+  const fs::path dir = kData / "mixtral";
+  const auto sp = timed_load(dir / "tokenizer.model");
+  expect_agreement(*sp, *timed_load(dir / "tokenizer.json"), "mixtral tokenizer.json (legacy)");
+  expect_agreement(*sp, *timed_load(dir / "mistral-7b-v0.1-hf-nonlegacy/tokenizer.json"),
+                   "mistral tokenizer.json (Metaspace)", true);
+  const auto sp3 = timed_load(dir / "v3-32768/tokenizer.model.v3");
+  expect_agreement(*sp3, *timed_load(dir / "v3-32768/tokenizer.json"), "mixtral v3 tokenizer.json",
+                   true);
+}
 
 }  // namespace
 }  // namespace sluice

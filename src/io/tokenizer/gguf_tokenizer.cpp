@@ -62,7 +62,8 @@ BpeTokenizerParts read_gguf_vocab(const fs::path& path, int32_t* bos_id, int32_t
   } else if (v.model == "llama") {
     // SentencePiece BPE: merge whichever adjacent pair forms the highest-scoring vocabulary
     // piece; what stays unknown falls back to <0xXX> byte tokens.
-    if (v.scores.empty()) fail("{}: key 'tokenizer.ggml.scores': missing for a 'llama' vocabulary", where);
+    if (v.scores.empty())
+      fail("{}: key 'tokenizer.ggml.scores': missing for a 'llama' vocabulary", where);
     m.rule = MergeRule::kVocabScore;
     m.scores = v.scores;
     m.byte_fallback = true;
@@ -77,8 +78,9 @@ BpeTokenizerParts read_gguf_vocab(const fs::path& path, int32_t* bos_id, int32_t
                       StripDecoder{" ", v.add_space_prefix.value_or(true) ? 1 : 0, 0}};
     add_bos = v.add_bos.value_or(true);
   } else {
-    fail("{}: key 'tokenizer.ggml.model': unsupported tokenizer model '{}' (supported: llama, gpt2)",
-         where, v.model);
+    fail(
+        "{}: key 'tokenizer.ggml.model': unsupported tokenizer model '{}' (supported: llama, gpt2)",
+        where, v.model);
   }
   if (add_bos && v.bos_id >= 0) parts.prefix_ids.push_back(v.bos_id);
   if (v.add_eos.value_or(false) && v.eos_id >= 0) parts.suffix_ids.push_back(v.eos_id);

@@ -2,6 +2,7 @@
 // tiktoken) on the real vocabulary files in /work/shared/data/tokenizers (see SOURCES.txt there).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -66,7 +67,9 @@ int check_cases(const Tokenizer& t, const std::vector<GoldenCase>& cases, const 
     if (ids == c.ids) {
       ++passed;
       // Byte-level BPE loses nothing (except NFC normalization), so decoding gives the text back.
-      if (expect_roundtrip) EXPECT_EQ(t.decode(ids), c.text) << name;
+      if (expect_roundtrip) {
+        EXPECT_EQ(t.decode(ids), c.text) << name;
+      }
     } else {
       ADD_FAILURE() << name << ": text [" << c.text << "]\n  expected " << show(c.ids)
                     << "\n  got      " << show(ids);
@@ -112,8 +115,8 @@ INSTANTIATE_TEST_SUITE_P(Families, LlamaCppVocabGolden,
                                            "ggml-vocab-deepseek-llm", "ggml-vocab-deepseek-coder",
                                            "ggml-vocab-falcon", "ggml-vocab-starcoder",
                                            "ggml-vocab-refact"),
-                         [](const auto& info) {
-                           std::string n = info.param.substr(11);
+                         [](const auto& param_info) {
+                           std::string n = param_info.param.substr(11);
                            for (char& c : n)
                              if (c == '-') c = '_';
                            return n;
@@ -199,6 +202,44 @@ TEST(TokenizerGolden, MixtralTokenizerJsonAgreesWithSentencePiece) {
   const auto sp3 = timed_load(dir / "v3-32768/tokenizer.model.v3");
   expect_agreement(*sp3, *timed_load(dir / "v3-32768/tokenizer.json"), "mixtral v3 tokenizer.json",
                    true);
+}
+
+// DBRX uses OpenAI's cl100k_base. Reference ids: tiktoken-rs tests/tiktoken.rs (cl100k_base_test),
+// repo zurawiki/tiktoken-rs, the project the shared cl100k_base.tiktoken file comes from.
+TEST(TokenizerGolden, DbrxCl100kTiktoken) {
+  REQUIRE_DATA();
+  const auto t = timed_load(kData / "dbrx/cl100k_base.tiktoken");
+  const std::string text = "This is a test         with a lot of spaces";
+  const std::vector<int32_t> want = {2028, 374, 264, 1296, 260, 449, 264, 2763, 315, 12908};
+  EXPECT_EQ(t->encode(text), want);
+  auto with_eot = want;
+  with_eot.push_back(100257);
+  EXPECT_EQ(t->encode(text + "<|endoftext|>"), with_eot);
+  EXPECT_EQ(t->eos_id(), 100257);
+  // Lossless round trips, including the long example text shipped with the file.
+  for (const std::string& s :
+       {std::string("\xF0\x9F\x8D\x8CThis is a sentence"),
+        std::string(
+            "\xE4\xBD\xA0\xE4\xBC\x9A\xE8\xAF\xB4\xE4\xB8\xAD\xE6\x96\x87\xE5\x90\x97\xEF\xBC\x9F"),
+        slurp(kData / "dbrx/example_text.txt")})
+    EXPECT_EQ(t->decode(t->encode(s)), s);
+}
+
+// Llama-3's BPE extends cl100k_base's ranks with 28k more, merged only after every cl100k merge
+// (tiktoken merges lowest rank first). So where llama.cpp's Llama-3 reference ids all lie below
+// 100256 no extension token took part, and cl100k must give the same ids. (Llama-3's own
+// vocabulary file is not in the shared data.)
+TEST(TokenizerGolden, Cl100kAgreesWithLlama3IdsBelow100256) {
+  REQUIRE_DATA();
+  const auto t = Tokenizer::load(kData / "dbrx/cl100k_base.tiktoken");
+  const fs::path dir = kData / "llamacpp-vocab-tests";
+  std::vector<GoldenCase> cases;
+  for (auto& c : read_llamacpp_cases(dir / "ggml-vocab-llama-bpe.gguf.inp",
+                                     dir / "ggml-vocab-llama-bpe.gguf.out"))
+    if (std::all_of(c.ids.begin(), c.ids.end(), [](int32_t id) { return id < 100256; }))
+      cases.push_back(std::move(c));
+  EXPECT_GT(cases.size(), 30u);
+  check_cases(*t, cases, "cl100k vs llama-bpe ids < 100256", true);
 }
 
 }  // namespace

@@ -31,8 +31,8 @@ std::vector<int32_t> parse_ids(const std::string& line, size_t line_no) {
     int32_t id;
     auto [next, ec] = std::from_chars(p, end, id);
     if (ec != std::errc() || (next < end && *next != ' ' && *next != '\t' && *next != '\r'))
-      sluice::fail("--decode input line {}: expected space-separated integer ids, got '{}'", line_no,
-                   line);
+      sluice::fail("--decode input line {}: expected space-separated integer ids, got '{}'",
+                   line_no, line);
     ids.push_back(id);
     p = next;
   }

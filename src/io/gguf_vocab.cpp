@@ -10,7 +10,19 @@ namespace sluice {
 namespace {
 
 enum ValueType : uint32_t {
-  kU8 = 0, kI8, kU16, kI16, kU32, kI32, kF32, kBool, kString, kArray, kU64, kI64, kF64,
+  kU8 = 0,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kF32,
+  kBool,
+  kString,
+  kArray,
+  kU64,
+  kI64,
+  kF64,
 };
 
 // Bounds-checked little-endian cursor over the mapped file.
@@ -36,32 +48,59 @@ class Cursor {
   }
   void skip_value(uint32_t type, const std::string& key) {
     switch (type) {
-      case kU8: case kI8: case kBool: skip(1, key); break;
-      case kU16: case kI16: skip(2, key); break;
-      case kU32: case kI32: case kF32: skip(4, key); break;
-      case kU64: case kI64: case kF64: skip(8, key); break;
-      case kString: read_string(key.c_str()); break;
+      case kU8:
+      case kI8:
+      case kBool:
+        skip(1, key);
+        break;
+      case kU16:
+      case kI16:
+        skip(2, key);
+        break;
+      case kU32:
+      case kI32:
+      case kF32:
+        skip(4, key);
+        break;
+      case kU64:
+      case kI64:
+      case kF64:
+        skip(8, key);
+        break;
+      case kString:
+        read_string(key.c_str());
+        break;
       case kArray: {
         const auto elem = read<uint32_t>(key.c_str());
         const auto n = read<uint64_t>(key.c_str());
         for (uint64_t i = 0; i < n; ++i) skip_value(elem, key);
         break;
       }
-      default: fail("{}: key '{}': unknown GGUF value type {}", where_, key, type);
+      default:
+        fail("{}: key '{}': unknown GGUF value type {}", where_, key, type);
     }
   }
   // Reads an integer of any integer type as int64.
   int64_t read_integer(uint32_t type, const std::string& key) {
     switch (type) {
-      case kU8: return read<uint8_t>(key.c_str());
-      case kI8: return read<int8_t>(key.c_str());
-      case kU16: return read<uint16_t>(key.c_str());
-      case kI16: return read<int16_t>(key.c_str());
-      case kU32: return read<uint32_t>(key.c_str());
-      case kI32: return read<int32_t>(key.c_str());
-      case kU64: return static_cast<int64_t>(read<uint64_t>(key.c_str()));
-      case kI64: return read<int64_t>(key.c_str());
-      default: fail("{}: key '{}': expected an integer, got GGUF type {}", where_, key, type);
+      case kU8:
+        return read<uint8_t>(key.c_str());
+      case kI8:
+        return read<int8_t>(key.c_str());
+      case kU16:
+        return read<uint16_t>(key.c_str());
+      case kI16:
+        return read<int16_t>(key.c_str());
+      case kU32:
+        return read<uint32_t>(key.c_str());
+      case kI32:
+        return read<int32_t>(key.c_str());
+      case kU64:
+        return static_cast<int64_t>(read<uint64_t>(key.c_str()));
+      case kI64:
+        return read<int64_t>(key.c_str());
+      default:
+        fail("{}: key '{}': expected an integer, got GGUF type {}", where_, key, type);
     }
   }
   const std::string& where() const { return where_; }
@@ -69,8 +108,8 @@ class Cursor {
  private:
   void need(uint64_t n, const char* what) {
     if (n > size_ - pos_)
-      fail("{}: field '{}': file ends early (needs {} bytes at offset {}, size {})", where_, what, n,
-           pos_, size_);
+      fail("{}: field '{}': file ends early (needs {} bytes at offset {}, size {})", where_, what,
+           n, pos_, size_);
   }
   void skip(size_t n, const std::string& key) {
     need(n, key.c_str());
@@ -85,7 +124,8 @@ class Cursor {
 template <class T, class ReadOne>
 std::vector<T> read_array(Cursor& c, uint32_t type, const std::string& key, uint32_t want_elem,
                           ReadOne read_one) {
-  if (type != kArray) fail("{}: key '{}': expected an array, got GGUF type {}", c.where(), key, type);
+  if (type != kArray)
+    fail("{}: key '{}': expected an array, got GGUF type {}", c.where(), key, type);
   const auto elem = c.read<uint32_t>(key.c_str());
   const auto n = c.read<uint64_t>(key.c_str());
   if (elem != want_elem)
@@ -116,7 +156,8 @@ GgufVocab read_gguf_vocab(const std::filesystem::path& path) {
     const std::string key = c.read_string("metadata key");
     const auto type = c.read<uint32_t>(key.c_str());
     auto want = [&](uint32_t t) {
-      if (type != t) fail("{}: key '{}': expected GGUF type {}, got {}", path.string(), key, t, type);
+      if (type != t)
+        fail("{}: key '{}': expected GGUF type {}, got {}", path.string(), key, t, type);
     };
     if (key == "tokenizer.ggml.model") {
       want(kString);
@@ -158,7 +199,8 @@ GgufVocab read_gguf_vocab(const std::filesystem::path& path) {
     }
   }
   if (v.tokens.empty())
-    fail("{}: key 'tokenizer.ggml.tokens': missing; this GGUF file has no vocabulary", path.string());
+    fail("{}: key 'tokenizer.ggml.tokens': missing; this GGUF file has no vocabulary",
+         path.string());
   const auto n = v.tokens.size();
   if (!v.scores.empty() && v.scores.size() != n)
     fail("{}: key 'tokenizer.ggml.scores': expected {} entries, got {}", path.string(), n,

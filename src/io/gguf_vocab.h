@@ -23,9 +23,9 @@ struct GgufVocab {
   std::string model;  // tokenizer.ggml.model: "llama" (SentencePiece BPE), "gpt2" (byte-level BPE)
   std::string pre;    // tokenizer.ggml.pre: the pre-tokenizer family, e.g. "llama-bpe"
   std::vector<std::string> tokens;
-  std::vector<float> scores;          // empty when absent
-  std::vector<int32_t> token_types;   // empty when absent
-  std::vector<std::string> merges;    // "left right"; empty when absent
+  std::vector<float> scores;         // empty when absent
+  std::vector<int32_t> token_types;  // empty when absent
+  std::vector<std::string> merges;   // "left right"; empty when absent
   int32_t bos_id = -1, eos_id = -1, unk_id = -1;
   std::optional<bool> add_bos, add_eos;
   std::optional<bool> add_space_prefix;

@@ -40,7 +40,10 @@ void apply_config(BpeTokenizerParts& parts, const TokenizerConfig& config) {
   }
 }
 
-std::unique_ptr<Tokenizer> finish(BpeTokenizerParts parts, const TokenizerConfig* config) {
+}  // namespace
+
+std::unique_ptr<Tokenizer> tok::build_tokenizer(BpeTokenizerParts parts,
+                                                const TokenizerConfig* config) {
   if (config) apply_config(parts, *config);
   auto t = std::make_unique<BpeTokenizer>(std::move(parts));
   if (config) {
@@ -51,13 +54,16 @@ std::unique_ptr<Tokenizer> finish(BpeTokenizerParts parts, const TokenizerConfig
   return t;
 }
 
+namespace {
+
 // Without tokenizer_config.json: BOS is what the template puts first; EOS is the first of the
 // usual end-of-text spellings present in the vocabulary.
 void guess_bos_eos(Tokenizer& t, const std::vector<int32_t>& prefix_ids) {
   if (t.bos_id() < 0 && !prefix_ids.empty()) t.set_bos_id(prefix_ids.front());
   if (t.eos_id() >= 0) return;
   for (const char* name : {"</s>", "<|endoftext|>", "<|end_of_text|>",
-                           "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"}) {
+                           "<\xEF\xBD\x9C"
+                           "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"}) {
     if (int32_t id = t.token_id(name); id >= 0) {
       t.set_eos_id(id);
       return;
@@ -79,7 +85,7 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path, const TokenizerConfig
     int32_t bos, eos;
     std::string chat_template;
     auto parts = read_gguf_vocab(path, &bos, &eos, &chat_template);
-    auto t = finish(std::move(parts), config);
+    auto t = build_tokenizer(std::move(parts), config);
     if (t->bos_id() < 0) t->set_bos_id(bos);
     if (t->eos_id() < 0) t->set_eos_id(eos);
     if (t->chat_template().empty()) t->set_chat_template(chat_template);
@@ -87,22 +93,23 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path, const TokenizerConfig
   }
   if (ext == ".tiktoken") {
     auto parts = read_tiktoken(path);
-    auto t = finish(std::move(parts), config);
+    auto t = build_tokenizer(std::move(parts), config);
     if (t->eos_id() < 0) t->set_eos_id(t->token_id("<|endoftext|>"));
     return t;
   }
   if (ext == ".json") {
     auto parts = read_tokenizer_json(path);
     const std::vector<int32_t> prefix_ids = parts.prefix_ids;
-    auto t = finish(std::move(parts), config);
+    auto t = build_tokenizer(std::move(parts), config);
     guess_bos_eos(*t, prefix_ids);
     return t;
   }
   if (ext == ".model" || name.find(".model") != std::string::npos)
     return load_sentencepiece(path, config ? *config : TokenizerConfig{});
-  fail("{}: unknown tokenizer file type (expected tokenizer.json, *.model, *.tiktoken, *.gguf or "
-       "a model folder)",
-       path.string());
+  fail(
+      "{}: unknown tokenizer file type (expected tokenizer.json, *.model, *.tiktoken, *.gguf or "
+      "a model folder)",
+      path.string());
 }
 
 std::unique_ptr<Tokenizer> load_folder(const fs::path& dir) {
@@ -116,13 +123,14 @@ std::unique_ptr<Tokenizer> load_folder(const fs::path& dir) {
   if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
     const std::string family = config.tokenizer_class.starts_with("Qwen2") ? "qwen2" : "gpt-2";
     auto parts = read_vocab_and_merges(dir / "vocab.json", dir / "merges.txt", family);
-    return finish(std::move(parts), c);
+    return build_tokenizer(std::move(parts), c);
   }
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.path().extension() == ".tiktoken") return load_file(entry.path(), c);
-  fail("{}: no tokenizer in this folder (looked for tokenizer.json, tokenizer.model, "
-       "vocab.json + merges.txt, *.tiktoken)",
-       dir.string());
+  fail(
+      "{}: no tokenizer in this folder (looked for tokenizer.json, tokenizer.model, "
+      "vocab.json + merges.txt, *.tiktoken)",
+      dir.string());
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Text <-> token ids from a checkpoint's own tokenizer files.
 //
-// Tokenizer::load accepts a Hugging Face tokenizer.json, a SentencePiece tokenizer.model, a tiktoken
-// rank file (*.tiktoken), a GGUF file's vocabulary, or a model folder holding one of these (it
-// prefers tokenizer.json, then tokenizer.model, then *.tiktoken, and reads tokenizer_config.json
-// when present for add_bos/add_eos, bos/eos tokens and the chat template).
+// Tokenizer::load accepts a Hugging Face tokenizer.json, a SentencePiece tokenizer.model, a
+// tiktoken rank file (*.tiktoken), a GGUF file's vocabulary, or a model folder holding one of these
+// (it prefers tokenizer.json, then tokenizer.model, then *.tiktoken, and reads
+// tokenizer_config.json when present for add_bos/add_eos, bos/eos tokens and the chat template).
 #pragma once
 
 #include <cstdint>

@@ -70,7 +70,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     }
     queue.push({priority, left, right, a.length, b.length, merged});
   };
-  for (size_t i = 1; i < symbols.size(); ++i) consider(static_cast<int>(i) - 1, static_cast<int>(i));
+  for (size_t i = 1; i < symbols.size(); ++i)
+    consider(static_cast<int>(i) - 1, static_cast<int>(i));
 
   while (!queue.empty()) {
     const Candidate c = queue.top();

@@ -31,7 +31,7 @@ struct BpeModel {
   // kMergeList: (left id << 32 | right id) -> rank. The merged id is the vocab id of the
   // concatenation.
   std::unordered_map<uint64_t, int32_t> merge_ranks;
-  std::vector<float> scores;  // kVocabScore, by id
+  std::vector<float> scores;   // kVocabScore, by id
   bool byte_fallback = false;  // unknown pieces become <0xXX> tokens
   bool fuse_unk = false;       // consecutive unknown pieces become a single <unk>
   bool ignore_merges = false;  // a pre-token that is itself a token is used as is

@@ -23,8 +23,12 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerParts parts) : p_(std::move(parts)) {
 
 namespace {
 
-bool is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-bool is_word_char(unsigned char c) { return std::isalnum(c) || c == '_' || c >= 0x80; }
+bool is_space(unsigned char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
+bool is_word_char(unsigned char c) {
+  return std::isalnum(c) || c == '_' || c >= 0x80;
+}
 
 }  // namespace
 
@@ -67,12 +71,12 @@ std::vector<BpeTokenizer::Segment> BpeTokenizer::split_added(std::vector<Segment
       if (hit->rstrip)
         while (match_end < t.size() && is_space(t[match_end])) ++match_end;
       if (match_begin > plain_begin)
-        out.push_back({t.substr(plain_begin, match_begin - plain_begin), -1, seg.begin + plain_begin});
+        out.push_back(
+            {t.substr(plain_begin, match_begin - plain_begin), -1, seg.begin + plain_begin});
       out.push_back({hit->content, hit->id, seg.begin + match_begin});
       plain_begin = i = match_end;
     }
-    if (plain_begin < t.size())
-      out.push_back({t.substr(plain_begin), -1, seg.begin + plain_begin});
+    if (plain_begin < t.size()) out.push_back({t.substr(plain_begin), -1, seg.begin + plain_begin});
   }
   return out;
 }

@@ -59,7 +59,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   BpeTokenizerParts p_;
-  std::array<bool, 256> added_first_bytes_{};  // first bytes of added tokens, to skip fast
+  std::array<bool, 256> added_first_bytes_{};   // first bytes of added tokens, to skip fast
   std::vector<const AddedToken*> added_by_id_;  // indexed by id, null when not an added token
   int vocab_size_ = 0;
 };

@@ -58,15 +58,17 @@ BpeTokenizerParts read_gguf_vocab(const fs::path& path, int32_t* bos_id, int32_t
     parts.pre_tokenizers = std::move(preset.pre_tokenizers);
     parts.decoders = byte_level_decoders();
     add_bos = v.add_bos.value_or(false);
+    m.finish();
   } else if (v.model == "llama") {
     // SentencePiece BPE: merge whichever adjacent pair forms the highest-scoring vocabulary
     // piece; what stays unknown falls back to <0xXX> byte tokens.
-    if (v.scores.empty()) fail("{}: key 'tokenizer.ggml.scores': missing for a 'llama' vocabulary", where);
+    if (v.scores.empty())
+      fail("{}: key 'tokenizer.ggml.scores': missing for a 'llama' vocabulary", where);
     m.rule = MergeRule::kVocabScore;
     m.scores = v.scores;
     m.byte_fallback = true;
     m.unk_id = v.unk_id;
-    m.finish();
+    m.finish();  // finds the <0xXX> ids before they leave token_to_id below
     // Only normal pieces may be produced by merging text.
     for (size_t id = 0; id < v.tokens.size(); ++id)
       if (type_of(v, id) != GgufTokenType::kNormal) m.token_to_id.erase(v.tokens[id]);
@@ -76,10 +78,10 @@ BpeTokenizerParts read_gguf_vocab(const fs::path& path, int32_t* bos_id, int32_t
                       StripDecoder{" ", v.add_space_prefix.value_or(true) ? 1 : 0, 0}};
     add_bos = v.add_bos.value_or(true);
   } else {
-    fail("{}: key 'tokenizer.ggml.model': unsupported tokenizer model '{}' (supported: llama, gpt2)",
-         where, v.model);
+    fail(
+        "{}: key 'tokenizer.ggml.model': unsupported tokenizer model '{}' (supported: llama, gpt2)",
+        where, v.model);
   }
-  m.finish();
   if (add_bos && v.bos_id >= 0) parts.prefix_ids.push_back(v.bos_id);
   if (v.add_eos.value_or(false) && v.eos_id >= 0) parts.suffix_ids.push_back(v.eos_id);
   *bos_id = v.bos_id;

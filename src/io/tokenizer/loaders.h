@@ -23,6 +23,10 @@ struct TokenizerConfig {
 };
 TokenizerConfig read_tokenizer_config(const fs::path& path);
 
+// The tokenizer made of `parts`, with tokenizer_config.json's BOS/EOS choices and extra added
+// tokens applied when `config` is given.
+std::unique_ptr<Tokenizer> build_tokenizer(BpeTokenizerParts parts, const TokenizerConfig* config);
+
 // Hugging Face tokenizer.json.
 BpeTokenizerParts read_tokenizer_json(const fs::path& path);
 // GPT-2 style vocab.json + merges.txt; `pre_tokenizer` names the split pattern (see

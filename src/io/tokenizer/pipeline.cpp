@@ -121,49 +121,48 @@ std::vector<Piece> pre_tokenize(const std::vector<PreTokenizerStep>& steps,
   for (const auto& step : steps) {
     std::vector<Piece> next;
     for (Piece& piece : pieces) {
-      std::visit(Overloaded{
-                     [&](const Split& s) {
-                       split_piece(piece, s.regex->find_all(piece.text), s.behavior, s.invert, next);
-                     },
-                     [&](const Digits& d) {
-                       split_piece(piece, digits_regex(d.individual).find_all(piece.text),
-                                   SplitBehavior::kIsolated, false, next);
-                     },
-                     [&](const ByteLevel& b) {
-                       if (b.add_prefix_space && !piece.text.starts_with(' '))
-                         piece.text.insert(0, " ");
-                       std::vector<Piece> parts;
-                       if (b.use_regex) {
-                         split_piece(piece, gpt2_regex().find_all(piece.text),
-                                     SplitBehavior::kIsolated, false, parts);
-                       } else {
-                         parts.push_back(std::move(piece));
-                       }
-                       for (Piece& p : parts)
-                         next.push_back({bytes_to_byte_level(p.text), p.at_start});
-                     },
-                     [&](const Metaspace& m) {
-                       replace_all(piece.text, " ", m.replacement);
-                       const bool prepend = m.prepend == PrependScheme::kAlways ||
-                                            (m.prepend == PrependScheme::kFirst && piece.at_start);
-                       if (prepend && !piece.text.starts_with(m.replacement))
-                         piece.text.insert(0, m.replacement);
-                       if (!m.split) {
-                         next.push_back(std::move(piece));
-                         return;
-                       }
-                       // Each replacement character starts a new piece.
-                       size_t begin = 0;
-                       for (size_t hit = piece.text.find(m.replacement, 1);
-                            hit != std::string::npos; hit = piece.text.find(m.replacement, hit + 1)) {
-                         next.push_back({piece.text.substr(begin, hit - begin),
-                                         piece.at_start && begin == 0});
-                         begin = hit;
-                       }
-                       next.push_back({piece.text.substr(begin), piece.at_start && begin == 0});
-                     },
-                 },
-                 step);
+      std::visit(
+          Overloaded{
+              [&](const Split& s) {
+                split_piece(piece, s.regex->find_all(piece.text), s.behavior, s.invert, next);
+              },
+              [&](const Digits& d) {
+                split_piece(piece, digits_regex(d.individual).find_all(piece.text),
+                            SplitBehavior::kIsolated, false, next);
+              },
+              [&](const ByteLevel& b) {
+                if (b.add_prefix_space && !piece.text.starts_with(' ')) piece.text.insert(0, " ");
+                std::vector<Piece> parts;
+                if (b.use_regex) {
+                  split_piece(piece, gpt2_regex().find_all(piece.text), SplitBehavior::kIsolated,
+                              false, parts);
+                } else {
+                  parts.push_back(std::move(piece));
+                }
+                for (Piece& p : parts) next.push_back({bytes_to_byte_level(p.text), p.at_start});
+              },
+              [&](const Metaspace& m) {
+                replace_all(piece.text, " ", m.replacement);
+                const bool prepend = m.prepend == PrependScheme::kAlways ||
+                                     (m.prepend == PrependScheme::kFirst && piece.at_start);
+                if (prepend && !piece.text.starts_with(m.replacement))
+                  piece.text.insert(0, m.replacement);
+                if (!m.split) {
+                  next.push_back(std::move(piece));
+                  return;
+                }
+                // Each replacement character starts a new piece.
+                size_t begin = 0;
+                for (size_t hit = piece.text.find(m.replacement, 1); hit != std::string::npos;
+                     hit = piece.text.find(m.replacement, hit + 1)) {
+                  next.push_back(
+                      {piece.text.substr(begin, hit - begin), piece.at_start && begin == 0});
+                  begin = hit;
+                }
+                next.push_back({piece.text.substr(begin), piece.at_start && begin == 0});
+              },
+          },
+          step);
     }
     pieces = std::move(next);
   }
@@ -216,9 +215,7 @@ void strip_chars(std::string& s, std::string_view c, int n, bool from_start) {
 std::string decode_tokens(const std::vector<DecoderStep>& steps, std::vector<std::string> tokens) {
   for (const auto& step : steps) {
     std::visit(Overloaded{
-                   [&](const ByteLevelDecoder&) {
-                     tokens = {byte_level_to_bytes(join(tokens))};
-                   },
+                   [&](const ByteLevelDecoder&) { tokens = {byte_level_to_bytes(join(tokens))}; },
                    [&](const ReplaceDecoder& r) {
                      for (auto& t : tokens) replace_all(t, r.from, r.to);
                    },

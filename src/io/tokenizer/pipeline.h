@@ -13,8 +13,12 @@
 namespace sluice::tok {
 
 // ---- normalizers
-struct Prepend { std::string text; };  // only onto non-empty text
-struct Replace { std::string from, to; };
+struct Prepend {
+  std::string text;
+};  // only onto non-empty text
+struct Replace {
+  std::string from, to;
+};
 struct Nfc {};
 using NormalizerStep = std::variant<Prepend, Replace, Nfc>;
 
@@ -43,20 +47,28 @@ struct Metaspace {
   PrependScheme prepend = PrependScheme::kAlways;
   bool split = true;
 };
-struct Digits { bool individual = false; };
+struct Digits {
+  bool individual = false;
+};
 using PreTokenizerStep = std::variant<Split, ByteLevel, Metaspace, Digits>;
 
 // The GPT-2 pre-tokenizer pattern (used by ByteLevel with use_regex).
 extern const char* const kGpt2Pattern;
 
-std::vector<Piece> pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::vector<Piece> pieces);
+std::vector<Piece> pre_tokenize(const std::vector<PreTokenizerStep>& steps,
+                                std::vector<Piece> pieces);
 
 // ---- decoders
 struct ByteLevelDecoder {};
-struct ReplaceDecoder { std::string from, to; };
+struct ReplaceDecoder {
+  std::string from, to;
+};
 struct ByteFallbackDecoder {};
 struct FuseDecoder {};
-struct StripDecoder { std::string content; int start = 0, stop = 0; };
+struct StripDecoder {
+  std::string content;
+  int start = 0, stop = 0;
+};
 struct MetaspaceDecoder {
   std::string replacement = "\xE2\x96\x81";
   bool strip_first_space = true;

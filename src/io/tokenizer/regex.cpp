@@ -11,8 +11,8 @@ Regex::Regex(std::string pattern, std::string_view where) : pattern_(std::move(p
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
-                        PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NO_UTF_CHECK, &error_code, &error_offset,
-                        nullptr);
+                        PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY | PCRE2_NO_UTF_CHECK,
+                        &error_code, &error_offset, nullptr);
   if (!code_) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
@@ -22,7 +22,9 @@ Regex::Regex(std::string pattern, std::string_view where) : pattern_(std::move(p
   pcre2_jit_compile(static_cast<pcre2_code*>(code_), PCRE2_JIT_COMPLETE);  // optional speed-up
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject) const {
   std::vector<std::pair<size_t, size_t>> matches;
@@ -42,7 +44,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject)
       // Empty match: step over one whole character.
       if (begin >= subject.size()) break;
       offset = begin + 1;
-      while (offset < subject.size() && (static_cast<unsigned char>(subject[offset]) & 0xC0) == 0x80)
+      while (offset < subject.size() &&
+             (static_cast<unsigned char>(subject[offset]) & 0xC0) == 0x80)
         ++offset;
     }
   }

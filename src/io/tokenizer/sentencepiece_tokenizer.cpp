@@ -23,7 +23,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     // Control pieces written in the text (e.g. "[INST]") are recognised as tokens; SentencePiece
     // itself would spell them out letter by letter.
     for (int id = 0; id < sp_.GetPieceSize(); ++id)
-      if (sp_.IsControl(id) && !sp_.IdToPiece(id).empty()) specials_.emplace_back(sp_.IdToPiece(id), id);
+      if (sp_.IsControl(id) && !sp_.IdToPiece(id).empty())
+        specials_.emplace_back(sp_.IdToPiece(id), id);
     for (const AddedToken& a : config.added)
       if (a.special && a.id < sp_.GetPieceSize()) specials_.emplace_back(a.content, a.id);
   }
@@ -43,7 +44,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     while (i < text.size()) {
       const std::pair<std::string, int32_t>* hit = nullptr;
       for (const auto& s : specials_)
-        if (text.compare(i, s.first.size(), s.first) == 0 && (!hit || s.first.size() > hit->first.size()))
+        if (text.compare(i, s.first.size(), s.first) == 0 &&
+            (!hit || s.first.size() > hit->first.size()))
           hit = &s;
       if (!hit) {
         ++i;
@@ -71,7 +73,8 @@ class SentencePieceTokenizer final : public Tokenizer {
         if (!skip_special) out += sp_.IdToPiece(id);
       } else {
         std::string piece = sp_.IdToPiece(id);
-        for (size_t p; (p = piece.find("\xE2\x96\x81")) != std::string::npos;) piece.replace(p, 3, " ");
+        for (size_t p; (p = piece.find("\xE2\x96\x81")) != std::string::npos;)
+          piece.replace(p, 3, " ");
         out += piece;
       }
     }

@@ -69,7 +69,9 @@ bool ends_with_incomplete_utf8(std::string_view s) {
   return false;
 }
 
-bool is_valid_utf8(std::string_view s) { return complete_utf8_prefix(s) == s.size(); }
+bool is_valid_utf8(std::string_view s) {
+  return complete_utf8_prefix(s) == s.size();
+}
 
 std::string utf8_lossy(std::string_view s) {
   std::string out;

@@ -51,16 +51,20 @@ BpeTokenizerParts read_tiktoken(const fs::path& path) {
   std::vector<std::pair<std::string, int32_t>> specials;
   if (name.starts_with("cl100k_base")) {
     family = "cl100k";
-    specials = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
-                {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}};
+    specials = {{"<|endoftext|>", 100257},
+                {"<|fim_prefix|>", 100258},
+                {"<|fim_middle|>", 100259},
+                {"<|fim_suffix|>", 100260},
+                {"<|endofprompt|>", 100276}};
   } else if (name.starts_with("qwen")) {
     family = "qwen";
     specials = {{"<|endoftext|>", 151643}, {"<|im_start|>", 151644}, {"<|im_end|>", 151645}};
     for (int i = 0; i < 205; ++i) specials.emplace_back(fmt::format("<|extra_{}|>", i), 151646 + i);
   } else {
-    fail("{}: unknown tiktoken file: its split pattern is not stored in the file and is known only "
-         "for cl100k_base.tiktoken and qwen.tiktoken",
-         where);
+    fail(
+        "{}: unknown tiktoken file: its split pattern is not stored in the file and is known only "
+        "for cl100k_base.tiktoken and qwen.tiktoken",
+        where);
   }
 
   std::ifstream in(path);
@@ -84,7 +88,8 @@ BpeTokenizerParts read_tiktoken(const fs::path& path) {
     m.id_to_token[rank] = token;
     m.token_to_id.emplace(std::move(token), rank);
   }
-  if (m.token_to_id.size() < 256) fail("{}: only {} tokens; expected all 256 bytes and more", where, m.token_to_id.size());
+  if (m.token_to_id.size() < 256)
+    fail("{}: only {} tokens; expected all 256 bytes and more", where, m.token_to_id.size());
   m.rule = MergeRule::kVocabRank;
   m.ignore_merges = true;  // tiktoken uses a piece that is itself a token directly
   m.finish();

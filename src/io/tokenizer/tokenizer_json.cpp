@@ -1,7 +1,6 @@
 // Reader of the Hugging Face `tokenizers` JSON schema (model BPE only).
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/tokenizer/loaders.h"
@@ -25,8 +24,7 @@ json read_json(const fs::path& path) {
 // Reads `j[key]` as T, failing with the file and field named when it is missing or mistyped.
 template <class T>
 T get(const json& j, const char* key, const std::string& where, const std::string& field) {
-  if (!j.is_object() || !j.contains(key))
-    fail("{}: field '{}.{}': missing", where, field, key);
+  if (!j.is_object() || !j.contains(key)) fail("{}: field '{}.{}': missing", where, field, key);
   try {
     return j.at(key).get<T>();
   } catch (const json::exception&) {
@@ -70,9 +68,10 @@ void read_normalizer(const json& j, const std::string& where, const std::string&
   } else if (type == "NFC") {
     out.push_back(Nfc{});
   } else {
-    fail("{}: field '{}.type': unsupported normalizer '{}' (supported: Sequence, Prepend, "
-         "Replace with a String pattern, NFC)",
-         where, field, type);
+    fail(
+        "{}: field '{}.type': unsupported normalizer '{}' (supported: Sequence, Prepend, "
+        "Replace with a String pattern, NFC)",
+        where, field, type);
   }
 }
 
@@ -123,9 +122,10 @@ void read_pre_tokenizer(const json& j, const std::string& where, const std::stri
   } else if (type == "Digits") {
     out.push_back(Digits{get_or(j, "individual_digits", false)});
   } else {
-    fail("{}: field '{}.type': unsupported pre-tokenizer '{}' (supported: Sequence, ByteLevel, "
-         "Split, Metaspace, Digits)",
-         where, field, type);
+    fail(
+        "{}: field '{}.type': unsupported pre-tokenizer '{}' (supported: Sequence, ByteLevel, "
+        "Split, Metaspace, Digits)",
+        where, field, type);
   }
 }
 
@@ -151,16 +151,18 @@ void read_decoder(const json& j, const std::string& where, const std::string& fi
     out.push_back(FuseDecoder{});
   } else if (type == "Strip") {
     out.push_back(StripDecoder{get<std::string>(j, "content", where, field),
-                               get<int>(j, "start", where, field), get<int>(j, "stop", where, field)});
+                               get<int>(j, "start", where, field),
+                               get<int>(j, "stop", where, field)});
   } else if (type == "Metaspace") {
     MetaspaceDecoder m;
     m.replacement = get_or<std::string>(j, "replacement", m.replacement);
     m.strip_first_space = parse_prepend_scheme(j) != PrependScheme::kNever;
     out.push_back(std::move(m));
   } else {
-    fail("{}: field '{}.type': unsupported decoder '{}' (supported: Sequence, ByteLevel, Replace, "
-         "ByteFallback, Fuse, Strip, Metaspace)",
-         where, field, type);
+    fail(
+        "{}: field '{}.type': unsupported decoder '{}' (supported: Sequence, ByteLevel, Replace, "
+        "ByteFallback, Fuse, Strip, Metaspace)",
+        where, field, type);
   }
 }
 
@@ -194,9 +196,10 @@ void read_post_processor(const json& j, const std::string& where, const std::str
     parts.prefix_ids.push_back(j.at("cls").at(1).get<int32_t>());
     parts.suffix_ids.push_back(j.at("sep").at(1).get<int32_t>());
   } else {
-    fail("{}: field '{}.type': unsupported post-processor '{}' (supported: Sequence, ByteLevel, "
-         "TemplateProcessing, RobertaProcessing, BertProcessing)",
-         where, field, type);
+    fail(
+        "{}: field '{}.type': unsupported post-processor '{}' (supported: Sequence, ByteLevel, "
+        "TemplateProcessing, RobertaProcessing, BertProcessing)",
+        where, field, type);
   }
 }
 
@@ -248,7 +251,8 @@ void read_bpe_model(const json& m, const std::string& where, BpeModel& model) {
   const auto unk = get_or<std::string>(m, "unk_token", "");
   if (!unk.empty()) {
     model.unk_id = model.find(unk);
-    if (model.unk_id < 0) fail("{}: field 'model.unk_token': '{}' is not in the vocabulary", where, unk);
+    if (model.unk_id < 0)
+      fail("{}: field 'model.unk_token': '{}' is not in the vocabulary", where, unk);
   }
   model.finish();
 }
@@ -276,7 +280,8 @@ BpeTokenizerParts read_tokenizer_json(const fs::path& path) {
     }
   }
   read_normalizer(j.value("normalizer", json()), where, "normalizer", parts.normalizers);
-  read_pre_tokenizer(j.value("pre_tokenizer", json()), where, "pre_tokenizer", parts.pre_tokenizers);
+  read_pre_tokenizer(j.value("pre_tokenizer", json()), where, "pre_tokenizer",
+                     parts.pre_tokenizers);
   read_post_processor(j.value("post_processor", json()), where, "post_processor", parts);
   read_decoder(j.value("decoder", json()), where, "decoder", parts.decoders);
   return parts;

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev libopenblas-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libpcre2-dev libcpp-httplib-dev liburing-dev libsentencepiece-dev
+  libpcre2-dev libcpp-httplib-dev liburing-dev libsentencepiece-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch
 )

@@ -18,6 +18,7 @@
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
+#include "core/error.h"
 #include "core/units.h"
 #include "engine/batch_engine.h"
 #include "model/model_stats.h"

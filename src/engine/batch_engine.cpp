@@ -9,7 +9,9 @@
 #include "core/error.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/routing.h"
@@ -71,7 +73,8 @@ struct BatchEngine::Impl {
   std::vector<int> positions, tokens, top_ids;
   std::vector<float> top_weights;
   std::vector<std::vector<Routed>> routed;  // per expert
-  std::vector<uint16_t> expert_x;           // gathered rows [b_e, H]
+  std::vector<uint16_t> expert_x;           // gathered rows [b_e, H], bf16 precision
+  std::vector<float> expert_xf;             // gathered rows [b_e, H], fp32 precision
   std::vector<float> gate, up, act, down;   // [b_e, I], [b_e, I], [b_e, I], [b_e, H]
 
   Impl(const Model& model, const Policy& p)
@@ -103,7 +106,17 @@ struct BatchEngine::Impl {
     return k;
   }
 
-  void gemm(const void* xin, DType x_dtype, int m, const Tensor& weight, float* y, float beta = 0) {
+  // y = x · weightᵀ + beta · y. fp32 inputs are rounded to bf16 unless the policy asks for fp32
+  // precision or `exact` is set.
+  void gemm(const void* xin, DType x_dtype, int m, const Tensor& weight, float* y, float beta = 0,
+            bool exact = false) {
+    stats.weight_bytes += double(weight.nbytes());
+    stats.flops += 2.0 * m * weight.shape[0] * weight.shape[1];
+    if (x_dtype == DType::F32 && (exact || policy.precision == Precision::kF32)) {
+      cpu::gemm_f32({m, weight.shape[0], weight.shape[1], static_cast<const float*>(xin),
+                     weight.as<const uint16_t>(), y, beta});
+      return;
+    }
     cpu::GemmArgs a;
     a.m = m;
     a.n = weight.shape[0];
@@ -114,8 +127,6 @@ struct BatchEngine::Impl {
     a.y = y;
     a.beta = beta;
     cpu::gemm(a);
-    stats.weight_bytes += double(weight.nbytes());
-    stats.flops += 2.0 * m * a.n * a.k;
   }
 
   void rms_norm(const float* in, int rows, const Tensor& weight, float* out) const {
@@ -210,7 +221,8 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
   gemm(&attn[size_t(r0) * qd], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
   rms_norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
-  gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts]);
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts], 0,
+       /*exact=*/true);
   const int K = c.experts_per_token;
   cpu::RoutingArgs routing;
   routing.logits = &router_logits[size_t(r0) * c.num_experts];
@@ -224,7 +236,9 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   for (int r = r0; r < r0 + n; ++r)
     for (int j = 0; j < K; ++j)
       routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});
-  for (size_t i = size_t(r0) * H; i < size_t(r0 + n) * H; ++i) moe_in[i] = f32_to_bf16(h[i]);
+  // Each row goes to k experts: round it to bf16 once here rather than in every expert GEMM.
+  if (policy.precision == Precision::kBf16)
+    cpu::f32_to_bf16_row(&h[size_t(r0) * H], &moe_in[size_t(r0) * H], size_t(n) * H);
   stats.dense_seconds += seconds_since(t0);
 }
 
@@ -234,7 +248,8 @@ void BatchEngine::Impl::expert_phase(int l) {
   const LayerWeights& L = w.layers[l];
   const int H = c.hidden_size, I = c.expert_intermediate_size, be = policy.expert_batch;
   auto t0 = Clock::now();
-  expert_x.resize(size_t(be) * H);
+  const bool f32 = policy.precision == Precision::kF32;
+  (f32 ? expert_xf.resize(size_t(be) * H) : expert_x.resize(size_t(be) * H));
   gate.resize(size_t(be) * I);
   up.resize(size_t(be) * I);
   act.resize(size_t(be) * I);
@@ -244,11 +259,18 @@ void BatchEngine::Impl::expert_phase(int l) {
     const Tensor wg = L.expert_gate.slice0(e), wu = L.expert_up.slice0(e), wd = L.expert_down.slice0(e);
     for (size_t begin = 0; begin < list.size(); begin += be) {
       const int m = int(std::min(list.size() - begin, size_t(be)));
-      for (int j = 0; j < m; ++j)
-        std::copy_n(&moe_in[size_t(list[begin + j].row) * H], H, &expert_x[size_t(j) * H]);
+      // h still holds every row's post-attention norm: the attention phase wrote each
+      // micro-batch's rows and no later micro-batch touches them.
+      for (int j = 0; j < m; ++j) {
+        const size_t row = size_t(list[begin + j].row) * H;
+        if (f32) std::copy_n(&h[row], H, &expert_xf[size_t(j) * H]);
+        else std::copy_n(&moe_in[row], H, &expert_x[size_t(j) * H]);
+      }
       auto tg = Clock::now();
-      gemm(expert_x.data(), DType::BF16, m, wg, gate.data());
-      gemm(expert_x.data(), DType::BF16, m, wu, up.data());
+      const void* xe = f32 ? static_cast<const void*>(expert_xf.data()) : expert_x.data();
+      const DType xe_type = f32 ? DType::F32 : DType::BF16;
+      gemm(xe, xe_type, m, wg, gate.data());
+      gemm(xe, xe_type, m, wu, up.data());
       cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
       gemm(act.data(), DType::F32, m, wd, down.data());
       stats.expert_gemm_seconds += seconds_since(tg);

@@ -172,7 +172,7 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
     // MixtralSparseMoeBlock: router_logits = self.gate(hidden_states);
     // routing_weights = softmax(router_logits, dim=1); topk; routing_weights /= sum
     rms_norm(x.data(), T, H, weight_f32(L.ffn_norm), c.rms_norm_eps, h.data());
-    linear(h.data(), T, L.router, logits_r.data(), bf16);
+    linear(h.data(), T, L.router, logits_r.data(), /*bf16_input=*/false);  // fp32, as sluice routes
     std::fill(moe.begin(), moe.end(), 0.f);
     for (int t = 0; t < T; ++t) {
       const float* rl = &logits_r[size_t(t) * E];

@@ -21,7 +21,7 @@ using DumpFn = std::function<void(const std::string& name, const float* data, in
 // The options round values to bf16 where a fast engine stores them in bf16, so that engine and
 // reference compute the same function and differ only in the order of fp32 additions.
 struct ReferenceOptions {
-  bool bf16_gemm_inputs = false;  // round each matmul's activation input to bf16
+  bool bf16_gemm_inputs = false;  // round each matmul's activation input to bf16 (not the router's)
   bool bf16_kv_cache = false;     // round K and V to bf16 as they enter the cache
 };
 

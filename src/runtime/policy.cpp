@@ -10,10 +10,13 @@
 
 namespace sluice {
 
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
+
 std::string Policy::describe() const {
   return fmt::format(
-      "B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={}", batch, attn_micro_batch,
-      expert_batch, prefill_chunk, kv_blocks, kv_block_size, threads);
+      "B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={} precision={}", batch,
+      attn_micro_batch, expert_batch, prefill_chunk, kv_blocks, kv_block_size, threads,
+      precision_name(precision));
 }
 
 nlohmann::json Policy::to_json() const {
@@ -23,7 +26,8 @@ nlohmann::json Policy::to_json() const {
           {"prefill_chunk", prefill_chunk},
           {"kv_block_size", kv_block_size},
           {"kv_blocks", kv_blocks},
-          {"threads", threads}};
+          {"threads", threads},
+          {"precision", precision_name(precision)}};
 }
 
 size_t kv_bytes_per_token(const ModelConfig& c) {

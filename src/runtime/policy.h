@@ -11,6 +11,15 @@
 
 namespace sluice {
 
+// What GEMM inputs are rounded to. The router always runs in fp32: its top-k choice is
+// discontinuous, and bf16 rounding would flip near-tied experts.
+enum class Precision {
+  kBf16,  // activations rounded to bf16 at each GEMM input: the fast path (AVX512-BF16 / AMX)
+  kF32,   // fp32 activations against bf16 weights: equal to the reference up to addition order
+};
+
+const char* precision_name(Precision p);
+
 struct Policy {
   int batch = 0;              // B: sequences decoding together (0: automatic)
   int attn_micro_batch = 0;   // b_a: tokens per attention micro-batch (0: automatic)
@@ -19,6 +28,7 @@ struct Policy {
   int kv_block_size = 16;     // tokens per KV-cache block
   int kv_blocks = 0;          // KV-cache blocks in host memory (0: automatic)
   int threads = 0;            // 0: every core
+  Precision precision = Precision::kBf16;
 
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;

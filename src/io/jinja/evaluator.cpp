@@ -115,6 +115,7 @@ class Evaluator {
     }
     const int64_t n = int64_t(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      count_step(s.pos);
       Frame body_frame{{}, &frame};
       bind_targets(s.targets, items[size_t(i)], body_frame);
       Dict loop;
@@ -183,11 +184,15 @@ class Evaluator {
     return Value::undefined(fmt::format("'{}' is undefined", name));
   }
 
-  Value eval(const Expr& e, const Frame& frame) {
+  void count_step(SourcePos pos) {
     if (++steps_ > limits_.max_steps) {
       throw TemplateError(
-          fmt::format("template evaluation exceeded {} steps", limits_.max_steps), e.pos);
+          fmt::format("template evaluation exceeded {} steps", limits_.max_steps), pos);
     }
+  }
+
+  Value eval(const Expr& e, const Frame& frame) {
+    count_step(e.pos);
     try {
       return eval_inner(e, frame);
     } catch (TemplateError& err) {

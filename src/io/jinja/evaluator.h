@@ -11,9 +11,9 @@
 namespace sluice::jinja {
 
 struct RenderLimits {
-  // Evaluated expressions per render; nested loops over large ranges stop here instead of
-  // running for hours.
-  int64_t max_steps = 20'000'000;
+  // Evaluated expressions and loop iterations per render. Real chat templates need a few per
+  // message and loop; nested loops over large ranges stop here instead of running for hours.
+  int64_t max_steps = 2'000'000;
   int max_call_depth = 64;  // macro recursion
   size_t max_output_bytes = size_t(64) << 20;
 };

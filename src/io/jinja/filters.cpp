@@ -132,6 +132,15 @@ Value to_float(const Value& v, const Value& fallback) {
 
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args) {
   args.callee = name;
+  static const char* const kKnown[] = {
+      "default", "d", "length", "count", "safe", "string", "tojson", "from_json", "items", "list",
+      "first", "last", "reverse", "join", "map", "select", "reject", "selectattr", "rejectattr",
+      "trim", "upper", "lower", "title", "capitalize", "replace", "split", "abs", "int", "float",
+      "escape", "e", "forceescape", "unique", "sum", "min", "max"};
+  if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return name == k; }) ==
+      std::end(kKnown)) {
+    raise("no filter named '{}'", name);
+  }
   if (name == "default" || name == "d") {
     Value fallback = args.get(0, "default_value", Value(""));
     bool boolean = args.get(1, "boolean", Value(false)).truthy();

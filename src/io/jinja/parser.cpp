@@ -138,7 +138,7 @@ class Parser {
     if (t.type != TokenType::kBlockBegin) {
       throw TemplateError(fmt::format("unexpected {}", describe(t)), t.pos);
     }
-    SourcePos pos = peek().pos;
+    SourcePos pos = t.pos;
     std::string tag = expect_name("a tag name after '{%'");
     if (tag == "if") return parse_if(pos);
     if (tag == "for") return parse_for(pos);
@@ -567,7 +567,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto call = make(Expr::Kind::kCall, peek().pos);
+    auto call = make(Expr::Kind::kCall, callee->pos);
     call->children.push_back(std::move(callee));
     parse_call_args(*call);
     return call;

@@ -49,9 +49,10 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
   if (it == config.end() || it->is_null()) {
     auto sibling = path.parent_path() / "chat_template.jinja";
     if (!std::filesystem::exists(sibling)) {
-      fail("{}: field 'chat_template': expected a string or a list of {{name, template}}, got "
-           "nothing (and no chat_template.jinja next to it)",
-           file);
+      fail(
+          "{}: field 'chat_template': expected a string or a list of {{name, template}}, got "
+          "nothing (and no chat_template.jinja next to it)",
+          file);
     }
     source = read_text(sibling);
     origin = sibling.string();
@@ -62,8 +63,9 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
     for (const auto& entry : *it) {
       if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
           !entry.contains("template") || !entry["template"].is_string()) {
-        fail("{}: field 'chat_template': expected list entries {{\"name\": str, \"template\": str}}",
-             file);
+        fail(
+            "{}: field 'chat_template': expected list entries {{\"name\": str, \"template\": str}}",
+            file);
       }
       std::string name = entry["name"].get<std::string>();
       names += (names.empty() ? "" : ", ") + name;
@@ -83,7 +85,8 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
     if (token == config.end() || token->is_null()) continue;
     if (token->is_string()) {
       t.special_tokens_[name] = *token;
-    } else if (token->is_object() && token->contains("content") && (*token)["content"].is_string()) {
+    } else if (token->is_object() && token->contains("content") &&
+               (*token)["content"].is_string()) {
       t.special_tokens_[name] = (*token)["content"];
     } else {
       fail("{}: field '{}': expected a string or an object with a 'content' string", file, name);

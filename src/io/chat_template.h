@@ -4,9 +4,12 @@
 // (no HTML escaping, keys in insertion order), raise_exception and strftime_now, and the context
 // {messages, tools=None, documents=None, add_generation_prompt, bos_token, eos_token, ...}.
 //
-// The interpreter (src/io/jinja/) covers the Jinja subset real templates use; see
-// docs in the header comments there for what is left out (include/extends, call blocks,
-// recursive loops, '%' string formatting, non-ASCII case mapping).
+// The interpreter (src/io/jinja/) covers the Jinja subset real templates use. Not supported:
+// include/import/extends/block, {% call %}, {% filter %}, {% with %}, recursive loops,
+// loop.cycle, *args/**kwargs, '%' string formatting, tuples as a type (they behave as lists, so
+// print as [..]), non-string dict keys, non-ASCII case mapping in upper/lower/title, unknown
+// filters are reported when reached rather than at parse time, integers are 64-bit (overflow is
+// an error). Added beyond transformers: the `from_json` filter (llama.cpp templates use it).
 #pragma once
 
 #include <filesystem>
@@ -35,8 +38,9 @@ class ChatTemplate {
   // documents, enable_thinking, bos_token, ...), overriding the defaults. Use ordered_json when key
   // order matters: templates that print dicts (`tool | tojson`) print them in insertion order, as
   // Python does, and nlohmann::json has already sorted its keys.
-  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                     const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object()) const;
+  std::string render(
+      const nlohmann::ordered_json& messages, bool add_generation_prompt,
+      const nlohmann::ordered_json& extra_context = nlohmann::ordered_json::object()) const;
   std::string render(const nlohmann::json& messages, bool add_generation_prompt,
                      const nlohmann::json& extra_context = nlohmann::json::object()) const;
 

@@ -170,9 +170,11 @@ TEST(ChatTemplateLanguage, Filters) {
   EXPECT_EQ(render("{{ missing | default('dflt') }} {{ '' | default('e', true) }} {{ 0 | d(5) }}"),
             "dflt e 0");
   EXPECT_EQ(render("{{ 'a-b-c' | replace('-', '+') }} {{ 12 | string ~ '!' }}"), "a+b+c 12!");
-  EXPECT_EQ(render("{{ xs | unique | list }} {{ xs | reverse | join }} {{ 'hi there' | title }}", ctx),
-            "['b', 'a'] bab Hi There");
-  EXPECT_EQ(render("{{ '3' | int + 1 }} {{ 'x' | int }} {{ 2 | float }} {{ -4 | abs }}"), "4 0 2.0 4");
+  EXPECT_EQ(
+      render("{{ xs | unique | list }} {{ xs | reverse | join }} {{ 'hi there' | title }}", ctx),
+      "['b', 'a'] bab Hi There");
+  EXPECT_EQ(render("{{ '3' | int + 1 }} {{ 'x' | int }} {{ 2 | float }} {{ -4 | abs }}"),
+            "4 0 2.0 4");
   EXPECT_EQ(render("{{ '<a>' | e }}"), "&lt;a&gt;");
 }
 
@@ -209,7 +211,7 @@ TEST(ChatTemplateLanguage, SelectMapFilters) {
 }
 
 TEST(ChatTemplateLanguage, Tests) {
-  ojson ctx = {{"s", "x"}, {"n", nullptr}, {"d", ojson::object()}, {"l", ojson::array()},
+  ojson ctx = {{"s", "x"},   {"n", nullptr}, {"d", ojson::object()}, {"l", ojson::array()},
                {"b", false}, {"i", 3}};
   EXPECT_EQ(render("{{ s is string }}{{ n is none }}{{ d is mapping }}{{ l is iterable }}"
                    "{{ s is iterable }}{{ i is iterable }}{{ u is defined }}{{ u is undefined }}",
@@ -227,20 +229,22 @@ TEST(ChatTemplateLanguage, Tests) {
 TEST(ChatTemplateLanguage, StringMethods) {
   ojson ctx = {{"s", "<think>\nplan\n</think>\n\nanswer"}};
   EXPECT_EQ(render("{{ s.split('</think>')[-1].lstrip('\\n') }}", ctx), "answer");
-  EXPECT_EQ(render("{{ s.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}",
-                   ctx),
-            "plan");
+  EXPECT_EQ(
+      render("{{ s.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}", ctx),
+      "plan");
   EXPECT_EQ(render("{{ s.startswith('<think>') }}{{ s.endswith('x') }}"
                    "{{ s.startswith(('a', '<')) }}",
                    ctx),
             "TrueFalseTrue");
   EXPECT_EQ(render("[{{ '  a b  '.strip() }}][{{ 'xxaxx'.strip('x') }}][{{ ' a'.lstrip() }}]"),
             "[a b][a][a]");
-  EXPECT_EQ(render("{{ ' a  b '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }}"),
-            "['a', 'b'] ['a', 'b,c'] ['a,b', 'c']");
+  EXPECT_EQ(
+      render("{{ ' a  b '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ 'a,b,c'.rsplit(',', 1) }}"),
+      "['a', 'b'] ['a', 'b,c'] ['a,b', 'c']");
   EXPECT_EQ(render("{{ 'ab'.upper() }}{{ 'AB'.lower() }}{{ 'a-b'.replace('-', '') }}"
                    "{{ ', '.join(['x', 'y']) }}{{ 'abc'.find('c') }}"),
-            "ABabab" "x, y2");
+            "ABabab"
+            "x, y2");
   EXPECT_EQ(render("{{ d.get('k') }} {{ d.get('z', 'dflt') }} {{ d.keys() | list }} {{ d.values() "
                    "| list }}",
                    {{"d", {{"k", "v"}}}}),
@@ -269,7 +273,8 @@ TEST(ChatTemplateLanguage, ParseErrorsNamePositionAndExpectation) {
             "test.jinja:2:4: expected 'elif' or 'else' or 'endif' to close 'if' opened at line "
             "1, got end of template");
   EXPECT_EQ(error_of("{{ 1 + }}"), "test.jinja:1:8: expected an expression, got '}}'");
-  EXPECT_EQ(error_of("a\n  {% for x xs %}{% endfor %}"), "test.jinja:2:12: expected 'in', got 'xs'");
+  EXPECT_EQ(error_of("a\n  {% for x xs %}{% endfor %}"),
+            "test.jinja:2:12: expected 'in', got 'xs'");
   EXPECT_EQ(error_of("{{ 'abc }}"), "test.jinja:1:4: unterminated string literal");
   EXPECT_EQ(error_of("{% include 'x' %}"), "test.jinja:1:1: unknown or unsupported tag 'include'");
   EXPECT_EQ(error_of("{% endif %}"), "test.jinja:1:1: unexpected 'endif': no open block to close");
@@ -284,7 +289,8 @@ TEST(ChatTemplateLanguage, RuntimeErrors) {
   EXPECT_EQ(error_of("{{ x.y }}"), "test.jinja:1:5: 'x' is undefined");
   EXPECT_EQ(error_of("{{ m.a.b }}", {{"m", ojson::object()}}),
             "test.jinja:1:7: 'dict object' has no attribute 'a'");
-  EXPECT_EQ(error_of("{{ none | length }}"), "test.jinja:1:9: object of type 'NoneType' has no len()");
+  EXPECT_EQ(error_of("{{ none | length }}"),
+            "test.jinja:1:9: object of type 'NoneType' has no len()");
   EXPECT_EQ(error_of("{% set x = 1 %}{% set x.a = 2 %}"),
             "test.jinja:1:16: cannot assign attribute 'a' on 'x': only namespace() objects can be "
             "modified");
@@ -304,8 +310,9 @@ TEST(ChatTemplateLanguage, ResourceLimits) {
   EXPECT_EQ(error_of("{{ " + deep + " }}").rfind("test.jinja:1:", 0), 0u);
   EXPECT_NE(error_of("{{ " + deep + " }}").find("nests deeper than"), std::string::npos);
   // Nested loops over large ranges stop at the step budget instead of running for hours.
-  std::string slow = "{% for a in range(100000) %}{% for b in range(100000) %}{{ b }}"
-                     "{% endfor %}{% endfor %}";
+  std::string slow =
+      "{% for a in range(100000) %}{% for b in range(100000) %}{{ b }}"
+      "{% endfor %}{% endfor %}";
   std::string err = error_of(slow);
   EXPECT_TRUE(err.find("exceeded") != std::string::npos ||
               err.find("output larger") != std::string::npos)

@@ -17,10 +17,10 @@ using ojson = nlohmann::ordered_json;
 
 const std::filesystem::path kTokenizers = SLUICE_SOURCE_DIR "/../shared/data/tokenizers";
 
-#define SKIP_WITHOUT_SHARED_DATA()                                                           \
-  if (!std::filesystem::exists(kTokenizers)) {                                               \
-    GTEST_SKIP() << "shared tokenizer data not found at " << kTokenizers.string()            \
-                 << " (needs the /work/shared checkout next to the repository)";             \
+#define SKIP_WITHOUT_SHARED_DATA()                                                \
+  if (!std::filesystem::exists(kTokenizers)) {                                    \
+    GTEST_SKIP() << "shared tokenizer data not found at " << kTokenizers.string() \
+                 << " (needs the /work/shared checkout next to the repository)";  \
   }
 
 ChatTemplate config_template(const std::string& relative) {
@@ -60,7 +60,8 @@ ojson weather_tool() {
   return tool;
 }
 
-std::string error_of(const ChatTemplate& t, const ojson& messages, const ojson& extra = ojson::object()) {
+std::string error_of(const ChatTemplate& t, const ojson& messages,
+                     const ojson& extra = ojson::object()) {
   try {
     t.render(messages, false, extra);
   } catch (const Error& e) {
@@ -97,7 +98,8 @@ TEST(ChatTemplate, MixtralInstructRejectsBadRoles) {
   EXPECT_NE(roles.find("Only user and assistant roles are supported!"), std::string::npos) << roles;
 }
 
-// ---- Mistral-7B-Instruct-v0.3 (v3 tokenizer, Mixtral-8x22B family): system, tools, tool calls ----
+// ---- Mistral-7B-Instruct-v0.3 (v3 tokenizer, Mixtral-8x22B family): system, tools, tool calls
+// ----
 
 TEST(ChatTemplate, MistralV3SystemGoesIntoLastUserTurn) {
   SKIP_WITHOUT_SHARED_DATA();
@@ -182,8 +184,8 @@ TEST(ChatTemplate, Qwen25ToolsAndToolCalls) {
   assistant["role"] = "assistant";
   assistant["content"] = "";
   assistant["tool_calls"] = ojson::array({call});
-  ojson chat = ojson::array({msg("system", "You are terse."), msg("user", "Weather?"), assistant,
-                             msg("tool", "22C")});
+  ojson chat = ojson::array(
+      {msg("system", "You are terse."), msg("user", "Weather?"), assistant, msg("tool", "22C")});
   EXPECT_EQ(t.render(chat, true, ojson{{"tools", ojson::array({weather_tool()})}}),
             "<|im_start|>system\nYou are terse.\n\n# Tools\n\nYou may call one or more functions "
             "to assist with the user query.\n\nYou are provided with function signatures within "
@@ -205,9 +207,9 @@ TEST(ChatTemplate, Qwen25ToolsAndToolCalls) {
 
 TEST(ChatTemplate, Qwen3DropsPastReasoning) {
   SKIP_WITHOUT_SHARED_DATA();
-  ojson chat = ojson::array({msg("system", "You are terse."), msg("user", "Hi"),
-                             msg("assistant", "<think>\nhmm\n</think>\n\nHello!"),
-                             msg("user", "2+2?")});
+  ojson chat =
+      ojson::array({msg("system", "You are terse."), msg("user", "Hi"),
+                    msg("assistant", "<think>\nhmm\n</think>\n\nHello!"), msg("user", "2+2?")});
   const std::string history =
       "<|im_start|>system\nYou are terse.<|im_end|>\n"
       "<|im_start|>user\nHi<|im_end|>\n"
@@ -373,7 +375,8 @@ TEST(ChatTemplate, DeepSeekV32) {
 
   ojson call = ojson::object();
   call["type"] = "function";
-  call["function"] = ojson{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\", \"days\": 2}"}};
+  call["function"] =
+      ojson{{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\", \"days\": 2}"}};
   ojson assistant = ojson::object();
   assistant["role"] = "assistant";
   assistant["content"] = "";
@@ -400,8 +403,9 @@ TEST(ChatTemplate, ConfigWithoutTemplateIsAnError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              path.string() + ": field 'chat_template': expected a string or a list of {name, "
-                              "template}, got nothing (and no chat_template.jinja next to it)");
+              path.string() +
+                  ": field 'chat_template': expected a string or a list of {name, "
+                  "template}, got nothing (and no chat_template.jinja next to it)");
   }
 }
 
@@ -416,7 +420,8 @@ TEST(ChatTemplate, NamedTemplateListPicksDefault) {
                                 {"name": "default", "template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"}]})";
   }
   ChatTemplate t = ChatTemplate::from_tokenizer_config(path);
-  EXPECT_EQ(t.render(nlohmann::json::array({{{"role", "user"}, {"content", "x"}}}), false), "<B>x<E>");
+  EXPECT_EQ(t.render(nlohmann::json::array({{{"role", "user"}, {"content", "x"}}}), false),
+            "<B>x<E>");
   std::filesystem::remove_all(dir);
 }
 

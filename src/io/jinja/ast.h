@@ -60,9 +60,9 @@ struct Stmt {
   };
   Kind kind;
   SourcePos pos;
-  std::string text;  // kText; kMacro name; kSet attribute
-  ExprPtr expr;      // kOutput, kFor iterable, kSet value
-  ExprPtr condition;  // kFor filter
+  std::string text;                 // kText; kMacro name; kSet attribute
+  ExprPtr expr;                     // kOutput, kFor iterable, kSet value
+  ExprPtr condition;                // kFor filter
   std::vector<ExprPtr> conditions;  // kIf
   std::vector<std::string> targets;
   std::vector<ExprPtr> defaults;  // kMacro

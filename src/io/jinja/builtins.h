@@ -23,8 +23,8 @@ Value negate(const Value& v);
 bool contains(const Value& container, const Value& item);
 // Python iteration: list items, dict keys, string code points; Undefined iterates as empty.
 List iterate(const Value& v);
-Value get_item(const Value& obj, const Value& key);                 // obj[key]
-Value get_attribute(const Value& obj, const std::string& name);     // obj.name, methods bound
+Value get_item(const Value& obj, const Value& key);              // obj[key]
+Value get_attribute(const Value& obj, const std::string& name);  // obj.name, methods bound
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 // Python str.strip/lstrip/rstrip; chars == nullptr strips whitespace.
 std::string strip(const std::string& s, const std::string* chars, bool left, bool right);

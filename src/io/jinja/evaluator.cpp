@@ -53,26 +53,39 @@ class Evaluator {
 
   Flow exec(const Stmt& s, Frame& frame, std::string& out) {
     switch (s.kind) {
-      case Stmt::Kind::kText: append(out, s.text); return Flow::kNormal;
-      case Stmt::Kind::kOutput: append(out, eval(*s.expr, frame).str()); return Flow::kNormal;
+      case Stmt::Kind::kText:
+        append(out, s.text);
+        return Flow::kNormal;
+      case Stmt::Kind::kOutput:
+        append(out, eval(*s.expr, frame).str());
+        return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (size_t i = 0; i < s.conditions.size(); ++i) {
           if (eval(*s.conditions[i], frame).truthy()) return exec(s.bodies[i], frame, out);
         }
         if (s.bodies.size() > s.conditions.size()) return exec(s.bodies.back(), frame, out);
         return Flow::kNormal;
-      case Stmt::Kind::kFor: exec_for(s, frame, out); return Flow::kNormal;
-      case Stmt::Kind::kSet: exec_set(s, frame, eval(*s.expr, frame)); return Flow::kNormal;
+      case Stmt::Kind::kFor:
+        exec_for(s, frame, out);
+        return Flow::kNormal;
+      case Stmt::Kind::kSet:
+        exec_set(s, frame, eval(*s.expr, frame));
+        return Flow::kNormal;
       case Stmt::Kind::kSetBlock: {
         std::string captured;
         exec(s.bodies[0], frame, captured);
         frame.vars[s.targets[0]] = Value(std::move(captured));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kMacro: frame.vars[s.text] = make_macro(s); return Flow::kNormal;
-      case Stmt::Kind::kBreak: return Flow::kBreak;
-      case Stmt::Kind::kContinue: return Flow::kContinue;
-      case Stmt::Kind::kScope: return exec(s.bodies[0], frame, out);
+      case Stmt::Kind::kMacro:
+        frame.vars[s.text] = make_macro(s);
+        return Flow::kNormal;
+      case Stmt::Kind::kBreak:
+        return Flow::kBreak;
+      case Stmt::Kind::kContinue:
+        return Flow::kContinue;
+      case Stmt::Kind::kScope:
+        return exec(s.bodies[0], frame, out);
     }
     return Flow::kNormal;
   }
@@ -96,15 +109,16 @@ class Evaluator {
     }
     Value target = lookup(s.targets[0], frame);
     if (!target.is_namespace()) {
-      raise("cannot assign attribute '{}' on '{}': only namespace() objects can be modified", s.text,
-            s.targets[0]);
+      raise("cannot assign attribute '{}' on '{}': only namespace() objects can be modified",
+            s.text, s.targets[0]);
     }
     target.as_namespace().attrs.set(s.text, value);
   }
 
   void exec_for(const Stmt& s, Frame& frame, std::string& out) {
     List items = iterate(eval(*s.expr, frame));
-    if (s.condition) {  // `for x in xs if cond`: filtered before the loop, so loop.* counts kept items
+    if (s.condition) {  // `for x in xs if cond`: filtered before the loop, so loop.* counts kept
+                        // items
       List kept;
       for (Value& item : items) {
         Frame probe{{}, &frame};
@@ -119,10 +133,10 @@ class Evaluator {
       Frame body_frame{{}, &frame};
       bind_targets(s.targets, items[size_t(i)], body_frame);
       Dict loop;
-      loop.items = {{"index", Value(i + 1)},         {"index0", Value(i)},
-                    {"revindex", Value(n - i)},      {"revindex0", Value(n - i - 1)},
-                    {"first", Value(i == 0)},        {"last", Value(i == n - 1)},
-                    {"length", Value(n)},            {"depth", Value(int64_t(1))},
+      loop.items = {{"index", Value(i + 1)},      {"index0", Value(i)},
+                    {"revindex", Value(n - i)},   {"revindex0", Value(n - i - 1)},
+                    {"first", Value(i == 0)},     {"last", Value(i == n - 1)},
+                    {"length", Value(n)},         {"depth", Value(int64_t(1))},
                     {"depth0", Value(int64_t(0))}};
       if (i > 0) loop.items.emplace_back("previtem", items[size_t(i - 1)]);
       if (i + 1 < n) loop.items.emplace_back("nextitem", items[size_t(i + 1)]);
@@ -137,9 +151,8 @@ class Evaluator {
 
   Value make_macro(const Stmt& s) {
     const Stmt* macro = &s;
-    return Value(std::make_shared<const Function>([this, macro](CallArgs& args) {
-      return call_macro(*macro, args);
-    }));
+    return Value(std::make_shared<const Function>(
+        [this, macro](CallArgs& args) { return call_macro(*macro, args); }));
   }
 
   Value call_macro(const Stmt& macro, CallArgs& args) {
@@ -159,7 +172,8 @@ class Evaluator {
     for (size_t i = 0; i < macro.targets.size(); ++i) {
       Value v = args.get(i, macro.targets[i].c_str());
       if (v.is_undefined() && macro.defaults[i]) v = eval(*macro.defaults[i], frame);
-      if (v.is_undefined()) v = Value::undefined(fmt::format("'{}' is undefined", macro.targets[i]));
+      if (v.is_undefined())
+        v = Value::undefined(fmt::format("'{}' is undefined", macro.targets[i]));
       frame.vars[macro.targets[i]] = v;
     }
     for (const auto& [name, v] : args.keyword) {
@@ -186,8 +200,8 @@ class Evaluator {
 
   void count_step(SourcePos pos) {
     if (++steps_ > limits_.max_steps) {
-      throw TemplateError(
-          fmt::format("template evaluation exceeded {} steps", limits_.max_steps), pos);
+      throw TemplateError(fmt::format("template evaluation exceeded {} steps", limits_.max_steps),
+                          pos);
     }
   }
 
@@ -221,8 +235,10 @@ class Evaluator {
 
   Value eval_inner(const Expr& e, const Frame& frame) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.literal;
-      case Expr::Kind::kName: return lookup(e.name, frame);
+      case Expr::Kind::kLiteral:
+        return e.literal;
+      case Expr::Kind::kName:
+        return lookup(e.name, frame);
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         List items;
@@ -238,7 +254,8 @@ class Evaluator {
         }
         return Value(std::move(dict));
       }
-      case Expr::Kind::kAttr: return get_attribute(eval(*e.children[0], frame), e.name);
+      case Expr::Kind::kAttr:
+        return get_attribute(eval(*e.children[0], frame), e.name);
       case Expr::Kind::kIndex:
         return get_item(eval(*e.children[0], frame), eval(*e.children[1], frame));
       case Expr::Kind::kSlice:

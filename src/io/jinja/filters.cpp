@@ -31,9 +31,11 @@ Value attribute_of(const Value& item, const Value& attribute) {
   size_t start = 0;
   for (;;) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    current = numeric ? get_item(current, Value(int64_t(std::stoll(part)))) : get_item(current, Value(part));
+    current = numeric ? get_item(current, Value(int64_t(std::stoll(part))))
+                      : get_item(current, Value(part));
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }
@@ -54,7 +56,8 @@ Value select(const Value& input, CallArgs& args, bool by_attribute, bool keep) {
   List out;
   for (const Value& item : iterate(input)) {
     Value subject = by_attribute ? attribute_of(item, attribute) : item;
-    bool passed = test.is_undefined() ? subject.truthy() : apply_test(test.str(), subject, test_args);
+    bool passed =
+        test.is_undefined() ? subject.truthy() : apply_test(test.str(), subject, test_args);
     if (passed == keep) out.push_back(item);
   }
   return Value(std::move(out));
@@ -87,12 +90,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -112,7 +126,8 @@ Value to_int(const Value& v, const Value& fallback) {
     long long i = std::strtoll(s.c_str(), &end, 10);
     if (!s.empty() && *end == '\0' && errno == 0) return Value(int64_t(i));
     double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0' && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value(int64_t(d));
+    if (!s.empty() && *end == '\0' && std::isfinite(d) && std::fabs(d) < 9.2e18)
+      return Value(int64_t(d));
   }
   return fallback;
 }
@@ -133,12 +148,13 @@ Value to_float(const Value& v, const Value& fallback) {
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args) {
   args.callee = name;
   static const char* const kKnown[] = {
-      "default", "d", "length", "count", "safe", "string", "tojson", "from_json", "items", "list",
-      "first", "last", "reverse", "join", "map", "select", "reject", "selectattr", "rejectattr",
-      "trim", "upper", "lower", "title", "capitalize", "replace", "split", "abs", "int", "float",
-      "escape", "e", "forceescape", "unique", "sum", "min", "max"};
-  if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return name == k; }) ==
-      std::end(kKnown)) {
+      "default", "d",          "length",     "count", "safe",    "string", "tojson", "from_json",
+      "items",   "list",       "first",      "last",  "reverse", "join",   "map",    "select",
+      "reject",  "selectattr", "rejectattr", "trim",  "upper",   "lower",  "title",  "capitalize",
+      "replace", "split",      "abs",        "int",   "float",   "escape", "e",      "forceescape",
+      "unique",  "sum",        "min",        "max"};
+  if (std::find_if(std::begin(kKnown), std::end(kKnown),
+                   [&](const char* k) { return name == k; }) == std::end(kKnown)) {
     raise("no filter named '{}'", name);
   }
   if (name == "default" || name == "d") {
@@ -161,7 +177,8 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
   }
   if (name == "items") {
     if (input.is_undefined()) return Value(List{});
-    if (!input.is_dict()) raise("can only get item pairs from a mapping, got {}", input.type_name());
+    if (!input.is_dict())
+      raise("can only get item pairs from a mapping, got {}", input.type_name());
     return call_method(input, "items", CallArgs{});
   }
   if (name == "list") return Value(iterate(input));
@@ -250,12 +267,14 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
   if (input.is_undefined()) fail_undefined(input);
   if (name == "abs") {
     if (input.is_float()) return Value(std::fabs(input.as_double()));
-    if (input.is_int() || input.is_bool()) return input.as_int() < 0 ? negate(input) : Value(input.as_int());
+    if (input.is_int() || input.is_bool())
+      return input.as_int() < 0 ? negate(input) : Value(input.as_int());
     raise("bad operand type for abs(): '{}'", input.type_name());
   }
   if (name == "int") return to_int(input, args.get(0, "default", Value(int64_t(0))));
   if (name == "float") return to_float(input, args.get(0, "default", Value(0.0)));
-  if (name == "escape" || name == "e" || name == "forceescape") return Value(html_escape(input.str()));
+  if (name == "escape" || name == "e" || name == "forceescape")
+    return Value(html_escape(input.str()));
   if (name == "unique") {
     List out;
     for (const Value& item : iterate(input)) {
@@ -269,7 +288,8 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
     Value total = args.get(1, "start", Value(int64_t(0)));
     Value attribute = args.get(0, "attribute");
     for (const Value& item : iterate(input)) {
-      total = binary_op("+", total, attribute.is_undefined() ? item : attribute_of(item, attribute));
+      total =
+          binary_op("+", total, attribute.is_undefined() ? item : attribute_of(item, attribute));
     }
     return total;
   }
@@ -307,7 +327,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
   if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
   if (name == "callable") return v.is_callable();
   if (name == "odd" || name == "even") {
-    if (!v.is_int() && !v.is_bool()) raise("test '{}' needs an integer, got {}", name, v.type_name());
+    if (!v.is_int() && !v.is_bool())
+      raise("test '{}' needs an integer, got {}", name, v.type_name());
     return (v.as_int() % 2 != 0) == (name == "odd");
   }
   if (name == "divisibleby") {
@@ -326,7 +347,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
     Value other = arg();
     if (v.is_namespace() && other.is_namespace()) return &v.as_namespace() == &other.as_namespace();
     // Python's `is` on None/True/False singletons; other identities are unknowable here.
-    if (v.is_none() || v.is_bool()) return equals(v, other) && std::string(v.type_name()) == other.type_name();
+    if (v.is_none() || v.is_bool())
+      return equals(v, other) && std::string(v.type_name()) == other.type_name();
     return false;
   }
   if (name == "lower" || name == "upper") {

@@ -10,27 +10,46 @@ namespace sluice::jinja {
 
 const char* token_type_name(TokenType type) {
   switch (type) {
-    case TokenType::kText: return "text";
-    case TokenType::kVarBegin: return "'{{'";
-    case TokenType::kVarEnd: return "'}}'";
-    case TokenType::kBlockBegin: return "'{%'";
-    case TokenType::kBlockEnd: return "'%}'";
-    case TokenType::kName: return "name";
-    case TokenType::kString: return "string";
-    case TokenType::kInteger: return "integer";
-    case TokenType::kFloat: return "float";
-    case TokenType::kOperator: return "operator";
-    case TokenType::kEnd: return "end of template";
+    case TokenType::kText:
+      return "text";
+    case TokenType::kVarBegin:
+      return "'{{'";
+    case TokenType::kVarEnd:
+      return "'}}'";
+    case TokenType::kBlockBegin:
+      return "'{%'";
+    case TokenType::kBlockEnd:
+      return "'%}'";
+    case TokenType::kName:
+      return "name";
+    case TokenType::kString:
+      return "string";
+    case TokenType::kInteger:
+      return "integer";
+    case TokenType::kFloat:
+      return "float";
+    case TokenType::kOperator:
+      return "operator";
+    case TokenType::kEnd:
+      return "end of template";
   }
   return "token";
 }
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 // Jinja reads templates with universal newlines and, as keep_trailing_newline is off, drops one
 // final newline.
@@ -287,8 +306,10 @@ class Lexer {
       uint32_t v = 0;
       for (int i = 0; i < n; ++i) {
         char h = src_[at + size_t(i)];
-        int d = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        int d = is_digit(h)              ? h - '0'
+                : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                         : -1;
         if (d < 0) return false;
         v = v * 16 + uint32_t(d);
       }
@@ -307,17 +328,38 @@ class Lexer {
       char e = src_[p + 1];
       p += 2;
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
-        case 'v': value += '\v'; break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'v':
+          value += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -358,6 +400,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(const std::string& source) { return Lexer(source).run(); }
+std::vector<Token> tokenize(const std::string& source) {
+  return Lexer(source).run();
+}
 
 }  // namespace sluice::jinja

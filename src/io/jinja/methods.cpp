@@ -13,7 +13,9 @@ namespace {
 // Jinja's sandbox (range is capped at MAX_RANGE = 100000 there too).
 constexpr int64_t kMaxRange = 100000;
 
-Value make_function(Function f) { return Value(std::make_shared<const Function>(std::move(f))); }
+Value make_function(Function f) {
+  return Value(std::make_shared<const Function>(std::move(f)));
+}
 
 std::string string_arg(const CallArgs& args, size_t index, const char* name) {
   Value v = args.get(index, name);
@@ -73,7 +75,7 @@ List split_on(const std::string& s, const std::string& sep, int64_t maxsplit, bo
     size_t start = 0;
     for (;;) {
       size_t hit = maxsplit >= 0 && int64_t(parts.size()) >= maxsplit ? std::string::npos
-                                                                       : s.find(sep, start);
+                                                                      : s.find(sep, start);
       if (hit == std::string::npos) break;
       parts.push_back(s.substr(start, hit - start));
       start = hit + sep.size();
@@ -106,10 +108,12 @@ int64_t int_arg(const CallArgs& args, size_t index, const char* name, int64_t fa
 
 bool affix_match(const std::string& s, const Value& affix, bool prefix, const std::string& callee) {
   auto one = [&](const Value& a) {
-    if (!a.is_string()) raise("{}() argument must be str or a tuple of str, not {}", callee, a.type_name());
+    if (!a.is_string())
+      raise("{}() argument must be str or a tuple of str, not {}", callee, a.type_name());
     const std::string& x = a.as_string();
     if (x.size() > s.size()) return false;
-    return prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+    return prefix ? s.compare(0, x.size(), x) == 0
+                  : s.compare(s.size() - x.size(), x.size(), x) == 0;
   };
   if (affix.is_list()) {
     for (const Value& a : affix.as_list()) {
@@ -194,7 +198,8 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
     std::string out;
     bool first = true;
     for (const Value& item : iterate(args.get(0, "iterable"))) {
-      if (!item.is_string()) raise("sequence item: expected str instance, {} found", item.type_name());
+      if (!item.is_string())
+        raise("sequence item: expected str instance, {} found", item.type_name());
       if (!first) out += s;
       out += item.as_string();
       first = false;
@@ -268,7 +273,8 @@ Value bound_method(const Value& obj, const std::string& name) {
     }
     if (is_one_of(name, {"pop", "popitem", "update", "clear", "setdefault"})) type = "dict";
   } else if (obj.is_list()) {
-    if (is_one_of(name, {"append", "extend", "pop", "insert", "remove", "clear", "sort", "reverse"})) {
+    if (is_one_of(name,
+                  {"append", "extend", "pop", "insert", "remove", "clear", "sort", "reverse"})) {
       type = "list";
     }
   }
@@ -290,7 +296,8 @@ std::unordered_map<std::string, Value> make_globals() {
       raise("range() expects 1 to 3 positional integer arguments");
     }
     for (const Value& v : args.positional) {
-      if (!v.is_int() && !v.is_bool()) raise("range() arguments must be integers, not {}", v.type_name());
+      if (!v.is_int() && !v.is_bool())
+        raise("range() arguments must be integers, not {}", v.type_name());
     }
     int64_t start = 0, stop, step = 1;
     if (args.positional.size() == 1) {
@@ -313,7 +320,8 @@ std::unordered_map<std::string, Value> make_globals() {
   g["namespace"] = make_function([](CallArgs& args) {
     auto ns = std::make_shared<Namespace>();
     for (const Value& v : args.positional) {
-      if (!v.is_dict()) raise("namespace() positional arguments must be dicts, not {}", v.type_name());
+      if (!v.is_dict())
+        raise("namespace() positional arguments must be dicts, not {}", v.type_name());
       for (const auto& [k, item] : v.as_dict().items) ns->attrs.set(k, item);
     }
     for (const auto& [k, item] : args.keyword) ns->attrs.set(k, item);

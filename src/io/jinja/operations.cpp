@@ -115,7 +115,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return Value(std::move(out));
     }
     if (a.is_string() || b.is_string()) {
-      raise("can only concatenate str (not \"{}\") to str", a.is_string() ? b.type_name() : a.type_name());
+      raise("can only concatenate str (not \"{}\") to str",
+            a.is_string() ? b.type_name() : a.type_name());
     }
     unsupported(op, a, b);
   }
@@ -137,7 +138,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     return Value(a.as_double() / b.as_double());
   }
   if (op == "//" || op == "%") {
-    if (a.is_string() && op == "%") raise("printf-style string formatting with '%' is not supported");
+    if (a.is_string() && op == "%")
+      raise("printf-style string formatting with '%' is not supported");
     if (!numbers) unsupported(op, a, b);
     if (ints) {
       int64_t x = a.as_int(), y = b.as_int();
@@ -242,10 +244,12 @@ Value get_item(const Value& obj, const Value& key) {
       size_t i = normalize_index(key.as_int(), offsets.size() - 1);
       if (i != std::string::npos) return Value(s.substr(offsets[i], offsets[i + 1] - offsets[i]));
     }
-    return Value::undefined(fmt::format("'{} object' has no element {}", obj.type_name(), key.repr()));
+    return Value::undefined(
+        fmt::format("'{} object' has no element {}", obj.type_name(), key.repr()));
   }
   if (key.is_string()) return get_attribute(obj, key.as_string());
-  return Value::undefined(fmt::format("'{} object' has no element {}", obj.type_name(), key.repr()));
+  return Value::undefined(
+      fmt::format("'{} object' has no element {}", obj.type_name(), key.repr()));
 }
 
 Value get_attribute(const Value& obj, const std::string& name) {
@@ -266,7 +270,8 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
   if (obj.is_undefined()) fail_undefined(obj);
   auto as_index = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is_undefined() || v.is_none()) return std::nullopt;
-    if (!v.is_int() && !v.is_bool()) raise("slice {} must be an integer or None, got {}", what, v.type_name());
+    if (!v.is_int() && !v.is_bool())
+      raise("slice {} must be an integer or None, got {}", what, v.type_name());
     return v.as_int();
   };
   std::optional<int64_t> start = as_index(start_v, "start"), stop = as_index(stop_v, "stop");

@@ -51,9 +51,12 @@ class Parser {
       case TokenType::kName:
       case TokenType::kOperator:
       case TokenType::kInteger:
-      case TokenType::kFloat: return fmt::format("'{}'", t.value);
-      case TokenType::kString: return "string literal";
-      default: return token_type_name(t.type);
+      case TokenType::kFloat:
+        return fmt::format("'{}'", t.value);
+      case TokenType::kString:
+        return "string literal";
+      default:
+        return token_type_name(t.type);
     }
   }
   [[noreturn]] void fail_expected(const std::string& what) const {
@@ -101,7 +104,8 @@ class Parser {
       if (t.type == TokenType::kEnd) {
         if (end_tags.size() == 0) return body;
         std::string names;
-        for (const char* tag : end_tags) names += (names.empty() ? "'" : " or '") + std::string(tag) + "'";
+        for (const char* tag : end_tags)
+          names += (names.empty() ? "'" : " or '") + std::string(tag) + "'";
         throw TemplateError(fmt::format("expected {} to close '{}' opened at line {}, got end of "
                                         "template",
                                         names, opener, opened.line),
@@ -157,7 +161,8 @@ class Parser {
       expect_block_end();
       return s;
     }
-    if (is_one_of(tag, {"endif", "endfor", "endset", "endmacro", "endgeneration", "elif", "else"})) {
+    if (is_one_of(tag,
+                  {"endif", "endfor", "endset", "endmacro", "endgeneration", "elif", "else"})) {
       throw TemplateError(fmt::format("unexpected '{}': no open block to close", tag), pos);
     }
     throw TemplateError(fmt::format("unknown or unsupported tag '{}'", tag), pos);
@@ -346,7 +351,8 @@ class Parser {
     for (;;) {
       std::string op;
       const Token& t = peek();
-      if (t.type == TokenType::kOperator && is_one_of(t.value, {"==", "!=", "<", ">", "<=", ">="})) {
+      if (t.type == TokenType::kOperator &&
+          is_one_of(t.value, {"==", "!=", "<", ">", "<=", ">="})) {
         op = t.value;
         next();
       } else if (at_name("in")) {
@@ -437,14 +443,19 @@ class Parser {
         while (peek().type == TokenType::kString) text += next().value;  // "a" "b" == "ab"
         return literal(Value(std::move(text)), pos);
       }
-      case TokenType::kInteger: next(); return literal(Value(t.int_value), t.pos);
-      case TokenType::kFloat: next(); return literal(Value(t.float_value), t.pos);
+      case TokenType::kInteger:
+        next();
+        return literal(Value(t.int_value), t.pos);
+      case TokenType::kFloat:
+        next();
+        return literal(Value(t.float_value), t.pos);
       case TokenType::kOperator:
         if (t.value == "(") return parse_parenthesized();
         if (t.value == "[") return parse_list();
         if (t.value == "{") return parse_dict();
         break;
-      default: break;
+      default:
+        break;
     }
     fail_expected("an expression");
   }
@@ -627,6 +638,8 @@ class Parser {
 
 }  // namespace
 
-Body parse_template(const std::string& source) { return Parser(tokenize(source)).parse(); }
+Body parse_template(const std::string& source) {
+  return Parser(tokenize(source)).parse();
+}
 
 }  // namespace sluice::jinja

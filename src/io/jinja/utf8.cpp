@@ -5,7 +5,11 @@ namespace sluice::jinja::utf8 {
 uint32_t decode(std::string_view s, size_t pos, size_t* size) {
   auto byte = [&](size_t i) { return uint8_t(s[i]); };
   uint8_t b0 = byte(pos);
-  size_t need = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xe ? 3 : (b0 >> 3) == 0x1e ? 4 : 0;
+  size_t need = b0 < 0x80           ? 1
+                : (b0 >> 5) == 0x6  ? 2
+                : (b0 >> 4) == 0xe  ? 3
+                : (b0 >> 3) == 0x1e ? 4
+                                    : 0;
   if (need <= 1 || pos + need > s.size()) {
     *size = 1;
     return b0;
@@ -64,7 +68,13 @@ void append(std::string& out, uint32_t cp) {
 bool is_python_space(uint32_t cp) {
   if ((cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20)) return true;
   switch (cp) {
-    case 0x85: case 0xa0: case 0x1680: case 0x2028: case 0x2029: case 0x202f: case 0x205f:
+    case 0x85:
+    case 0xa0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202f:
+    case 0x205f:
     case 0x3000:
       return true;
     default:

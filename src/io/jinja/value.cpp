@@ -15,16 +15,26 @@ Value::Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}
 
 const char* Value::type_name() const {
   switch (v_.index()) {
-    case 0: return "Undefined";
-    case 1: return "NoneType";
-    case 2: return "bool";
-    case 3: return "int";
-    case 4: return "float";
-    case 5: return "str";
-    case 6: return "list";
-    case 7: return "dict";
-    case 8: return "Namespace";
-    default: return "function";
+    case 0:
+      return "Undefined";
+    case 1:
+      return "NoneType";
+    case 2:
+      return "bool";
+    case 3:
+      return "int";
+    case 4:
+      return "float";
+    case 5:
+      return "str";
+    case 6:
+      return "list";
+    case 7:
+      return "dict";
+    case 8:
+      return "Namespace";
+    default:
+      return "function";
   }
 }
 
@@ -75,16 +85,21 @@ namespace {
 template <typename Json>
 Value value_from_json(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value(j.template get<int64_t>());
+    case nlohmann::json::value_t::null:
+      return Value::none();
+    case nlohmann::json::value_t::boolean:
+      return Value(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value(j.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
       uint64_t u = j.template get<uint64_t>();
       if (u > uint64_t(INT64_MAX)) return Value(double(u));
       return Value(int64_t(u));
     }
-    case nlohmann::json::value_t::number_float: return Value(j.template get<double>());
-    case nlohmann::json::value_t::string: return Value(j.template get<std::string>());
+    case nlohmann::json::value_t::number_float:
+      return Value(j.template get<double>());
+    case nlohmann::json::value_t::string:
+      return Value(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       List list;
       list.reserve(j.size());
@@ -98,14 +113,19 @@ Value value_from_json(const Json& j) {
       }
       return Value(std::move(dict));
     }
-    default: return Value::none();  // binary and discarded values have no Python counterpart
+    default:
+      return Value::none();  // binary and discarded values have no Python counterpart
   }
 }
 
 }  // namespace
 
-Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
-Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
+Value Value::from_json(const nlohmann::ordered_json& j) {
+  return value_from_json(j);
+}
+Value Value::from_json(const nlohmann::json& j) {
+  return value_from_json(j);
+}
 
 const Value* Dict::find(const std::string& key) const {
   for (const auto& [k, v] : items) {
@@ -237,13 +257,27 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (uint8_t(c) < 0x20) {
           out += fmt::format("\\u{:04x}", int(c));
@@ -273,8 +307,9 @@ void json_value(std::string& out, const Value& v, const JsonStyle& style, int de
     out += std::to_string(v.as_int());
   } else if (v.is_float()) {
     double d = v.as_double();
-    out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                                                  : python_float_repr(d);
+    out += std::isnan(d)   ? "NaN"
+           : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                           : python_float_repr(d);
   } else if (v.is_string()) {
     json_string(out, v.as_string());
   } else if (v.is_list()) {

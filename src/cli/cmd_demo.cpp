@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "core/units.h"
 #include "engine/batch_engine.h"
+#include "engine/throughput_report.h"
 #include "io/tokenizer.h"
 #include "model/model_stats.h"
 #include "model/presets.h"
@@ -75,8 +76,15 @@ int run(std::string dir_option, int max_new_tokens) {
     fmt::print("   {:<40} -> {:?}\n", fmt::format("{:?}", prompts[i]), tok->decode(done[i].tokens, true));
   }
   fmt::print("   (the weights are random, so the text is too)\n");
+  const Ceilings ceilings = measure_ceilings();
+  const ThroughputReport r = summarize(engine.stats(), seconds, prompt_tokens, generated, ceilings);
   fmt::print("3. {} prompt + {} generated tokens in {:.3f} s: {:.0f} tokens/s end to end\n",
-             prompt_tokens, generated, seconds, double(prompt_tokens + generated) / seconds);
+             prompt_tokens, generated, seconds, r.total_tokens_per_s);
+  fmt::print("   moved {:.2f} GB/s = {:.1f}% of this machine's DRAM bandwidth ({:.1f} GB/s, measured);\n"
+             "   computed {:.2f} GFLOP/s = {:.1f}% of its bf16 GEMM peak ({:.0f} GFLOP/s, measured):\n"
+             "   a model this small is bound by per-step overheads, not by the hardware\n",
+             r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, ceilings.dram_bytes_per_s / 1e9,
+             r.flops_per_s / 1e9, 100 * r.fraction_of_gemm_peak, ceilings.gemm_flops / 1e9);
   fmt::print("\nnext: sluice bench --preset mixtral-8x7b --layers 4 --prompt-len 128 --gen-len 32 "
              "--requests 64 --ignore-eos\n");
   return 0;

@@ -1,0 +1,102 @@
+#include "engine/throughput_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/units.h"
+#include "runtime/hardware_probe.h"
+
+namespace sluice {
+
+Ceilings measure_ceilings() {
+  static Ceilings measured;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    measured.dram_bytes_per_s = measure_dram_bandwidth();
+    measured.gemm_flops = measure_gemm_peak();
+  });
+  return measured;
+}
+
+ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tokens,
+                           int64_t generated, const Ceilings& c) {
+  ThroughputReport r;
+  r.wall_seconds = wall;
+  r.prompt_tokens = prompt_tokens;
+  r.generated_tokens = generated;
+  r.prefill_tokens_per_s = s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0;
+  r.decode_tokens_per_s = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
+  r.total_tokens_per_s = double(prompt_tokens + generated) / wall;
+  const double bytes = s.weight_bytes + s.kv_bytes;
+  r.bytes_per_s = bytes / wall;
+  r.flops_per_s = s.flops / wall;
+  r.fraction_of_dram = r.bytes_per_s / c.dram_bytes_per_s;
+  r.fraction_of_gemm_peak = r.flops_per_s / c.gemm_flops;
+  r.roofline_seconds = std::max(bytes / c.dram_bytes_per_s, s.flops / c.gemm_flops);
+  r.fraction_of_roofline = r.roofline_seconds / wall;
+  r.expert_gemm_flops = s.expert_gemm_seconds > 0 ? s.expert_flops / s.expert_gemm_seconds : 0;
+  r.expert_gemm_fraction_of_peak = r.expert_gemm_flops / c.gemm_flops;
+  r.tokens_per_expert_gemm = double(s.expert_tokens) / double(std::max<int64_t>(1, s.expert_gemm_calls));
+  return r;
+}
+
+void print_report(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {
+  fmt::print("prefill    {:9.1f} tokens/s   ({} tokens)\n", r.prefill_tokens_per_s, s.prefill_tokens);
+  fmt::print("decode     {:9.1f} tokens/s   ({} tokens)\n", r.decode_tokens_per_s, s.decode_tokens);
+  fmt::print("end to end {:9.1f} tokens/s   ({} prompt + {} generated in {:.2f} s, {} steps)\n",
+             r.total_tokens_per_s, r.prompt_tokens, r.generated_tokens, r.wall_seconds, s.steps);
+  const double stages = s.attention_seconds + s.expert_seconds + s.dense_seconds +
+                        s.sampling_seconds + s.scheduling_seconds;
+  fmt::print("\ntime by stage\n");
+  const std::pair<const char*, double> rows[] = {
+      {"experts (gather, GEMMs, SiLU, scatter)", s.expert_seconds},
+      {"dense (norms, QKV, O, router, lm_head)", s.dense_seconds},
+      {"attention (RoPE, KV write, attention)", s.attention_seconds},
+      {"sampling", s.sampling_seconds},
+      {"scheduling", s.scheduling_seconds}};
+  for (auto [name, sec] : rows)
+    fmt::print("  {:<40} {:8.3f} s  {:5.1f}%\n", name, sec, 100 * sec / stages);
+  fmt::print("\nmoved      {:.2f} GB/s = {:.0f}% of DRAM bandwidth {:.1f} GB/s (weights {}, KV {})\n",
+             r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, c.dram_bytes_per_s / 1e9,
+             human_bytes(s.weight_bytes), human_bytes(s.kv_bytes));
+  fmt::print("computed   {:.1f} GFLOP/s = {:.0f}% of GEMM peak {:.1f} GFLOP/s\n", r.flops_per_s / 1e9,
+             100 * r.fraction_of_gemm_peak, c.gemm_flops / 1e9);
+  fmt::print("experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of GEMM peak, {:.1f} tokens per expert GEMM\n",
+             r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_peak, r.tokens_per_expert_gemm);
+  fmt::print("roofline   the work done bounds the run at {:.2f} s: {:.0f}% of roofline\n",
+             r.roofline_seconds, 100 * r.fraction_of_roofline);
+}
+
+nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {
+  return {{"prefill_tokens_per_s", r.prefill_tokens_per_s},
+          {"decode_tokens_per_s", r.decode_tokens_per_s},
+          {"total_tokens_per_s", r.total_tokens_per_s},
+          {"prompt_tokens", r.prompt_tokens},
+          {"generated_tokens", r.generated_tokens},
+          {"wall_seconds", r.wall_seconds},
+          {"steps", s.steps},
+          {"fraction_of_roofline", r.fraction_of_roofline},
+          {"roofline_seconds", r.roofline_seconds},
+          {"dram_bytes_per_s", c.dram_bytes_per_s},
+          {"gemm_peak_flops", c.gemm_flops},
+          {"achieved_bytes_per_s", r.bytes_per_s},
+          {"achieved_flops", r.flops_per_s},
+          {"fraction_of_dram", r.fraction_of_dram},
+          {"fraction_of_gemm_peak", r.fraction_of_gemm_peak},
+          {"expert_gemm_flops", r.expert_gemm_flops},
+          {"expert_gemm_fraction_of_peak", r.expert_gemm_fraction_of_peak},
+          {"tokens_per_expert_gemm", r.tokens_per_expert_gemm},
+          {"stage_seconds",
+           {{"attention", s.attention_seconds},
+            {"experts", s.expert_seconds},
+            {"expert_gemms", s.expert_gemm_seconds},
+            {"dense", s.dense_seconds},
+            {"sampling", s.sampling_seconds},
+            {"scheduling", s.scheduling_seconds}}},
+          {"kv_cache_bytes", s.kv_cache_bytes},
+          {"peak_kv_usage", s.peak_kv_usage}};
+}
+
+}  // namespace sluice

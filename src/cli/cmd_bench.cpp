@@ -36,6 +36,9 @@ struct Options {
 int run(Options o) {
   if (o.model_dir.empty() == o.preset.empty()) fail("bench: give exactly one of --model or --preset");
   if (o.policy.threads > 0) omp_set_num_threads(o.policy.threads);
+  // Measured first: the probe's buffers are freed before the model is made, so they do not
+  // count towards the peak resident memory reported below.
+  const Ceilings ceilings = measure_ceilings();
   auto t_load = std::chrono::steady_clock::now();
   Model model = o.preset.empty() ? load_model(o.model_dir)
                                  : make_random_model(preset_config(o.preset, o.layers), o.seed);
@@ -43,8 +46,6 @@ int run(Options o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model.config;
   const ModelStats ms = model_stats(model);
-
-  const Ceilings ceilings = measure_ceilings();
 
   WorkloadShape shape{o.requests, o.prompt_len, o.gen_len};
   const size_t kv_budget = o.kv_memory.empty() ? available_memory_bytes() / 2

@@ -1,0 +1,211 @@
+#include "runtime/planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace sluice {
+
+int StepShape::tokens() const {
+  int t = 0;
+  for (const auto& mb : micro_batches) t += mb.tokens;
+  return t;
+}
+
+CpuCostModel::CpuCostModel(const HardwareProfile& profile, const ModelConfig& config,
+                           const Policy& policy)
+    : hw_(profile), c_(config), p_(policy) {
+  if (p_.expert_batch <= 0)
+    fail("cost model: policy field 'expert_batch': expected a resolved value > 0, got {}",
+         p_.expert_batch);
+  if (hw_.dram_bytes_per_s <= 0 || hw_.gemm_peak_flops <= 0 || hw_.elementwise_bytes_per_s <= 0 ||
+      hw_.attention_bytes_per_s <= 0 || hw_.attention_flops <= 0)
+    fail("cost model: hardware profile: expected positive ceilings, got DRAM {} B/s, GEMM {} "
+         "FLOP/s, elementwise {} B/s, attention {} B/s and {} FLOP/s",
+         hw_.dram_bytes_per_s, hw_.gemm_peak_flops, hw_.elementwise_bytes_per_s,
+         hw_.attention_bytes_per_s, hw_.attention_flops);
+}
+
+// GEMM Y[m,n] = X[m,k]·Wᵀ: 2·m·n·k FLOPs; bytes are W (bf16) once, X and Y once. In bf16
+// precision the engine rounds X to bf16 inside cpu::gemm; in fp32 precision (and always for the
+// router) it uses cpu::gemm_f32.
+Task CpuCostModel::gemm_task(const std::string& name, const std::string& group, double m,
+                             int64_t n, int64_t k, bool exact_f32) const {
+  const bool f32 = exact_f32 || p_.precision == Precision::kF32;
+  Task t;
+  t.name = name;
+  t.group = group;
+  t.flops = 2.0 * m * double(n) * double(k);
+  t.bytes = 2.0 * double(n) * double(k) + m * double(k) * (f32 ? 4 : 2) + 4.0 * m * double(n);
+  const double compute = t.flops / hw_.gemm_peak_flops, memory = t.bytes / hw_.dram_bytes_per_s;
+  t.bound = compute > memory ? Bound::kCompute : Bound::kMemory;
+  t.seconds = std::max({hw_.gemm_seconds(m, n, k, f32 ? "f32" : "bf16"), compute, memory});
+  return t;
+}
+
+Task CpuCostModel::elementwise_task(const std::string& name, const std::string& group,
+                                    double bytes) const {
+  Task t;
+  t.name = name;
+  t.group = group;
+  t.bytes = bytes;
+  t.flops = bytes / 4;  // about one operation per fp32 element: far below any ridge point
+  t.bound = Bound::kMemory;
+  t.seconds = bytes / hw_.elementwise_bytes_per_s;
+  return t;
+}
+
+// Paged attention reads K and V (bf16) of every position each sequence attends to once per
+// micro-batch, and does 4 FLOPs per (query row, key position, q element): QK dot and PV axpy.
+Task CpuCostModel::attention_task(const std::string& name, const MicroBatchShape& mb) const {
+  Task t;
+  t.name = name;
+  t.group = "attention (KV reads)";
+  t.bytes = mb.kv_positions * double(c_.kv_dim()) * 2 * 2;
+  t.flops = 4.0 * mb.qk_pairs * double(c_.q_dim());
+  const double memory = t.bytes / hw_.attention_bytes_per_s, compute = t.flops / hw_.attention_flops;
+  t.bound = compute > memory ? Bound::kCompute : Bound::kMemory;
+  t.seconds = std::max(memory, compute);
+  return t;
+}
+
+std::vector<std::pair<int, double>> CpuCostModel::tokens_per_expert_distribution(int T) const {
+  const double p = double(c_.experts_per_token) / double(c_.num_experts);
+  if (T <= 0) return {{0, 1.0}};
+  const double mean = T * p, sd = std::sqrt(T * p * (1 - p));
+  const int lo = std::max(0, int(std::floor(mean - 10 * sd - 2)));
+  const int hi = std::min(T, int(std::ceil(mean + 10 * sd + 2)));
+  std::vector<std::pair<int, double>> out;
+  double total = 0;
+  for (int m = lo; m <= hi; ++m) {
+    const double log_pmf = std::lgamma(T + 1.0) - std::lgamma(m + 1.0) - std::lgamma(T - m + 1.0) +
+                           m * std::log(p) + (T - m) * std::log1p(-p);
+    const double pm = std::exp(log_pmf);
+    if (pm < 1e-12) continue;
+    out.push_back({m, pm});
+    total += pm;
+  }
+  for (auto& [m, pm] : out) pm /= total;
+  return out;
+}
+
+std::vector<Task> CpuCostModel::expert_tasks(int expert, int T) const {
+  const int64_t H = c_.hidden_size, I = c_.expert_intermediate_size;
+  const bool f32 = p_.precision == Precision::kF32;
+  const std::string prefix = fmt::format("expert{}.", expert);
+  // One chunk of m rows: the engine's sequence for it.
+  auto chunk = [&](double m) {
+    return std::vector<Task>{
+        elementwise_task(prefix + "gather", "expert gather/scatter", m * double(H) * (f32 ? 8 : 4)),
+        gemm_task(prefix + "gate", "expert GEMMs", m, I, H),
+        gemm_task(prefix + "up", "expert GEMMs", m, I, H),
+        elementwise_task(prefix + "silu_mul", "expert SiLU-mul", m * double(I) * 12),
+        gemm_task(prefix + "down", "expert GEMMs", m, H, I),
+        elementwise_task(prefix + "scatter_add", "expert gather/scatter", m * double(H) * 12)};
+  };
+  std::vector<Task> expected = chunk(1);
+  for (Task& t : expected) t.flops = t.bytes = t.seconds = 0;
+  const int be = p_.expert_batch;
+  for (auto [m, pm] : tokens_per_expert_distribution(T)) {
+    if (m == 0) continue;
+    std::vector<Task> full, rest;
+    if (m / be > 0) full = chunk(be);
+    if (m % be > 0) rest = chunk(m % be);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      double f = 0, b = 0, s = 0;
+      if (!full.empty()) f += full[i].flops * (m / be), b += full[i].bytes * (m / be), s += full[i].seconds * (m / be);
+      if (!rest.empty()) f += rest[i].flops, b += rest[i].bytes, s += rest[i].seconds;
+      expected[i].flops += pm * f;
+      expected[i].bytes += pm * b;
+      expected[i].seconds += pm * s;
+    }
+  }
+  for (Task& t : expected)
+    if (t.group == "expert GEMMs")
+      t.bound = t.flops / hw_.gemm_peak_flops > t.bytes / hw_.dram_bytes_per_s ? Bound::kCompute
+                                                                              : Bound::kMemory;
+  return expected;
+}
+
+// One micro-batch of one layer, in the engine's order (attention_phase in batch_engine.cpp).
+void CpuCostModel::add_micro_batch(TaskGraph& g, int layer, int index,
+                                   const MicroBatchShape& mb) const {
+  const double n = mb.tokens;
+  const int64_t H = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), E = c_.num_experts;
+  const std::string p = fmt::format("layer{}.mb{}.", layer, index);
+  g.chain(elementwise_task(p + "attn_norm", "norms, RoPE, routing", n * double(H) * 8));
+  g.chain(gemm_task(p + "q_proj", "attention projections", n, qd, H));
+  g.chain(gemm_task(p + "k_proj", "attention projections", n, kvd, H));
+  g.chain(gemm_task(p + "v_proj", "attention projections", n, kvd, H));
+  g.chain(elementwise_task(p + "rope_kv_write", "norms, RoPE, routing",
+                           n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4)));
+  g.chain(attention_task(p + "attention", mb));
+  g.chain(gemm_task(p + "o_proj", "attention projections", n, H, qd));
+  g.chain(elementwise_task(p + "ffn_norm", "norms, RoPE, routing", n * double(H) * 8));
+  g.chain(gemm_task(p + "router", "router", n, E, H, /*exact_f32=*/true));
+  g.chain(elementwise_task(p + "top_k_and_round", "norms, RoPE, routing",
+                           n * double(E) * 4 + n * double(H) * 6));
+}
+
+TaskGraph CpuCostModel::step_graph(const StepShape& step) const {
+  TaskGraph g;
+  const int T = step.tokens(), S = step.sampled;
+  const int64_t H = c_.hidden_size;
+  g.chain(elementwise_task("embed", "embedding, lm_head, sampling", double(T) * double(H) * 6));
+  for (int l = 0; l < c_.num_layers; ++l) {
+    for (size_t i = 0; i < step.micro_batches.size(); ++i)
+      add_micro_batch(g, l, int(i), step.micro_batches[i]);
+    for (int e = 0; e < c_.num_experts; ++e)
+      for (Task& t : expert_tasks(e, T)) {
+        t.name = fmt::format("layer{}.{}", l, t.name);
+        g.chain(std::move(t));
+      }
+  }
+  if (S > 0) {
+    g.chain(elementwise_task("final_norm", "embedding, lm_head, sampling", double(S) * double(H) * 16));
+    Task head = gemm_task("lm_head", "embedding, lm_head, sampling", S, c_.vocab_size, H);
+    g.chain(std::move(head));
+    g.chain(elementwise_task("sampling", "embedding, lm_head, sampling",
+                             double(S) * double(c_.vocab_size) * 8));
+  }
+  return g;
+}
+
+double CpuCostModel::micro_batch_dense_seconds(int tokens) const {
+  auto it = dense_memo_.find(tokens);
+  if (it != dense_memo_.end()) return it->second;
+  TaskGraph g;
+  add_micro_batch(g, 0, 0, MicroBatchShape{tokens, 0, 0});
+  double s = 0;
+  for (const Task& t : g.tasks()) s += t.seconds;  // attention of an empty KV costs 0
+  return dense_memo_[tokens] = s;
+}
+
+double CpuCostModel::expert_phase_seconds(int T) const {
+  auto it = expert_memo_.find(T);
+  if (it != expert_memo_.end()) return it->second;
+  double s = 0;
+  for (const Task& t : expert_tasks(0, T)) s += t.seconds;
+  return expert_memo_[T] = s * c_.num_experts;  // experts are interchangeable in expectation
+}
+
+double CpuCostModel::head_seconds(int T, int S) const {
+  const int64_t H = c_.hidden_size;
+  double s = double(T) * double(H) * 6 / hw_.elementwise_bytes_per_s;
+  if (S > 0)
+    s += (double(S) * double(H) * 16 + double(S) * double(c_.vocab_size) * 8) /
+             hw_.elementwise_bytes_per_s +
+         gemm_task("lm_head", "", S, c_.vocab_size, H).seconds;
+  return s;
+}
+
+double CpuCostModel::step_seconds(const StepShape& step) const {
+  double layer = expert_phase_seconds(step.tokens());
+  for (const MicroBatchShape& mb : step.micro_batches)
+    layer += micro_batch_dense_seconds(mb.tokens) + attention_task("", mb).seconds;
+  return head_seconds(step.tokens(), step.sampled) + c_.num_layers * layer;
+}
+
+}  // namespace sluice

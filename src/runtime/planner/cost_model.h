@@ -1,0 +1,84 @@
+// The hierarchical roofline cost model of the CPU batch engine (engine/batch_engine.cpp).
+//
+// A step is described by its attention micro-batches (tokens, and the KV positions their queries
+// read) and the rows that sample. Each task of the step gets its bytes and FLOPs from the model
+// shape, and its time from the hardware profile:
+//   GEMMs        the measured time-versus-m curve of the nearest weight shape, interpolated
+//                (it already holds the loss of small-m GEMMs below both ceilings), never below
+//                the roofline max(weight bytes / DRAM bandwidth, FLOPs / GEMM peak);
+//   attention    max(KV bytes / measured attention bandwidth, FLOPs / measured attention rate);
+//   elementwise  bytes / measured elementwise bandwidth (norms, RoPE, SiLU·mul, gather, scatter).
+// A task is called compute bound when FLOPs / peak exceeds bytes / bandwidth, else memory bound.
+//
+// Expert work is an expectation over routing: with uniform routing, the tokens an expert gets in
+// a step of T tokens follow Binomial(T, k/E), so an expert costs Σ_m P(m)·cost(m), where cost(m)
+// splits m into GEMMs of at most b_e rows and cost(0) = 0 (the engine skips idle experts). This
+// matters at small T: one decode token reads 2 experts' weights, not 8 quarter-experts.
+//
+// The engine runs every task in order on one OpenMP pool, so its step graph is a chain and the
+// critical path is the sum; the graph type (task_graph.h) also carries the parallel resources
+// of the GPU pipeline.
+#pragma once
+
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "model/config.h"
+#include "runtime/planner/hardware_profile.h"
+#include "runtime/planner/task_graph.h"
+#include "runtime/policy.h"
+
+namespace sluice {
+
+struct MicroBatchShape {
+  int tokens = 0;
+  double kv_positions = 0;  // Σ over its sequences of the KV positions attention reads
+  double qk_pairs = 0;      // Σ over its query rows of the KV positions each attends to
+};
+
+struct StepShape {
+  std::vector<MicroBatchShape> micro_batches;
+  int sampled = 0;  // rows that go through the final norm, lm_head and sampling
+  int prefill_tokens = 0, decode_tokens = 0;  // how the engine splits the step's time
+  int tokens() const;
+};
+
+class CpuCostModel {
+ public:
+  CpuCostModel(const HardwareProfile& profile, const ModelConfig& config, const Policy& policy);
+
+  // Every task of the step (all layers), as the engine's chain.
+  TaskGraph step_graph(const StepShape& step) const;
+  // The same critical path, with the per-shape pieces memoised (the simulator calls this for
+  // every step of a workload).
+  double step_seconds(const StepShape& step) const;
+
+  // Pieces, public for tests and reports.
+  Task gemm_task(const std::string& name, const std::string& group, double m, int64_t n, int64_t k,
+                 bool exact_f32 = false) const;
+  Task elementwise_task(const std::string& name, const std::string& group, double bytes) const;
+  Task attention_task(const std::string& name, const MicroBatchShape& mb) const;
+  // Expected tasks of one expert over a step of T tokens (gather, gate, up, SiLU·mul, down,
+  // scatter-add), each with expected bytes, FLOPs and seconds.
+  std::vector<Task> expert_tasks(int expert, int step_tokens) const;
+  // P(an expert gets m of T tokens) under uniform top-k routing.
+  std::vector<std::pair<int, double>> tokens_per_expert_distribution(int step_tokens) const;
+
+  const ModelConfig& config() const { return c_; }
+  const Policy& policy() const { return p_; }
+  const HardwareProfile& profile() const { return hw_; }
+
+ private:
+  void add_micro_batch(TaskGraph& g, int layer, int index, const MicroBatchShape& mb) const;
+  double micro_batch_dense_seconds(int tokens) const;
+  double expert_phase_seconds(int step_tokens) const;
+  double head_seconds(int tokens, int sampled) const;
+
+  HardwareProfile hw_;
+  ModelConfig c_;
+  Policy p_;
+  mutable std::unordered_map<int, double> dense_memo_, expert_memo_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,183 @@
+#include "runtime/planner/hardware_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace sluice {
+
+double GemmCurve::seconds_at(double m) const {
+  if (points.empty()) fail("gemm curve '{}': field 'points': expected measurements, got none", name);
+  const Point& first = points.front();
+  if (m <= double(first.m)) return first.seconds;  // a GEMM never gets cheaper than one row
+  for (size_t i = 1; i < points.size(); ++i) {
+    const Point &a = points[i - 1], &b = points[i];
+    if (m <= double(b.m))
+      return a.seconds + (b.seconds - a.seconds) * (m - double(a.m)) / double(b.m - a.m);
+  }
+  const Point& last = points.back();
+  return last.seconds * m / double(last.m);
+}
+
+const GemmCurve& HardwareProfile::curve_for(int64_t n, int64_t k, const std::string& act) const {
+  const GemmCurve* best = nullptr;
+  double best_distance = 0;
+  for (const GemmCurve& c : cpu_gemm) {
+    if (c.activations != act) continue;
+    const double d = std::abs(std::log(double(n * k) / double(c.n * c.k)));
+    if (!best || d < best_distance) best = &c, best_distance = d;
+  }
+  if (!best)
+    fail("hardware profile: field 'cpu_gemm': expected a curve with {} activations, got none", act);
+  return *best;
+}
+
+double HardwareProfile::gemm_seconds(double m, int64_t n, int64_t k, const std::string& act) const {
+  const GemmCurve& c = curve_for(n, k, act);
+  return c.seconds_at(m) * double(n * k) / double(c.n * c.k);
+}
+
+double HardwareProfile::gemm_seconds(int64_t m, int64_t n, int64_t k, const std::string& act) const {
+  return gemm_seconds(double(m), n, k, act);
+}
+
+namespace {
+
+nlohmann::json curve_json(const GemmCurve& c) {
+  nlohmann::json pts = nlohmann::json::array();
+  for (const auto& p : c.points)
+    pts.push_back({{"m", p.m},
+                   {"seconds", p.seconds},
+                   {"gflops", 2.0 * double(p.m) * double(c.n) * double(c.k) / p.seconds / 1e9}});
+  return {{"name", c.name}, {"activations", c.activations}, {"n", c.n}, {"k", c.k}, {"points", pts}};
+}
+
+GemmCurve curve_from_json(const nlohmann::json& j, const std::string& source) {
+  GemmCurve c;
+  try {
+    c.name = j.at("name").get<std::string>();
+    c.activations = j.at("activations").get<std::string>();
+    c.n = j.at("n").get<int64_t>();
+    c.k = j.at("k").get<int64_t>();
+    for (const auto& p : j.at("points")) c.points.push_back({p.at("m"), p.at("seconds")});
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: field 'cpu_gemm': expected {{name, activations, n, k, points}}, got error: {}",
+         source, e.what());
+  }
+  if (c.points.empty() || c.n <= 0 || c.k <= 0)
+    fail("{}: field 'cpu_gemm.{}': expected positive n, k and at least one point", source, c.name);
+  for (size_t i = 0; i < c.points.size(); ++i)
+    if (c.points[i].seconds <= 0 || (i > 0 && c.points[i].m <= c.points[i - 1].m))
+      fail("{}: field 'cpu_gemm.{}.points': expected increasing m and positive seconds", source,
+           c.name);
+  return c;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const HardwareProfile& p) {
+  nlohmann::json j = {{"machine_key", p.machine_key},
+                      {"cpu_model", p.cpu_model},
+                      {"cores", p.cores},
+                      {"memory_bytes", p.memory_bytes},
+                      {"source", p.source},
+                      {"dram_bytes_per_s", p.dram_bytes_per_s},
+                      {"gemm_peak_flops", p.gemm_peak_flops},
+                      {"disk_bytes_per_s", p.disk_bytes_per_s},
+                      {"attention_bytes_per_s", p.attention_bytes_per_s},
+                      {"attention_flops", p.attention_flops},
+                      {"elementwise_bytes_per_s", p.elementwise_bytes_per_s}};
+  j["cpu_gemm"] = nlohmann::json::array();
+  for (const auto& c : p.cpu_gemm) j["cpu_gemm"].push_back(curve_json(c));
+  if (!p.gpu) {
+    j["gpu"] = nullptr;
+  } else {
+    const GpuProfile& g = *p.gpu;
+    nlohmann::json gemm = nlohmann::json::array();
+    for (const auto& c : g.gemm) gemm.push_back(curve_json(c));
+    j["gpu"] = {{"name", g.name},
+                {"h2d_pinned_bytes_per_s", g.h2d_pinned_bytes_per_s},
+                {"h2d_pageable_bytes_per_s", g.h2d_pageable_bytes_per_s},
+                {"d2h_pinned_bytes_per_s", g.d2h_pinned_bytes_per_s},
+                {"d2h_pageable_bytes_per_s", g.d2h_pageable_bytes_per_s},
+                {"memory_free_bytes", g.memory_free_bytes},
+                {"gemm", gemm}};
+  }
+  return j;
+}
+
+HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& source) {
+  HardwareProfile p;
+  auto number = [&](const char* field) {
+    if (!j.contains(field) || !j[field].is_number())
+      fail("{}: field '{}': expected a number, got {}", source, field,
+           j.contains(field) ? j[field].dump() : "nothing");
+    return j[field].get<double>();
+  };
+  if (!j.is_object()) fail("{}: expected a JSON object, got {}", source, j.type_name());
+  p.machine_key = j.value("machine_key", "");
+  p.cpu_model = j.value("cpu_model", "");
+  p.cores = j.value("cores", 0);
+  p.memory_bytes = j.value("memory_bytes", size_t(0));
+  p.source = j.value("source", "measured");
+  p.dram_bytes_per_s = number("dram_bytes_per_s");
+  p.gemm_peak_flops = number("gemm_peak_flops");
+  p.disk_bytes_per_s = number("disk_bytes_per_s");
+  p.attention_bytes_per_s = number("attention_bytes_per_s");
+  p.attention_flops = number("attention_flops");
+  p.elementwise_bytes_per_s = number("elementwise_bytes_per_s");
+  if (!j.contains("cpu_gemm") || !j["cpu_gemm"].is_array())
+    fail("{}: field 'cpu_gemm': expected an array of GEMM curves", source);
+  for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(curve_from_json(c, source));
+  if (j.contains("gpu") && !j["gpu"].is_null()) {
+    const auto& g = j["gpu"];
+    GpuProfile gp;
+    gp.name = g.value("name", "");
+    gp.h2d_pinned_bytes_per_s = g.value("h2d_pinned_bytes_per_s", 0.0);
+    gp.h2d_pageable_bytes_per_s = g.value("h2d_pageable_bytes_per_s", 0.0);
+    gp.d2h_pinned_bytes_per_s = g.value("d2h_pinned_bytes_per_s", 0.0);
+    gp.d2h_pageable_bytes_per_s = g.value("d2h_pageable_bytes_per_s", 0.0);
+    gp.memory_free_bytes = g.value("memory_free_bytes", size_t(0));
+    if (g.contains("gemm"))
+      for (const auto& c : g["gemm"]) gp.gemm.push_back(curve_from_json(c, source));
+    p.gpu = gp;
+  }
+  return p;
+}
+
+HardwareProfile quick_profile(double dram, double peak) {
+  HardwareProfile p;
+  p.source = "quick";
+  p.dram_bytes_per_s = dram;
+  p.gemm_peak_flops = peak;
+  p.attention_bytes_per_s = dram;
+  p.attention_flops = peak / 4;  // the attention kernel is not a tuned GEMM; a rough guess
+  p.elementwise_bytes_per_s = dram;
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  for (Shape s : {Shape{"expert", 14336, 4096}, Shape{"attention", 4096, 4096}}) {
+    for (const char* act : {"bf16", "f32"}) {
+      GemmCurve c{s.name, act, s.n, s.k, {}};
+      // fp32 activations run at roughly half the bf16 rate (no vdpbf16ps on the products).
+      const double rate = std::string(act) == "bf16" ? peak : peak / 2;
+      for (int64_t m : {1, 4096}) {
+        const double bytes = 2.0 * double(s.n * s.k);
+        const double flops = 2.0 * double(m * s.n * s.k);
+        c.points.push_back({m, std::max(bytes / dram, flops / rate)});
+      }
+      // The roofline's corner, so linear interpolation follows both ceilings.
+      const int64_t ridge = std::clamp<int64_t>(int64_t(rate / dram), 2, 4095);
+      c.points.insert(c.points.begin() + 1,
+                      {ridge, std::max(2.0 * double(s.n * s.k) / dram,
+                                       2.0 * double(ridge * s.n * s.k) / rate)});
+      p.cpu_gemm.push_back(c);
+    }
+  }
+  return p;
+}
+
+}  // namespace sluice

@@ -1,0 +1,72 @@
+// What the planner knows about a machine: measured ceilings and kernel rate curves, as plain data
+// that round-trips through JSON (the `sluice profile` cache). The measuring lives in profiler.h;
+// this file only holds the numbers and answers "how long does a GEMM of this shape take".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace sluice {
+
+// Best time of one GEMM Y[m,n] = X[m,k]·Wᵀ (W bf16, streamed from DRAM) at several m.
+struct GemmCurve {
+  std::string name;         // "expert", "attention"
+  std::string activations;  // "bf16" (cpu::gemm) or "f32" (cpu::gemm_f32)
+  int64_t n = 0, k = 0;
+  struct Point {
+    int64_t m = 0;
+    double seconds = 0;
+  };
+  std::vector<Point> points;  // increasing m
+
+  // Time of one call at m rows, linear between measured points (a GEMM's time is close to
+  // piecewise linear in m: flat while weight-bandwidth bound, then proportional to m); past the
+  // last point, proportional to m at the last point's rate.
+  double seconds_at(double m) const;
+};
+
+// Measured by the CUDA backend when there is a GPU; absent (JSON null) otherwise.
+struct GpuProfile {
+  std::string name;
+  double h2d_pinned_bytes_per_s = 0, h2d_pageable_bytes_per_s = 0;
+  double d2h_pinned_bytes_per_s = 0, d2h_pageable_bytes_per_s = 0;
+  size_t memory_free_bytes = 0;
+  std::vector<GemmCurve> gemm;  // GPU GEMM time versus m
+};
+
+struct HardwareProfile {
+  std::string machine_key;  // hash of CPU model, cores, memory size and hostname
+  std::string cpu_model;
+  int cores = 0;
+  size_t memory_bytes = 0;
+  std::string source;  // "measured" (sluice profile) or "quick" (built from measure_ceilings)
+
+  double dram_bytes_per_s = 0;        // streaming read, all threads
+  double gemm_peak_flops = 0;         // large bf16 GEMM
+  double disk_bytes_per_s = 0;        // sequential O_DIRECT read; 0 when not measured
+  double attention_bytes_per_s = 0;   // decode paged attention, KV bytes read per second
+  double attention_flops = 0;         // prefill paged attention, FLOP/s
+  double elementwise_bytes_per_s = 0; // norms, SiLU·mul, gather/scatter on cache-warm buffers
+  std::vector<GemmCurve> cpu_gemm;
+  std::optional<GpuProfile> gpu;
+
+  // The CPU curve for these activations whose weight size n·k is closest to the asked shape.
+  const GemmCurve& curve_for(int64_t n, int64_t k, const std::string& activations) const;
+  // Predicted time of one CPU GEMM: the nearest curve's time, scaled by the weight size ratio.
+  double gemm_seconds(int64_t m, int64_t n, int64_t k, const std::string& activations) const;
+  double gemm_seconds(double m, int64_t n, int64_t k, const std::string& activations) const;
+};
+
+nlohmann::json to_json(const HardwareProfile& p);
+HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& source);
+
+// A profile built from the two quick ceilings (DRAM bandwidth and GEMM peak) when no measured
+// profile is cached: GEMM curves follow the plain roofline max(weight bytes / bandwidth,
+// FLOPs / peak), without the measured losses at small m.
+HardwareProfile quick_profile(double dram_bytes_per_s, double gemm_peak_flops);
+
+}  // namespace sluice

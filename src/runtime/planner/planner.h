@@ -1,0 +1,82 @@
+// Policy search: the engine's policy that maximises predicted end-to-end throughput of a
+// workload on this machine, under its memory limits, with the reasons in words.
+//
+// Searched: B, b_a, b_e and the prefill chunk (coordinate descent over powers of two from the
+// old fixed defaults, until no single change helps); KV blocks follow from B (every admitted
+// sequence reserves its whole length). Fields the caller sets (non-zero) are kept. The GPU
+// fields (CPU share of attention ω, resident weights, page size, prefetch depth) are carried in
+// OffloadPlan for the CUDA pipeline; on a CPU-only machine every weight is resident in host
+// memory and attention is all on the CPU, so they are fixed, not searched.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "runtime/planner/cost_model.h"
+#include "runtime/planner/hardware_profile.h"
+#include "runtime/planner/workload_sim.h"
+#include "runtime/policy.h"
+
+namespace sluice {
+
+struct OffloadPlan {
+  double cpu_attention_share = 1.0;  // ω
+  int resident_expert_layers = -1;   // layers whose experts stay in fast memory; -1: all
+  size_t page_bytes = 0;             // 0: no paging
+  int prefetch_depth = 0;
+};
+
+struct MemoryLimits {
+  size_t host_bytes = 0;  // weights + KV cache + activations must fit
+  size_t gpu_bytes = 0;   // 0: no GPU
+};
+
+struct HostMemoryUse {
+  size_t weights = 0, kv_cache = 0, activations = 0;
+  size_t total() const { return weights + kv_cache + activations; }
+};
+size_t model_weight_bytes(const ModelConfig& c);  // as the engine holds them (bf16)
+HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p);
+
+// Why a phase takes the time it does, from a representative step's task graph.
+struct PhaseBottleneck {
+  std::string phase;  // "decode", "prefill"
+  std::string group;  // task group with the most time
+  Bound bound = Bound::kMemory;
+  double fraction = 0;  // of the step's critical path
+  double step_seconds = 0;
+  StepShape step;
+  std::string sentence() const;  // "decode is bound by GEMM compute in the expert GEMMs: 81% ..."
+};
+
+struct PlannedPolicy {
+  Policy policy;
+  Prediction prediction;
+  HostMemoryUse memory;
+};
+
+struct Plan {
+  PlannedPolicy chosen;
+  std::vector<PlannedPolicy> runners_up;  // next best distinct policies, best first
+  OffloadPlan offload;
+  std::vector<PhaseBottleneck> bottlenecks;
+  int evaluated = 0;
+};
+
+// Representative steps of the chosen policy (the largest prefill step, the largest pure decode
+// step) and their bottlenecks.
+std::vector<PhaseBottleneck> explain(const CpuCostModel& model, const std::vector<WorkloadRequest>& work);
+
+// Fills the zero fields of `requested`; fails, saying what would fit, when no policy fits.
+Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
+                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits);
+
+// Prediction for a policy as given (every field resolved).
+Prediction predict(const HardwareProfile& hw, const ModelConfig& c, const Policy& policy,
+                   const std::vector<WorkloadRequest>& workload);
+
+std::vector<WorkloadRequest> uniform_workload(int requests, int prompt_tokens, int new_tokens);
+
+}  // namespace sluice

@@ -1,0 +1,276 @@
+#include "runtime/planner/profiler.h"
+
+#include <fcntl.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/bench.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "runtime/hardware_probe.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string first_match(const char* file, const std::string& prefix) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, prefix.size(), prefix) == 0) {
+      auto colon = line.find(':');
+      std::string v = colon == std::string::npos ? "" : line.substr(colon + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
+GpuProfiler& gpu_profiler() {
+  static GpuProfiler profiler;
+  return profiler;
+}
+
+// Best time per call of `run` (warmed up; at least 3 calls and `min_seconds` in all).
+template <typename F>
+double best_seconds(F&& run, double min_seconds) {
+  run();
+  double best = 1e30, total = 0;
+  for (int rep = 0; rep < 3 || total < min_seconds; ++rep) {
+    auto t = Clock::now();
+    run();
+    const double s = seconds_since(t);
+    best = std::min(best, s);
+    total += s;
+  }
+  return best;
+}
+
+// GEMM time versus m for one weight shape. Several copies of W, together larger than the L3,
+// are used in turn so every call streams its weights from DRAM, as the engine's GEMMs do (a
+// step reads every layer's weights once, far more than any cache).
+GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool f32_activations,
+                             const std::vector<int64_t>& ms) {
+  const size_t w_elems = size_t(n * k);
+  const size_t copies = std::max<size_t>(2, (size_t(600) << 20) / (2 * w_elems) + 1);
+  std::vector<uint16_t> w(w_elems * copies);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
+  const int64_t max_m = ms.back();
+  std::vector<float> xf(size_t(max_m * k)), y(size_t(max_m * n));
+  std::vector<uint16_t> xb(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) {
+    xf[i] = float(int(i % 251) - 125) / 128.0f;
+    xb[i] = f32_to_bf16(xf[i]);
+  }
+  GemmCurve curve{name, f32_activations ? "f32" : "bf16", n, k, {}};
+  size_t call = 0;
+  for (int64_t m : ms) {
+    auto run = [&] {
+      const uint16_t* wc = w.data() + (call++ % copies) * w_elems;
+      if (f32_activations) {
+        cpu::gemm_f32({m, n, k, xf.data(), wc, y.data(), 0.0f});
+      } else {
+        cpu::GemmArgs a;
+        a.m = m, a.n = n, a.k = k, a.x = xb.data(), a.x_dtype = DType::BF16, a.w = wc;
+        a.y = y.data();
+        cpu::gemm(a);
+      }
+    };
+    curve.points.push_back({m, best_seconds(run, 0.05)});
+  }
+  return curve;
+}
+
+// SiLU·mul over three 8 MiB buffers, warm in cache as the engine's reused step buffers are:
+// the rate of the engine's small elementwise passes (norms, RoPE, gather, scatter-add).
+double measure_elementwise_bandwidth() {
+  const int64_t n = int64_t(2) << 20;
+  std::vector<float> a(static_cast<size_t>(n), 0.5f), b(a.size(), 0.25f), out(a.size());
+  const double s = best_seconds([&] { cpu::silu_mul(a.data(), b.data(), out.data(), n); }, 0.05);
+  return 3.0 * 4.0 * double(n) / s;
+}
+
+}  // namespace
+
+std::string MachineIdentity::key() const {
+  // FNV-1a: stable across runs and builds (std::hash is not guaranteed to be).
+  const std::string text = fmt::format("{}|{}|{}|{}", cpu_model, cores, memory_bytes, hostname);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
+MachineIdentity this_machine() {
+  MachineIdentity m;
+  m.cpu_model = first_match("/proc/cpuinfo", "model name");
+  m.cores = omp_get_num_procs();
+  const std::string total = first_match("/proc/meminfo", "MemTotal");
+  m.memory_bytes = total.empty() ? 0 : std::stoull(total) * 1024;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  m.hostname = host;
+  return m;
+}
+
+std::filesystem::path cache_directory() {
+  std::filesystem::path dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) dir = xdg;
+  else if (const char* home = std::getenv("HOME"); home && *home) dir = std::filesystem::path(home) / ".cache";
+  else fail("profile cache: environment: expected XDG_CACHE_HOME or HOME to be set, got neither");
+  dir /= "sluice";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("profile cache: {}: could not create the directory: {}", dir.string(), ec.message());
+  return dir;
+}
+
+std::filesystem::path profile_cache_path(const MachineIdentity& machine) {
+  return cache_directory() / ("profile-" + machine.key() + ".json");
+}
+
+std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
+                                                  std::string* why) {
+  const std::filesystem::path file = dir / fmt::format("disk-probe-{}.tmp", getpid());
+  constexpr size_t chunk = size_t(4) << 20;
+  bytes = (bytes + chunk - 1) / chunk * chunk;
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(4096, chunk)),
+                                                  &std::free);
+  for (size_t i = 0; i < chunk; ++i) buf.get()[i] = char(i * 131);
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove(p, ec);
+    }
+  } remove_after{file};
+  {
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) {
+      if (why) *why = fmt::format("cannot create {}", file.string());
+      return std::nullopt;
+    }
+    for (size_t done = 0; done < bytes; done += chunk)
+      if (::write(fd, buf.get(), chunk) != ssize_t(chunk)) {
+        ::close(fd);
+        if (why) *why = fmt::format("cannot write {}", file.string());
+        return std::nullopt;
+      }
+    ::fsync(fd);
+    ::close(fd);
+  }
+  const int fd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) {
+    if (why) *why = fmt::format("the file system of {} refuses O_DIRECT", dir.string());
+    return std::nullopt;
+  }
+  auto t = Clock::now();
+  size_t read_bytes = 0;
+  while (read_bytes < bytes) {
+    const ssize_t r = ::read(fd, buf.get(), chunk);
+    if (r <= 0) break;
+    read_bytes += size_t(r);
+  }
+  const double s = seconds_since(t);
+  ::close(fd);
+  if (read_bytes < bytes) {
+    if (why) *why = "an O_DIRECT read failed";
+    return std::nullopt;
+  }
+  return double(read_bytes) / s;
+}
+
+void set_gpu_profiler(GpuProfiler profiler) { gpu_profiler() = std::move(profiler); }
+
+HardwareProfile measure_profile(const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& what) {
+    if (progress) progress(what);
+  };
+  const MachineIdentity machine = this_machine();
+  HardwareProfile p;
+  p.machine_key = machine.key();
+  p.cpu_model = machine.cpu_model;
+  p.cores = machine.cores;
+  p.memory_bytes = machine.memory_bytes;
+  p.source = "measured";
+  say("DRAM read bandwidth");
+  p.dram_bytes_per_s = measure_dram_bandwidth();
+  say("bf16 GEMM peak");
+  p.gemm_peak_flops = measure_gemm_peak();
+  say("disk sequential read (O_DIRECT, 512 MiB temporary file)");
+  std::string why;
+  p.disk_bytes_per_s = measure_disk_read_bandwidth(cache_directory(), size_t(512) << 20, &why).value_or(0);
+  if (p.disk_bytes_per_s == 0) say("  disk not measured: " + why);
+  // m up to 256: the curves are flat in rate past ~128 rows on CPUs (the GEMM is compute bound),
+  // and larger m would only make the profile slow.
+  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  const std::vector<int64_t> ms_f32 = {1, 4, 16, 64};  // gemm_f32 is slow: ~5 GFLOP/s
+  say("GEMM time versus m, expert shape 14336x4096, bf16 activations");
+  p.cpu_gemm.push_back(measure_gemm_curve("expert", 14336, 4096, false, ms));
+  say("GEMM time versus m, attention shape 4096x4096, bf16 activations");
+  p.cpu_gemm.push_back(measure_gemm_curve("attention", 4096, 4096, false, ms));
+  say("GEMM time versus m, expert shape, fp32 activations (gemm_f32)");
+  p.cpu_gemm.push_back(measure_gemm_curve("expert", 14336, 4096, true, ms_f32));
+  say("GEMM time versus m, attention shape, fp32 activations (gemm_f32)");
+  p.cpu_gemm.push_back(measure_gemm_curve("attention", 4096, 4096, true, ms_f32));
+  say("paged attention (decode: bandwidth; prefill: FLOP/s)");
+  cpu::AttentionBenchShape decode;
+  decode.batch = 64;
+  decode.context = 1024;
+  p.attention_bytes_per_s = cpu::bench_attention(decode, 0.1).byte_rate();
+  cpu::AttentionBenchShape prefill;
+  prefill.batch = 4;
+  prefill.context = 512;
+  prefill.n_q = 128;
+  p.attention_flops = cpu::bench_attention(prefill, 0.1).flop_rate();
+  say("elementwise passes (SiLU·mul)");
+  p.elementwise_bytes_per_s = measure_elementwise_bandwidth();
+  if (gpu_profiler()) {
+    say("GPU");
+    p.gpu = gpu_profiler()();
+  }
+  return p;
+}
+
+std::optional<HardwareProfile> load_cached_profile() {
+  const std::filesystem::path path = profile_cache_path(this_machine());
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: expected the JSON profile written by `sluice profile`, got a parse error ({}); "
+         "run `sluice profile --refresh`",
+         path.string(), e.what());
+  }
+  return profile_from_json(j, path.string());
+}
+
+void save_profile(const HardwareProfile& profile) {
+  const std::filesystem::path path = profile_cache_path(this_machine());
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) fail("profile cache: {}: cannot write", tmp.string());
+    out << to_json(profile).dump(2) << "\n";
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace sluice

@@ -1,0 +1,44 @@
+// `sluice profile`: measures this machine for the planner (well under a minute) and caches the
+// result as JSON under the user's cache directory, keyed by machine.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "runtime/planner/hardware_profile.h"
+
+namespace sluice {
+
+struct MachineIdentity {
+  std::string cpu_model;
+  int cores = 0;
+  size_t memory_bytes = 0;
+  std::string hostname;
+  std::string key() const;  // 16 hex digits of a hash of all four
+};
+MachineIdentity this_machine();
+
+// $XDG_CACHE_HOME/sluice, or ~/.cache/sluice; created if missing.
+std::filesystem::path cache_directory();
+std::filesystem::path profile_cache_path(const MachineIdentity& machine);
+
+// Measures everything; `progress` receives a line before each measurement.
+HardwareProfile measure_profile(const std::function<void(const std::string&)>& progress = {});
+
+// Sequential read bandwidth with O_DIRECT (so the page cache does not answer) of a temporary
+// file of `bytes` in `dir`, deleted afterwards; nullopt (with `why`) when O_DIRECT is refused.
+std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
+                                                  std::string* why);
+
+// The GPU half of the profile comes from the CUDA backend, which registers its measuring
+// function here; without one, profiles have no GPU section.
+using GpuProfiler = std::function<std::optional<GpuProfile>()>;
+void set_gpu_profiler(GpuProfiler profiler);
+
+// The cached profile of this machine if there is one.
+std::optional<HardwareProfile> load_cached_profile();
+void save_profile(const HardwareProfile& profile);
+
+}  // namespace sluice

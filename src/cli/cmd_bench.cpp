@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cli/command.h"
+#include "cli/planner_profile.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -19,6 +20,7 @@
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "runtime/memory_info.h"
+#include "runtime/planner/planner.h"
 
 namespace sluice::cli {
 namespace {
@@ -47,10 +49,15 @@ int run(Options o) {
   const ModelConfig& c = model.config;
   const ModelStats ms = model_stats(model);
 
-  WorkloadShape shape{o.requests, o.prompt_len, o.gen_len};
   const size_t kv_budget = o.kv_memory.empty() ? available_memory_bytes() / 2
                                                : parse_bytes(o.kv_memory, "--kv-memory");
-  Policy policy = resolve_policy(o.policy, c, shape, kv_budget);
+  // The planner fills the fields left at 0 (cached `sluice profile`, else the ceilings above)
+  // and predicts the run, to print beside the measurement.
+  const HardwareProfile hw = planner_profile();
+  const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
+  const Policy policy =
+      plan_policy(hw, c, o.policy, work, MemoryLimits{model_weight_bytes(c) + kv_budget, 0}).chosen.policy;
+  const Prediction predicted = predict(hw, c, policy, work);
   omp_set_num_threads(policy.threads);
 
   std::mt19937 rng(uint32_t(o.seed));
@@ -87,6 +94,10 @@ int run(Options o) {
     j["prompt_len"] = o.prompt_len;
     j["gen_len"] = o.gen_len;
     j["policy"] = policy.to_json();
+    j["predicted_prefill_tokens_per_s"] = predicted.prefill_tokens_per_s();
+    j["predicted_decode_tokens_per_s"] = predicted.decode_tokens_per_s();
+    j["predicted_total_tokens_per_s"] = predicted.total_tokens_per_s();
+    j["prediction_profile"] = hw.source;
     j["peak_resident_bytes"] = peak_rss;
     j["weights_bytes"] = weights_bytes;
     fmt::print("{}\n", j.dump());
@@ -101,6 +112,13 @@ int run(Options o) {
              o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
   fmt::print("policy     {}\n\n", policy.describe());
   print_report(r, s, ceilings);
+  fmt::print("predicted  prefill {:.1f}, decode {:.1f}, end to end {:.1f} tokens/s ({} profile; "
+             "measured/predicted {:.2f}, {:.2f}, {:.2f})\n",
+             predicted.prefill_tokens_per_s(), predicted.decode_tokens_per_s(),
+             predicted.total_tokens_per_s(), hw.source,
+             r.prefill_tokens_per_s / predicted.prefill_tokens_per_s(),
+             r.decode_tokens_per_s / predicted.decode_tokens_per_s(),
+             r.total_tokens_per_s / predicted.total_tokens_per_s());
   fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
              human_bytes(double(peak_rss)), human_bytes(double(weights_bytes)),
              human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),

@@ -20,14 +20,18 @@ void print_table(const HardwareProfile& p) {
   fmt::print("cache       {}\n\n", profile_cache_path(this_machine()).string());
   fmt::print("{:<36} {:>14}\n", "ceiling", "measured");
   fmt::print("{:<36} {:>11.1f} GB/s\n", "DRAM read", p.dram_bytes_per_s / 1e9);
-  fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "bf16 GEMM peak (2048x4096x4096)", p.gemm_peak_flops / 1e9);
+  fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "bf16 GEMM peak (2048x4096x4096)",
+             p.gemm_peak_flops / 1e9);
   if (p.disk_bytes_per_s > 0)
-    fmt::print("{:<36} {:>11.2f} GB/s\n", "disk sequential read (O_DIRECT)", p.disk_bytes_per_s / 1e9);
+    fmt::print("{:<36} {:>11.2f} GB/s\n", "disk sequential read (O_DIRECT)",
+               p.disk_bytes_per_s / 1e9);
   else
     fmt::print("{:<36} {:>14}\n", "disk sequential read (O_DIRECT)", "not measured");
-  fmt::print("{:<36} {:>11.1f} GB/s\n", "paged attention, decode (KV read)", p.attention_bytes_per_s / 1e9);
+  fmt::print("{:<36} {:>11.1f} GB/s\n", "paged attention, decode (KV read)",
+             p.attention_bytes_per_s / 1e9);
   fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "paged attention, prefill", p.attention_flops / 1e9);
-  fmt::print("{:<36} {:>11.1f} GB/s\n", "elementwise (SiLU-mul, cache-warm)", p.elementwise_bytes_per_s / 1e9);
+  fmt::print("{:<36} {:>11.1f} GB/s\n", "elementwise (SiLU-mul, cache-warm)",
+             p.elementwise_bytes_per_s / 1e9);
   for (const GemmCurve& c : p.cpu_gemm) {
     fmt::print("\nGEMM {} {}x{}, {} activations, weights streamed from DRAM\n", c.name, c.n, c.k,
                c.activations);
@@ -36,8 +40,8 @@ void print_table(const HardwareProfile& p) {
     for (const auto& pt : c.points) {
       const double flops = 2.0 * double(pt.m) * double(c.n) * double(c.k) / pt.seconds;
       const double wbytes = 2.0 * double(c.n) * double(c.k) / pt.seconds;
-      fmt::print("{:>6} {:>10.3f} {:>10.1f} {:>6.0f}% {:>10.1f} {:>6.0f}%\n", pt.m, pt.seconds * 1e3,
-                 flops / 1e9, 100 * flops / p.gemm_peak_flops, wbytes / 1e9,
+      fmt::print("{:>6} {:>10.3f} {:>10.1f} {:>6.0f}% {:>10.1f} {:>6.0f}%\n", pt.m,
+                 pt.seconds * 1e3, flops / 1e9, 100 * flops / p.gemm_peak_flops, wbytes / 1e9,
                  100 * wbytes / p.dram_bytes_per_s);
     }
   }
@@ -45,11 +49,12 @@ void print_table(const HardwareProfile& p) {
     fmt::print("\nGPU         none (no CUDA backend registered a GPU profile)\n");
   } else {
     const GpuProfile& g = *p.gpu;
-    fmt::print("\nGPU {}: H2D pinned {:.1f} GB/s, pageable {:.1f} GB/s; D2H pinned {:.1f} GB/s, "
-               "pageable {:.1f} GB/s; {:.1f} GiB free\n",
-               g.name, g.h2d_pinned_bytes_per_s / 1e9, g.h2d_pageable_bytes_per_s / 1e9,
-               g.d2h_pinned_bytes_per_s / 1e9, g.d2h_pageable_bytes_per_s / 1e9,
-               double(g.memory_free_bytes) / double(1 << 30));
+    fmt::print(
+        "\nGPU {}: H2D pinned {:.1f} GB/s, pageable {:.1f} GB/s; D2H pinned {:.1f} GB/s, "
+        "pageable {:.1f} GB/s; {:.1f} GiB free\n",
+        g.name, g.h2d_pinned_bytes_per_s / 1e9, g.h2d_pageable_bytes_per_s / 1e9,
+        g.d2h_pinned_bytes_per_s / 1e9, g.d2h_pageable_bytes_per_s / 1e9,
+        double(g.memory_free_bytes) / double(1 << 30));
   }
 }
 
@@ -61,17 +66,20 @@ int run(const Options& o) {
     });
     save_profile(*p);
   }
-  if (o.json) fmt::print("{}\n", to_json(*p).dump(2));
-  else print_table(*p);
+  if (o.json)
+    fmt::print("{}\n", to_json(*p).dump(2));
+  else
+    print_table(*p);
   return 0;
 }
 
 RegisterCommand reg({"profile", "Measure this machine for the planner (cached)", [](CLI::App& sub) {
-  auto o = std::make_shared<Options>();
-  sub.add_flag("--refresh", o->refresh, "Measure again even if a cached profile exists");
-  sub.add_flag("--json", o->json, "Print the profile as JSON");
-  return std::function<int()>([o] { return run(*o); });
-}});
+                       auto o = std::make_shared<Options>();
+                       sub.add_flag("--refresh", o->refresh,
+                                    "Measure again even if a cached profile exists");
+                       sub.add_flag("--json", o->json, "Print the profile as JSON");
+                       return std::function<int()>([o] { return run(*o); });
+                     }});
 
 }  // namespace
 }  // namespace sluice::cli

@@ -1,8 +1,9 @@
 #include "runtime/planner/cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -22,17 +23,18 @@ CpuCostModel::CpuCostModel(const HardwareProfile& profile, const ModelConfig& co
          p_.expert_batch);
   if (hw_.dram_bytes_per_s <= 0 || hw_.gemm_peak_flops <= 0 || hw_.elementwise_bytes_per_s <= 0 ||
       hw_.attention_bytes_per_s <= 0 || hw_.attention_flops <= 0)
-    fail("cost model: hardware profile: expected positive ceilings, got DRAM {} B/s, GEMM {} "
-         "FLOP/s, elementwise {} B/s, attention {} B/s and {} FLOP/s",
-         hw_.dram_bytes_per_s, hw_.gemm_peak_flops, hw_.elementwise_bytes_per_s,
-         hw_.attention_bytes_per_s, hw_.attention_flops);
+    fail(
+        "cost model: hardware profile: expected positive ceilings, got DRAM {} B/s, GEMM {} "
+        "FLOP/s, elementwise {} B/s, attention {} B/s and {} FLOP/s",
+        hw_.dram_bytes_per_s, hw_.gemm_peak_flops, hw_.elementwise_bytes_per_s,
+        hw_.attention_bytes_per_s, hw_.attention_flops);
 }
 
 // GEMM Y[m,n] = X[m,k]·Wᵀ: 2·m·n·k FLOPs; bytes are W (bf16) once, X and Y once. In bf16
 // precision the engine rounds X to bf16 inside cpu::gemm; in fp32 precision (and always for the
 // router) it uses cpu::gemm_f32.
-Task CpuCostModel::gemm_task(const std::string& name, const std::string& group, double m,
-                             int64_t n, int64_t k, bool exact_f32) const {
+Task CpuCostModel::gemm_task(const std::string& name, const std::string& group, double m, int64_t n,
+                             int64_t k, bool exact_f32) const {
   const bool f32 = exact_f32 || p_.precision == Precision::kF32;
   Task t;
   t.name = name;
@@ -65,7 +67,8 @@ Task CpuCostModel::attention_task(const std::string& name, const MicroBatchShape
   t.group = "attention (KV reads)";
   t.bytes = mb.kv_positions * double(c_.kv_dim()) * 2 * 2;
   t.flops = 4.0 * mb.qk_pairs * double(c_.q_dim());
-  const double memory = t.bytes / hw_.attention_bytes_per_s, compute = t.flops / hw_.attention_flops;
+  const double memory = t.bytes / hw_.attention_bytes_per_s,
+               compute = t.flops / hw_.attention_flops;
   t.bound = compute > memory ? Bound::kCompute : Bound::kMemory;
   t.seconds = std::max(memory, compute);
   return t;
@@ -115,7 +118,9 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T) const {
     if (m % be > 0) rest = chunk(m % be);
     for (size_t i = 0; i < expected.size(); ++i) {
       double f = 0, b = 0, s = 0;
-      if (!full.empty()) f += full[i].flops * (m / be), b += full[i].bytes * (m / be), s += full[i].seconds * (m / be);
+      if (!full.empty())
+        f += full[i].flops * (m / be), b += full[i].bytes * (m / be),
+            s += full[i].seconds * (m / be);
       if (!rest.empty()) f += rest[i].flops, b += rest[i].bytes, s += rest[i].seconds;
       expected[i].flops += pm * f;
       expected[i].bytes += pm * b;
@@ -125,7 +130,7 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T) const {
   for (Task& t : expected)
     if (t.group == "expert GEMMs")
       t.bound = t.flops / hw_.gemm_peak_flops > t.bytes / hw_.dram_bytes_per_s ? Bound::kCompute
-                                                                              : Bound::kMemory;
+                                                                               : Bound::kMemory;
   return expected;
 }
 
@@ -164,7 +169,8 @@ TaskGraph CpuCostModel::step_graph(const StepShape& step) const {
       }
   }
   if (S > 0) {
-    g.chain(elementwise_task("final_norm", "embedding, lm_head, sampling", double(S) * double(H) * 16));
+    g.chain(
+        elementwise_task("final_norm", "embedding, lm_head, sampling", double(S) * double(H) * 16));
     Task head = gemm_task("lm_head", "embedding, lm_head, sampling", S, c_.vocab_size, H);
     g.chain(std::move(head));
     g.chain(elementwise_task("sampling", "embedding, lm_head, sampling",

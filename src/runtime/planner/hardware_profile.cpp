@@ -9,7 +9,8 @@
 namespace sluice {
 
 double GemmCurve::seconds_at(double m) const {
-  if (points.empty()) fail("gemm curve '{}': field 'points': expected measurements, got none", name);
+  if (points.empty())
+    fail("gemm curve '{}': field 'points': expected measurements, got none", name);
   const Point& first = points.front();
   if (m <= double(first.m)) return first.seconds;  // a GEMM never gets cheaper than one row
   for (size_t i = 1; i < points.size(); ++i) {
@@ -39,7 +40,8 @@ double HardwareProfile::gemm_seconds(double m, int64_t n, int64_t k, const std::
   return c.seconds_at(m) * double(n * k) / double(c.n * c.k);
 }
 
-double HardwareProfile::gemm_seconds(int64_t m, int64_t n, int64_t k, const std::string& act) const {
+double HardwareProfile::gemm_seconds(int64_t m, int64_t n, int64_t k,
+                                     const std::string& act) const {
   return gemm_seconds(double(m), n, k, act);
 }
 
@@ -51,7 +53,8 @@ nlohmann::json curve_json(const GemmCurve& c) {
     pts.push_back({{"m", p.m},
                    {"seconds", p.seconds},
                    {"gflops", 2.0 * double(p.m) * double(c.n) * double(c.k) / p.seconds / 1e9}});
-  return {{"name", c.name}, {"activations", c.activations}, {"n", c.n}, {"k", c.k}, {"points", pts}};
+  return {
+      {"name", c.name}, {"activations", c.activations}, {"n", c.n}, {"k", c.k}, {"points", pts}};
 }
 
 GemmCurve curve_from_json(const nlohmann::json& j, const std::string& source) {

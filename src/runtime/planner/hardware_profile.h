@@ -4,11 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace sluice {
 
@@ -45,12 +44,12 @@ struct HardwareProfile {
   size_t memory_bytes = 0;
   std::string source;  // "measured" (sluice profile) or "quick" (built from measure_ceilings)
 
-  double dram_bytes_per_s = 0;        // streaming read, all threads
-  double gemm_peak_flops = 0;         // large bf16 GEMM
-  double disk_bytes_per_s = 0;        // sequential O_DIRECT read; 0 when not measured
-  double attention_bytes_per_s = 0;   // decode paged attention, KV bytes read per second
-  double attention_flops = 0;         // prefill paged attention, FLOP/s
-  double elementwise_bytes_per_s = 0; // norms, SiLU·mul, gather/scatter on cache-warm buffers
+  double dram_bytes_per_s = 0;         // streaming read, all threads
+  double gemm_peak_flops = 0;          // large bf16 GEMM
+  double disk_bytes_per_s = 0;         // sequential O_DIRECT read; 0 when not measured
+  double attention_bytes_per_s = 0;    // decode paged attention, KV bytes read per second
+  double attention_flops = 0;          // prefill paged attention, FLOP/s
+  double elementwise_bytes_per_s = 0;  // norms, SiLU·mul, gather/scatter on cache-warm buffers
   std::vector<GemmCurve> cpu_gemm;
   std::optional<GpuProfile> gpu;
 

@@ -1,9 +1,10 @@
 #include "runtime/planner/planner.h"
 
-#include <algorithm>
 #include <fmt/format.h>
-#include <map>
 #include <omp.h>
+
+#include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -13,7 +14,8 @@ namespace sluice {
 size_t model_weight_bytes(const ModelConfig& c) {
   const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
   const size_t E = size_t(c.num_experts), V = size_t(c.vocab_size);
-  const size_t layer = H * size_t(c.q_dim()) * 2 + H * size_t(c.kv_dim()) * 2 + E * H + E * 3 * H * I;
+  const size_t layer =
+      H * size_t(c.q_dim()) * 2 + H * size_t(c.kv_dim()) * 2 + E * H + E * 3 * H * I;
   return 2 * (V * H * (c.tie_word_embeddings ? 1 : 2) + size_t(c.num_layers) * layer) +
          size_t(c.num_layers) * 2 * H * 4 + H * 4;
 }
@@ -29,8 +31,8 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   const size_t per_token = H * 4 * 2 + size_t(c.q_dim()) * 4 * 2 + size_t(c.kv_dim()) * 4 * 2 +
                            size_t(c.num_experts) * 4 + H * 2 + size_t(c.experts_per_token) * 8 +
                            H * 2 /* bf16 GEMM input scratch */;
-  m.activations = T * per_token + be * (H * 4 + I * 4 * 3 + H * 4) +
-                  size_t(p.batch) * size_t(c.vocab_size) * 4;
+  m.activations =
+      T * per_token + be * (H * 4 + I * 4 * 3 + H * 4) + size_t(p.batch) * size_t(c.vocab_size) * 4;
   return m;
 }
 
@@ -53,8 +55,9 @@ std::string PhaseBottleneck::sentence() const {
   if (group.find("norms") != std::string::npos || group.find("SiLU") != std::string::npos ||
       group.find("gather") != std::string::npos)
     what = "memory bandwidth", verb = "in the elementwise passes:";
-  return fmt::format("{} is bound by {} {} {}: {:.0f}% of step time ({:.1f} ms per step of {} tokens)",
-                     phase, what, verb, group, 100 * fraction, 1e3 * step_seconds, step.tokens());
+  return fmt::format(
+      "{} is bound by {} {} {}: {:.0f}% of step time ({:.1f} ms per step of {} tokens)", phase,
+      what, verb, group, 100 * fraction, 1e3 * step_seconds, step.tokens());
 }
 
 namespace {
@@ -85,13 +88,13 @@ std::vector<PhaseBottleneck> explain(const CpuCostModel& model,
                                      const std::vector<WorkloadRequest>& work) {
   std::optional<StepShape> prefill, decode;
   const ModelConfig& c = model.config();
-  replay_schedule(model.policy(), c.max_position_embeddings, c.sliding_window, work,
-                  [&](const StepShape& s) {
-                    if (s.prefill_tokens > 0 && (!prefill || s.prefill_tokens > prefill->prefill_tokens))
-                      prefill = s;
-                    if (s.prefill_tokens == 0 && (!decode || s.decode_tokens > decode->decode_tokens))
-                      decode = s;
-                  });
+  replay_schedule(
+      model.policy(), c.max_position_embeddings, c.sliding_window, work, [&](const StepShape& s) {
+        if (s.prefill_tokens > 0 && (!prefill || s.prefill_tokens > prefill->prefill_tokens))
+          prefill = s;
+        if (s.prefill_tokens == 0 && (!decode || s.decode_tokens > decode->decode_tokens))
+          decode = s;
+      });
   std::vector<PhaseBottleneck> out;
   if (prefill) out.push_back(bottleneck_of(model, "prefill", *prefill));
   if (decode) out.push_back(bottleneck_of(model, "decode", *decode));
@@ -131,7 +134,8 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     fail("planner: policy field 'kv_block_size': expected > 0, got {}", requested.kv_block_size);
   int longest = 0;
   for (const WorkloadRequest& r : workload)
-    longest = std::max(longest, std::min(r.prompt_tokens + r.new_tokens, c.max_position_embeddings));
+    longest =
+        std::max(longest, std::min(r.prompt_tokens + r.new_tokens, c.max_position_embeddings));
   const int blocks_per_seq = (longest + requested.kv_block_size - 1) / requested.kv_block_size;
   const int requests = int(workload.size());
 
@@ -148,14 +152,17 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   smallest.kv_blocks = base.kv_blocks > 0 ? base.kv_blocks : blocks_per_seq * smallest.batch;
   const HostMemoryUse least = host_memory_use(c, smallest);
   if (least.total() > limits.host_bytes)
-    fail("planner: needs at least {} host memory for weights ({}) + minimum KV ({}) + "
-         "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
-         human_bytes(double(least.total())), human_bytes(double(least.weights)),
-         human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
-         human_bytes(double(limits.host_bytes)));
+    fail(
+        "planner: needs at least {} host memory for weights ({}) + minimum KV ({}) + "
+        "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
+        human_bytes(double(least.total())), human_bytes(double(least.weights)),
+        human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
+        human_bytes(double(limits.host_bytes)));
   if (base.kv_blocks > 0 && base.kv_blocks < blocks_per_seq)
-    fail("planner: policy field 'kv_blocks': {} blocks of {} tokens cannot hold one sequence of {} "
-         "tokens (needs {})", base.kv_blocks, base.kv_block_size, longest, blocks_per_seq);
+    fail(
+        "planner: policy field 'kv_blocks': {} blocks of {} tokens cannot hold one sequence of {} "
+        "tokens (needs {})",
+        base.kv_blocks, base.kv_block_size, longest, blocks_per_seq);
 
   auto fixed_or = [](int requested_value, std::vector<int> values) {
     return requested_value > 0 ? std::vector<int>{requested_value} : values;
@@ -227,10 +234,11 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   for (const auto& [key, pp] : evaluated)
     if (pp.prediction.total_seconds > 0) ranked.push_back(&pp);
   if (ranked.empty())
-    fail("planner: no policy fits {} of host memory for this workload", human_bytes(double(limits.host_bytes)));
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const PlannedPolicy* a, const PlannedPolicy* b) {
-    return value(a) > value(b);
-  });
+    fail("planner: no policy fits {} of host memory for this workload",
+         human_bytes(double(limits.host_bytes)));
+  std::stable_sort(
+      ranked.begin(), ranked.end(),
+      [&](const PlannedPolicy* a, const PlannedPolicy* b) { return value(a) > value(b); });
   Plan plan;
   plan.evaluated = int(ranked.size());
   plan.chosen = *ranked.front();

@@ -67,7 +67,8 @@ struct Plan {
 
 // Representative steps of the chosen policy (the largest prefill step, the largest pure decode
 // step) and their bottlenecks.
-std::vector<PhaseBottleneck> explain(const CpuCostModel& model, const std::vector<WorkloadRequest>& work);
+std::vector<PhaseBottleneck> explain(const CpuCostModel& model,
+                                     const std::vector<WorkloadRequest>& work);
 
 // Fills the zero fields of `requested`; fails, saying what would fit, when no policy fits.
 Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,

@@ -1,12 +1,12 @@
 #include "runtime/planner/profiler.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <fmt/format.h>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -130,9 +130,12 @@ MachineIdentity this_machine() {
 
 std::filesystem::path cache_directory() {
   std::filesystem::path dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) dir = xdg;
-  else if (const char* home = std::getenv("HOME"); home && *home) dir = std::filesystem::path(home) / ".cache";
-  else fail("profile cache: environment: expected XDG_CACHE_HOME or HOME to be set, got neither");
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    dir = xdg;
+  else if (const char* home = std::getenv("HOME"); home && *home)
+    dir = std::filesystem::path(home) / ".cache";
+  else
+    fail("profile cache: environment: expected XDG_CACHE_HOME or HOME to be set, got neither");
   dir /= "sluice";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -149,8 +152,8 @@ std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& d
   const std::filesystem::path file = dir / fmt::format("disk-probe-{}.tmp", getpid());
   constexpr size_t chunk = size_t(4) << 20;
   bytes = (bytes + chunk - 1) / chunk * chunk;
-  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(4096, chunk)),
-                                                  &std::free);
+  std::unique_ptr<char, decltype(&std::free)> buf(
+      static_cast<char*>(std::aligned_alloc(4096, chunk)), &std::free);
   for (size_t i = 0; i < chunk; ++i) buf.get()[i] = char(i * 131);
   struct Remove {
     std::filesystem::path p;
@@ -195,7 +198,9 @@ std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& d
   return double(read_bytes) / s;
 }
 
-void set_gpu_profiler(GpuProfiler profiler) { gpu_profiler() = std::move(profiler); }
+void set_gpu_profiler(GpuProfiler profiler) {
+  gpu_profiler() = std::move(profiler);
+}
 
 HardwareProfile measure_profile(const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& what) {
@@ -214,7 +219,8 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.gemm_peak_flops = measure_gemm_peak();
   say("disk sequential read (O_DIRECT, 512 MiB temporary file)");
   std::string why;
-  p.disk_bytes_per_s = measure_disk_read_bandwidth(cache_directory(), size_t(512) << 20, &why).value_or(0);
+  p.disk_bytes_per_s =
+      measure_disk_read_bandwidth(cache_directory(), size_t(512) << 20, &why).value_or(0);
   if (p.disk_bytes_per_s == 0) say("  disk not measured: " + why);
   // m up to 256: the curves are flat in rate past ~128 rows on CPUs (the GEMM is compute bound),
   // and larger m would only make the profile slow.
@@ -255,9 +261,10 @@ std::optional<HardwareProfile> load_cached_profile() {
   try {
     in >> j;
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: expected the JSON profile written by `sluice profile`, got a parse error ({}); "
-         "run `sluice profile --refresh`",
-         path.string(), e.what());
+    fail(
+        "{}: expected the JSON profile written by `sluice profile`, got a parse error ({}); "
+        "run `sluice profile --refresh`",
+        path.string(), e.what());
   }
   return profile_from_json(j, path.string());
 }

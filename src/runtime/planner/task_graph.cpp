@@ -8,20 +8,28 @@ namespace sluice {
 
 const char* resource_name(Resource r) {
   switch (r) {
-    case Resource::kCpu: return "CPU";
-    case Resource::kGpu: return "GPU";
-    case Resource::kHostToDevice: return "PCIe host-to-device";
-    case Resource::kDeviceToHost: return "PCIe device-to-host";
-    case Resource::kDisk: return "disk";
+    case Resource::kCpu:
+      return "CPU";
+    case Resource::kGpu:
+      return "GPU";
+    case Resource::kHostToDevice:
+      return "PCIe host-to-device";
+    case Resource::kDeviceToHost:
+      return "PCIe device-to-host";
+    case Resource::kDisk:
+      return "disk";
   }
   return "?";
 }
 
 const char* bound_name(Bound b) {
   switch (b) {
-    case Bound::kCompute: return "compute";
-    case Bound::kMemory: return "memory bandwidth";
-    case Bound::kLink: return "link bandwidth";
+    case Bound::kCompute:
+      return "compute";
+    case Bound::kMemory:
+      return "memory bandwidth";
+    case Bound::kLink:
+      return "link bandwidth";
   }
   return "?";
 }
@@ -30,8 +38,10 @@ int TaskGraph::add(Task task) {
   const int index = int(tasks_.size());
   for (int d : task.deps)
     if (d < 0 || d >= index)
-      fail("task graph: task '{}': field 'deps': expected indices of earlier tasks in [0, {}), got {}",
-           task.name, index, d);
+      fail(
+          "task graph: task '{}': field 'deps': expected indices of earlier tasks in [0, {}), got "
+          "{}",
+          task.name, index, d);
   if (task.seconds < 0)
     fail("task graph: task '{}': field 'seconds': expected >= 0, got {}", task.name, task.seconds);
   tasks_.push_back(std::move(task));

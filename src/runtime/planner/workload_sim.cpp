@@ -25,8 +25,10 @@ void replay_schedule(const Policy& p, int max_positions, int window,
                      std::vector<WorkloadRequest> requests,
                      const std::function<void(const StepShape&)>& on_step) {
   if (p.batch <= 0 || p.attn_micro_batch <= 0 || p.prefill_chunk <= 0 || p.kv_blocks <= 0)
-    fail("workload simulation: policy {}: expected resolved batch, attn_micro_batch, "
-         "prefill_chunk and kv_blocks", p.describe());
+    fail(
+        "workload simulation: policy {}: expected resolved batch, attn_micro_batch, "
+        "prefill_chunk and kv_blocks",
+        p.describe());
   auto blocks_for = [&](int tokens) { return (tokens + p.kv_block_size - 1) / p.kv_block_size; };
   std::deque<WorkloadRequest> queue(requests.begin(), requests.end());
   for (const WorkloadRequest& r : queue) {
@@ -37,9 +39,10 @@ void replay_schedule(const Policy& p, int max_positions, int window,
   }
   // The scheduler sorts the queue by prompt length, longest first, stably, at each admission;
   // with no new submissions one sort up front gives the same order.
-  std::stable_sort(queue.begin(), queue.end(), [](const WorkloadRequest& a, const WorkloadRequest& b) {
-    return a.prompt_tokens > b.prompt_tokens;
-  });
+  std::stable_sort(queue.begin(), queue.end(),
+                   [](const WorkloadRequest& a, const WorkloadRequest& b) {
+                     return a.prompt_tokens > b.prompt_tokens;
+                   });
   std::vector<std::optional<SimSequence>> slots(size_t(p.batch));
   int active = 0;
   int64_t claimed_blocks = 0;  // Σ whole-sequence reservations of active sequences
@@ -92,7 +95,8 @@ void replay_schedule(const Policy& p, int max_positions, int window,
     for (const Item& it : sorted) {
       int best = -1;
       for (int g = 0; g < int(mbs.size()); ++g)
-        if (mbs[size_t(g)].tokens + it.count <= cap && (best < 0 || load[size_t(g)] < load[size_t(best)]))
+        if (mbs[size_t(g)].tokens + it.count <= cap &&
+            (best < 0 || load[size_t(g)] < load[size_t(best)]))
           best = g;
       if (best < 0) {
         mbs.emplace_back();
@@ -129,7 +133,8 @@ void replay_schedule(const Policy& p, int max_positions, int window,
   }
 }
 
-Prediction predict_workload(const CpuCostModel& model, const std::vector<WorkloadRequest>& requests) {
+Prediction predict_workload(const CpuCostModel& model,
+                            const std::vector<WorkloadRequest>& requests) {
   Prediction out;
   const ModelConfig& c = model.config();
   replay_schedule(model.policy(), c.max_position_embeddings, c.sliding_window, requests,

@@ -28,8 +28,12 @@ struct Prediction {
   int64_t prefill_tokens = 0, decode_tokens = 0;
   int64_t generated_tokens = 0;  // sampled tokens: decode tokens plus each prompt's first token
   double prefill_seconds = 0, decode_seconds = 0, total_seconds = 0;
-  double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
-  double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
+  double prefill_tokens_per_s() const {
+    return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0;
+  }
+  double decode_tokens_per_s() const {
+    return decode_seconds > 0 ? decode_tokens / decode_seconds : 0;
+  }
   double total_tokens_per_s() const {
     // As `sluice bench` counts end to end: prompt plus generated tokens over the whole run.
     return total_seconds > 0 ? double(prefill_tokens + generated_tokens) / total_seconds : 0;
@@ -41,6 +45,7 @@ void replay_schedule(const Policy& policy, int max_positions, int sliding_window
                      std::vector<WorkloadRequest> requests,
                      const std::function<void(const StepShape&)>& on_step);
 
-Prediction predict_workload(const CpuCostModel& model, const std::vector<WorkloadRequest>& requests);
+Prediction predict_workload(const CpuCostModel& model,
+                            const std::vector<WorkloadRequest>& requests);
 
 }  // namespace sluice

@@ -1,0 +1,193 @@
+// `sluice plan`: the policy the planner picks for a model, a workload and this machine, its
+// predicted throughput, why (the bottleneck of each phase), the runners-up, and a roofline
+// picture.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/planner_profile.h"
+#include "cli/policy_options.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "model/config.h"
+#include "model/presets.h"
+#include "runtime/memory_info.h"
+#include "runtime/planner/planner.h"
+#include "runtime/planner/roofline_svg.h"
+#include "runtime/planner/workload_file.h"
+
+namespace sluice::cli {
+namespace {
+
+struct Options {
+  std::string model_dir, preset, input, host_mem, gpu_mem, svg;
+  int layers = 0, prompt_len = 128, gen_len = 128, requests = 0;
+  bool json = false;
+  Policy policy;
+};
+
+nlohmann::json prediction_json(const PlannedPolicy& p) {
+  return {{"policy", p.policy.to_json()},
+          {"predicted_prefill_tokens_per_s", p.prediction.prefill_tokens_per_s()},
+          {"predicted_decode_tokens_per_s", p.prediction.decode_tokens_per_s()},
+          {"predicted_total_tokens_per_s", p.prediction.total_tokens_per_s()},
+          {"predicted_seconds", p.prediction.total_seconds},
+          {"host_memory_bytes",
+           {{"weights", p.memory.weights},
+            {"kv_cache", p.memory.kv_cache},
+            {"activations", p.memory.activations}}}};
+}
+
+// PNG beside the SVG when a converter is installed; returns the PNG path or "".
+std::string convert_to_png(const std::string& svg) {
+  std::string png = svg;
+  if (png.size() > 4 && png.substr(png.size() - 4) == ".svg") png.resize(png.size() - 4);
+  png += ".png";
+  const std::string quoted_svg = "'" + svg + "'", quoted_png = "'" + png + "'";
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") == 0 &&
+      std::system(("rsvg-convert -o " + quoted_png + " " + quoted_svg).c_str()) == 0)
+    return png;
+  if (std::system("command -v convert >/dev/null 2>&1") == 0 &&
+      std::system(("convert " + quoted_svg + " " + quoted_png + " 2>/dev/null").c_str()) == 0)
+    return png;
+  return "";
+}
+
+int run(const Options& o) {
+  if (o.model_dir.empty() == o.preset.empty())
+    fail("plan: give exactly one of --model or --preset");
+  if (o.svg.find('\'') != std::string::npos) fail("plan: --svg: expected a path without quotes");
+  ModelConfig c = o.preset.empty() ? load_config(std::filesystem::path(o.model_dir) / "config.json")
+                                   : preset_config(o.preset, o.layers);
+  if (o.preset.empty() && o.layers > 0) {
+    if (o.layers > c.num_layers)
+      fail("--layers {}: the model has {} layers", o.layers, c.num_layers);
+    c.num_layers = o.layers;
+  }
+
+  std::vector<WorkloadRequest> work;
+  if (!o.input.empty()) {
+    work = workload_from_file(o.input, o.gen_len);
+    if (o.requests > 0 && int(work.size()) > o.requests) work.resize(size_t(o.requests));
+  } else {
+    work = uniform_workload(o.requests > 0 ? o.requests : 256, o.prompt_len, o.gen_len);
+  }
+  MemoryLimits limits;
+  limits.host_bytes =
+      o.host_mem.empty() ? available_memory_bytes() : parse_bytes(o.host_mem, "--host-mem");
+  limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
+
+  const HardwareProfile hw = planner_profile();
+  const Plan plan = plan_policy(hw, c, o.policy, work, limits);
+  const CpuCostModel model(hw, c, plan.chosen.policy);
+  const std::string name = o.preset.empty() ? o.model_dir : o.preset;
+
+  std::string png;
+  if (!o.svg.empty()) {
+    std::ofstream out(o.svg);
+    if (!out) fail("plan: --svg {}: cannot write", o.svg);
+    out << roofline_svg(
+        hw, roofline_points(model, plan.bottlenecks),
+        fmt::format("{} ({} layers): {}", name, c.num_layers, plan.chosen.policy.describe()));
+    out.close();
+    png = convert_to_png(o.svg);
+  }
+
+  if (o.json) {
+    nlohmann::json j = prediction_json(plan.chosen);
+    j["model"] = name;
+    j["layers"] = c.num_layers;
+    j["requests"] = work.size();
+    j["profile_source"] = hw.source;
+    j["bottlenecks"] = nlohmann::json::array();
+    for (const PhaseBottleneck& b : plan.bottlenecks)
+      j["bottlenecks"].push_back({{"phase", b.phase},
+                                  {"group", b.group},
+                                  {"bound", bound_name(b.bound)},
+                                  {"fraction", b.fraction},
+                                  {"text", b.sentence()}});
+    j["runners_up"] = nlohmann::json::array();
+    for (const PlannedPolicy& r : plan.runners_up) j["runners_up"].push_back(prediction_json(r));
+    if (!o.svg.empty()) j["svg"] = o.svg;
+    if (!png.empty()) j["png"] = png;
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+  double prompt_sum = 0, gen_sum = 0;
+  for (const WorkloadRequest& r : work) prompt_sum += r.prompt_tokens, gen_sum += r.new_tokens;
+  fmt::print("model      {} ({} layers), {} of weights\n", name, c.num_layers,
+             human_bytes(double(model_weight_bytes(c))));
+  fmt::print("machine    {} profile: DRAM {:.1f} GB/s, bf16 GEMM peak {:.1f} GFLOP/s{}\n",
+             hw.source, hw.dram_bytes_per_s / 1e9, hw.gemm_peak_flops / 1e9,
+             hw.source == "quick" ? " (run `sluice profile` for measured GEMM curves)" : "");
+  fmt::print("workload   {} requests, prompt {:.0f} tokens, generate {:.0f} tokens (means){}\n",
+             work.size(), prompt_sum / double(work.size()), gen_sum / double(work.size()),
+             o.input.empty() ? "" : " [estimated from " + o.input + " at 4 characters a token]");
+  const HostMemoryUse& m = plan.chosen.memory;
+  fmt::print("memory     {} of {} host memory: weights {} + KV cache {} + activations {}\n\n",
+             human_bytes(double(m.total())), human_bytes(double(limits.host_bytes)),
+             human_bytes(double(m.weights)), human_bytes(double(m.kv_cache)),
+             human_bytes(double(m.activations)));
+  const Prediction& p = plan.chosen.prediction;
+  fmt::print("policy     {}\n", plan.chosen.policy.describe());
+  fmt::print(
+      "predicted  prefill {:.1f} tokens/s, decode {:.1f} tokens/s, end to end {:.1f} tokens/s "
+      "({:.1f} s for the workload, {} steps)\n",
+      p.prefill_tokens_per_s(), p.decode_tokens_per_s(), p.total_tokens_per_s(), p.total_seconds,
+      p.steps);
+  for (const PhaseBottleneck& b : plan.bottlenecks) fmt::print("           {}\n", b.sentence());
+  fmt::print("\nrunners-up ({} policies evaluated)\n", plan.evaluated);
+  for (const PlannedPolicy& r : plan.runners_up)
+    fmt::print("  {:7.1f} tokens/s end to end (prefill {:.1f}, decode {:.1f})  {}\n",
+               r.prediction.total_tokens_per_s(), r.prediction.prefill_tokens_per_s(),
+               r.prediction.decode_tokens_per_s(), r.policy.describe());
+  fmt::print(
+      "\noffload    CPU only: all weights resident in host memory, attention on the CPU "
+      "(omega = 1), no paging or prefetch\n");
+  if (limits.gpu_bytes > 0)
+    fmt::print(
+        "           --gpu-mem {} noted, but the GPU pipeline is not in the cost model yet: "
+        "this plan is for the CPU engine\n",
+        human_bytes(double(limits.gpu_bytes)));
+  if (!o.svg.empty())
+    fmt::print("roofline   {}{}\n", o.svg,
+               png.empty() ? " (no rsvg-convert or convert for a PNG)" : " and " + png);
+  return 0;
+}
+
+RegisterCommand reg(
+    {"plan", "Choose the batching policy for a model and workload on this machine",
+     [](CLI::App& sub) {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--model", o->model_dir, "Model folder (its config.json is read)");
+       sub.add_option("--preset", o->preset, "A named model shape")
+           ->check(CLI::IsMember(preset_names()));
+       sub.add_option("--layers", o->layers, "Keep only the first N layers")
+           ->check(CLI::NonNegativeNumber);
+       sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per request")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--gen-len", o->gen_len, "Tokens to generate per request")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--input", o->input, "Prompts file (JSONL or text lines) to plan for");
+       sub.add_option("--requests", o->requests, "Number of requests (default 256, or the file's)")
+           ->check(CLI::NonNegativeNumber);
+       sub.add_option("--host-mem", o->host_mem,
+                      "Host memory for weights, KV and activations (default: available)");
+       sub.add_option("--gpu-mem", o->gpu_mem,
+                      "GPU memory (recorded; the GPU pipeline is not planned yet)");
+       sub.add_flag("--json", o->json,
+                    "Print the chosen policy and predictions as one JSON object");
+       sub.add_option("--svg", o->svg,
+                      "Write the roofline picture here (and a PNG if a converter exists)");
+       add_policy_options(sub, o->policy);
+       return std::function<int()>([o] { return run(*o); });
+     }});
+
+}  // namespace
+}  // namespace sluice::cli

@@ -1,0 +1,14 @@
+#include "cli/planner_profile.h"
+
+#include "engine/throughput_report.h"
+#include "runtime/planner/profiler.h"
+
+namespace sluice::cli {
+
+HardwareProfile planner_profile() {
+  if (std::optional<HardwareProfile> cached = load_cached_profile()) return *cached;
+  const Ceilings c = measure_ceilings();
+  return quick_profile(c.dram_bytes_per_s, c.gemm_flops);
+}
+
+}  // namespace sluice::cli

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <memory>
 #include <random>
@@ -53,7 +55,7 @@ int run(Options o) {
                                                : parse_bytes(o.kv_memory, "--kv-memory");
   // The planner fills the fields left at 0 (cached `sluice profile`, else the ceilings above)
   // and predicts the run, to print beside the measurement.
-  const HardwareProfile hw = planner_profile();
+  const HardwareProfile hw = planner_profile(o.policy.threads);
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   const Policy policy =
       plan_policy(hw, c, o.policy, work, MemoryLimits{model_weight_bytes(c) + kv_budget, 0}).chosen.policy;
@@ -74,6 +76,23 @@ int run(Options o) {
   }
 
   BatchEngine engine(model, policy);
+  // CPU time this process got, split between prefill and decode by each step's token mix as the
+  // engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
+  // share of its cores the run really had.
+  auto cpu_seconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  double prefill_cpu = 0, decode_cpu = 0, last_cpu = cpu_seconds();
+  int64_t last_prefill = 0, last_decode = 0;
+  engine.set_step_observer([&](const EngineStats& st, const BatchEngine::Progress&) {
+    const double now = cpu_seconds(), used = now - last_cpu;
+    const double dp = double(st.prefill_tokens - last_prefill), dd = double(st.decode_tokens - last_decode);
+    if (dp + dd > 0) prefill_cpu += used * dp / (dp + dd), decode_cpu += used * dd / (dp + dd);
+    last_cpu = now, last_prefill = st.prefill_tokens, last_decode = st.decode_tokens;
+  });
   int64_t generated = 0;
   auto t0 = std::chrono::steady_clock::now();
   engine.run(std::move(requests), [&](Completion&& done) { generated += int64_t(done.tokens.size()); });
@@ -82,6 +101,9 @@ int run(Options o) {
 
   const int64_t prompt_tokens = int64_t(o.requests) * o.prompt_len;
   const ThroughputReport r = summarize(s, wall, prompt_tokens, generated, ceilings);
+  auto share = [&](double cpu, double seconds) { return seconds > 0 ? cpu / (seconds * policy.threads) : 0; };
+  const double prefill_share = share(prefill_cpu, s.prefill_seconds);
+  const double decode_share = share(decode_cpu, s.decode_seconds);
   const size_t weights_bytes = ms.total_bytes;
   const size_t peak_rss = peak_resident_bytes();
   const double memory_bound = double(weights_bytes + s.kv_cache_bytes) * 1.10;
@@ -98,6 +120,10 @@ int run(Options o) {
     j["predicted_decode_tokens_per_s"] = predicted.decode_tokens_per_s();
     j["predicted_total_tokens_per_s"] = predicted.total_tokens_per_s();
     j["prediction_profile"] = hw.source;
+    j["cpu_share_prefill"] = prefill_share;
+    j["cpu_share_decode"] = decode_share;
+    j["profile_gemm_peak_flops"] = hw.gemm_peak_flops;
+    j["profile_dram_bytes_per_s"] = hw.dram_bytes_per_s;
     j["peak_resident_bytes"] = peak_rss;
     j["weights_bytes"] = weights_bytes;
     fmt::print("{}\n", j.dump());
@@ -119,6 +145,12 @@ int run(Options o) {
              r.prefill_tokens_per_s / predicted.prefill_tokens_per_s(),
              r.decode_tokens_per_s / predicted.decode_tokens_per_s(),
              r.total_tokens_per_s / predicted.total_tokens_per_s());
+  fmt::print("cpu share  the run had {:.0f}% of {} core(s) in prefill, {:.0f}% in decode\n",
+             100 * prefill_share, policy.threads, 100 * decode_share);
+  fmt::print("           ceilings now are {:.0f}% (GEMM) and {:.0f}% (DRAM) of the profile's: other "
+             "load on the machine slows the measurement, not the prediction\n",
+             100 * ceilings.gemm_flops / hw.gemm_peak_flops,
+             100 * ceilings.dram_bytes_per_s / hw.dram_bytes_per_s);
   fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
              human_bytes(double(peak_rss)), human_bytes(double(weights_bytes)),
              human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),

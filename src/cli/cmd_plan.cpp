@@ -81,7 +81,7 @@ int run(const Options& o) {
       o.host_mem.empty() ? available_memory_bytes() : parse_bytes(o.host_mem, "--host-mem");
   limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
 
-  const HardwareProfile hw = planner_profile();
+  const HardwareProfile hw = planner_profile(o.policy.threads);
   const Plan plan = plan_policy(hw, c, o.policy, work, limits);
   const CpuCostModel model(hw, c, plan.chosen.policy);
   const std::string name = o.preset.empty() ? o.model_dir : o.preset;
@@ -155,7 +155,7 @@ int run(const Options& o) {
         human_bytes(double(limits.gpu_bytes)));
   if (!o.svg.empty())
     fmt::print("roofline   {}{}\n", o.svg,
-               png.empty() ? " (no rsvg-convert or convert for a PNG)" : " and " + png);
+               png.empty() ? " (no PNG: rsvg-convert or ImageMagick convert missing or failed)" : " and " + png);
   return 0;
 }
 

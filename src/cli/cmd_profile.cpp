@@ -1,5 +1,6 @@
 // `sluice profile`: this machine's measured ceilings and kernel curves, cached for the planner.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,12 +13,14 @@ namespace {
 
 struct Options {
   bool refresh = false, json = false;
+  int threads = 0;
 };
 
 void print_table(const HardwareProfile& p) {
   fmt::print("machine     {} ({} cores, {:.1f} GiB), key {}\n", p.cpu_model, p.cores,
              double(p.memory_bytes) / double(1 << 30), p.machine_key);
-  fmt::print("cache       {}\n\n", profile_cache_path(this_machine()).string());
+  fmt::print("threads     {}\ncache       {}\n\n", p.threads,
+             profile_cache_path(this_machine(), p.threads).string());
   fmt::print("{:<36} {:>14}\n", "ceiling", "measured");
   fmt::print("{:<36} {:>11.1f} GB/s\n", "DRAM read", p.dram_bytes_per_s / 1e9);
   fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "bf16 GEMM peak (2048x4096x4096)",
@@ -59,7 +62,8 @@ void print_table(const HardwareProfile& p) {
 }
 
 int run(const Options& o) {
-  std::optional<HardwareProfile> p = o.refresh ? std::nullopt : load_cached_profile();
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  std::optional<HardwareProfile> p = o.refresh ? std::nullopt : load_cached_profile(o.threads);
   if (!p) {
     p = measure_profile([&](const std::string& what) {
       if (!o.json) fmt::print(stderr, "measuring {}...\n", what);
@@ -78,6 +82,8 @@ RegisterCommand reg({"profile", "Measure this machine for the planner (cached)",
                        sub.add_flag("--refresh", o->refresh,
                                     "Measure again even if a cached profile exists");
                        sub.add_flag("--json", o->json, "Print the profile as JSON");
+  sub.add_option("--threads", o->threads, "Measure with this many threads (0: every core)")
+      ->check(CLI::NonNegativeNumber);
                        return std::function<int()>([o] { return run(*o); });
                      }});
 

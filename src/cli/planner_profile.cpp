@@ -5,8 +5,8 @@
 
 namespace sluice::cli {
 
-HardwareProfile planner_profile() {
-  if (std::optional<HardwareProfile> cached = load_cached_profile()) return *cached;
+HardwareProfile planner_profile(int threads) {
+  if (std::optional<HardwareProfile> cached = load_cached_profile(threads)) return *cached;
   const Ceilings c = measure_ceilings();
   return quick_profile(c.dram_bytes_per_s, c.gemm_flops);
 }

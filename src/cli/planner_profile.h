@@ -6,6 +6,7 @@
 
 namespace sluice::cli {
 
-HardwareProfile planner_profile();
+// For `threads` OpenMP threads (0: all cores).
+HardwareProfile planner_profile(int threads);
 
 }  // namespace sluice::cli

@@ -27,7 +27,9 @@ const GemmCurve& HardwareProfile::curve_for(int64_t n, int64_t k, const std::str
   double best_distance = 0;
   for (const GemmCurve& c : cpu_gemm) {
     if (c.activations != act) continue;
-    const double d = std::abs(std::log(double(n * k) / double(c.n * c.k)));
+    // Size first; of equal sizes, the same aspect (an exact shape match gives 0).
+    const double d = std::abs(std::log(double(n * k) / double(c.n * c.k))) +
+                     1e-3 * std::abs(std::log(double(n) / double(c.n)));
     if (!best || d < best_distance) best = &c, best_distance = d;
   }
   if (!best)
@@ -84,6 +86,7 @@ nlohmann::json to_json(const HardwareProfile& p) {
   nlohmann::json j = {{"machine_key", p.machine_key},
                       {"cpu_model", p.cpu_model},
                       {"cores", p.cores},
+                      {"threads", p.threads},
                       {"memory_bytes", p.memory_bytes},
                       {"source", p.source},
                       {"dram_bytes_per_s", p.dram_bytes_per_s},
@@ -123,6 +126,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.machine_key = j.value("machine_key", "");
   p.cpu_model = j.value("cpu_model", "");
   p.cores = j.value("cores", 0);
+  p.threads = j.value("threads", p.cores);
   p.memory_bytes = j.value("memory_bytes", size_t(0));
   p.source = j.value("source", "measured");
   p.dram_bytes_per_s = number("dram_bytes_per_s");

@@ -41,6 +41,7 @@ struct HardwareProfile {
   std::string machine_key;  // hash of CPU model, cores, memory size and hostname
   std::string cpu_model;
   int cores = 0;
+  int threads = 0;  // OpenMP threads the measurements used (the engine's policy.threads)
   size_t memory_bytes = 0;
   std::string source;  // "measured" (sluice profile) or "quick" (built from measure_ceilings)
 
@@ -53,7 +54,8 @@ struct HardwareProfile {
   std::vector<GemmCurve> cpu_gemm;
   std::optional<GpuProfile> gpu;
 
-  // The CPU curve for these activations whose weight size n·k is closest to the asked shape.
+  // The CPU curve for these activations whose weight size n·k is closest to the asked shape
+  // (of equal sizes, the one with the closest n).
   const GemmCurve& curve_for(int64_t n, int64_t k, const std::string& activations) const;
   // Predicted time of one CPU GEMM: the nearest curve's time, scaled by the weight size ratio.
   double gemm_seconds(int64_t m, int64_t n, int64_t k, const std::string& activations) const;

@@ -236,14 +236,27 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   if (ranked.empty())
     fail("planner: no policy fits {} of host memory for this workload",
          human_bytes(double(limits.host_bytes)));
+  // Best first. Policies within 0.1% of each other are the same to the model: of those tied
+  // with the best, the one that needs the least memory is chosen.
+  auto same = [&](const PlannedPolicy* x, const PlannedPolicy* y) {
+    return std::abs(value(x) - value(y)) <= 1e-3 * std::max(value(x), value(y));
+  };
   std::stable_sort(
       ranked.begin(), ranked.end(),
-      [&](const PlannedPolicy* a, const PlannedPolicy* b) { return value(a) > value(b); });
+      [&](const PlannedPolicy* x, const PlannedPolicy* y) { return value(x) > value(y); });
+  for (size_t i = 1; i < ranked.size() && same(ranked[i], ranked[0]); ++i)
+    if (ranked[i]->memory.total() < ranked[0]->memory.total()) std::swap(ranked[i], ranked[0]);
   Plan plan;
   plan.evaluated = int(ranked.size());
   plan.chosen = *ranked.front();
-  for (size_t i = 1; i < ranked.size() && plan.runners_up.size() < 4; ++i)
+  // Runners-up: the next best with a different prediction (equal ones differ only in fields
+  // that change nothing here, such as b_e above the most tokens an expert gets).
+  const PlannedPolicy* last = ranked.front();
+  for (size_t i = 1; i < ranked.size() && plan.runners_up.size() < 4; ++i) {
+    if (same(ranked[i], last)) continue;
     plan.runners_up.push_back(*ranked[i]);
+    last = ranked[i];
+  }
   plan.bottlenecks = explain(CpuCostModel(hw, c, plan.chosen.policy), sim);
   return plan;
 }

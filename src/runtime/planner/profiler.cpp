@@ -92,8 +92,12 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
         cpu::gemm(a);
       }
     };
-    curve.points.push_back({m, best_seconds(run, 0.05)});
+    curve.points.push_back({m, best_seconds(run, 0.15)});
   }
+  // More rows never take less time (a smaller GEMM could run as the larger one), so a point
+  // slower than a later one is noise from other load: keep the later, faster time.
+  for (size_t i = curve.points.size() - 1; i-- > 0;)
+    curve.points[i].seconds = std::min(curve.points[i].seconds, curve.points[i + 1].seconds);
   return curve;
 }
 
@@ -143,8 +147,10 @@ std::filesystem::path cache_directory() {
   return dir;
 }
 
-std::filesystem::path profile_cache_path(const MachineIdentity& machine) {
-  return cache_directory() / ("profile-" + machine.key() + ".json");
+std::filesystem::path profile_cache_path(const MachineIdentity& machine, int threads) {
+  const std::string suffix =
+      threads <= 0 || threads == machine.cores ? "" : fmt::format("-t{}", threads);
+  return cache_directory() / ("profile-" + machine.key() + suffix + ".json");
 }
 
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
@@ -211,6 +217,7 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.machine_key = machine.key();
   p.cpu_model = machine.cpu_model;
   p.cores = machine.cores;
+  p.threads = omp_get_max_threads();
   p.memory_bytes = machine.memory_bytes;
   p.source = "measured";
   say("DRAM read bandwidth");
@@ -228,6 +235,10 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   const std::vector<int64_t> ms_f32 = {1, 4, 16, 64};  // gemm_f32 is slow: ~5 GFLOP/s
   say("GEMM time versus m, expert shape 14336x4096, bf16 activations");
   p.cpu_gemm.push_back(measure_gemm_curve("expert", 14336, 4096, false, ms));
+  // The down projection has the expert's weight size but a long k, which oneDNN blocks
+  // differently: measured on its own.
+  say("GEMM time versus m, expert down shape 4096x14336, bf16 activations");
+  p.cpu_gemm.push_back(measure_gemm_curve("expert_down", 4096, 14336, false, ms));
   say("GEMM time versus m, attention shape 4096x4096, bf16 activations");
   p.cpu_gemm.push_back(measure_gemm_curve("attention", 4096, 4096, false, ms));
   say("GEMM time versus m, expert shape, fp32 activations (gemm_f32)");
@@ -253,8 +264,8 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   return p;
 }
 
-std::optional<HardwareProfile> load_cached_profile() {
-  const std::filesystem::path path = profile_cache_path(this_machine());
+std::optional<HardwareProfile> load_cached_profile(int threads) {
+  const std::filesystem::path path = profile_cache_path(this_machine(), threads);
   std::ifstream in(path);
   if (!in) return std::nullopt;
   nlohmann::json j;
@@ -270,7 +281,7 @@ std::optional<HardwareProfile> load_cached_profile() {
 }
 
 void save_profile(const HardwareProfile& profile) {
-  const std::filesystem::path path = profile_cache_path(this_machine());
+  const std::filesystem::path path = profile_cache_path(this_machine(), profile.threads);
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp);

@@ -22,9 +22,12 @@ MachineIdentity this_machine();
 
 // $XDG_CACHE_HOME/sluice, or ~/.cache/sluice; created if missing.
 std::filesystem::path cache_directory();
-std::filesystem::path profile_cache_path(const MachineIdentity& machine);
+// One profile per thread count: "profile-<key>.json" for all cores, "profile-<key>-t<N>.json"
+// for N threads (the engine's speed, and so every curve, depends on it).
+std::filesystem::path profile_cache_path(const MachineIdentity& machine, int threads);
 
-// Measures everything; `progress` receives a line before each measurement.
+// Measures everything with the current OpenMP thread count; `progress` receives a line before
+// each measurement.
 HardwareProfile measure_profile(const std::function<void(const std::string&)>& progress = {});
 
 // Sequential read bandwidth with O_DIRECT (so the page cache does not answer) of a temporary
@@ -37,8 +40,8 @@ std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& d
 using GpuProfiler = std::function<std::optional<GpuProfile>()>;
 void set_gpu_profiler(GpuProfiler profiler);
 
-// The cached profile of this machine if there is one.
-std::optional<HardwareProfile> load_cached_profile();
+// The cached profile of this machine for `threads` OpenMP threads (0: all cores), if any.
+std::optional<HardwareProfile> load_cached_profile(int threads = 0);
 void save_profile(const HardwareProfile& profile);
 
 }  // namespace sluice

@@ -166,6 +166,8 @@ INSTANTIATE_TEST_SUITE_P(
                c.vocab_size = 301;
                c.num_layers = 3;
              }},
+        Case{"attention_narrower_than_hidden",  // heads·head_dim = 32 < hidden = 64
+             [](ModelConfig& c) { c.head_dim = 8; }},
         Case{"one_kv_head_top1_tied",
              [](ModelConfig& c) {
                c.num_heads = 4;

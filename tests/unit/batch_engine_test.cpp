@@ -108,7 +108,8 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
       int one[] = {expected.back()};
       logits = ref.forward(one);
     }
-    EXPECT_EQ(run.done[r.id].tokens, expected) << "request " << r.id << " (prompt " << r.prompt.size() << ")";
+    EXPECT_EQ(run.done[r.id].tokens, expected)
+        << "request " << r.id << " (prompt " << r.prompt.size() << ")";
   }
   std::printf("fp32 precision: worst relative logit error %.3g\n", worst);
 }
@@ -151,30 +152,28 @@ TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
   EXPECT_EQ(same_argmax, positions);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, BatchEngineMatchesReference,
-    ::testing::Values(
-        Case{"tiny_mixtral", [](ModelConfig&) {}},
-        Case{"sliding_window_gqa3_top3_odd_vocab",
-             [](ModelConfig& c) {
-               c.sliding_window = 6;
-               c.num_heads = 6;
-               c.num_kv_heads = 2;
-               c.head_dim = 16;
-               c.experts_per_token = 3;
-               c.num_experts = 5;
-               c.vocab_size = 301;
-               c.num_layers = 3;
-             }},
-        Case{"one_kv_head_top1_tied",
-             [](ModelConfig& c) {
-               c.num_heads = 4;
-               c.num_kv_heads = 1;
-               c.head_dim = 24;
-               c.experts_per_token = 1;
-               c.tie_word_embeddings = true;
-             }}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(TinyModels, BatchEngineMatchesReference,
+                         ::testing::Values(Case{"tiny_mixtral", [](ModelConfig&) {}},
+                                           Case{"sliding_window_gqa3_top3_odd_vocab",
+                                                [](ModelConfig& c) {
+                                                  c.sliding_window = 6;
+                                                  c.num_heads = 6;
+                                                  c.num_kv_heads = 2;
+                                                  c.head_dim = 16;
+                                                  c.experts_per_token = 3;
+                                                  c.num_experts = 5;
+                                                  c.vocab_size = 301;
+                                                  c.num_layers = 3;
+                                                }},
+                                           Case{"one_kv_head_top1_tied",
+                                                [](ModelConfig& c) {
+                                                  c.num_heads = 4;
+                                                  c.num_kv_heads = 1;
+                                                  c.head_dim = 24;
+                                                  c.experts_per_token = 1;
+                                                  c.tie_word_embeddings = true;
+                                                }}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace sluice

@@ -32,6 +32,10 @@ RegisterCommand reg(
                       "max_tokens of requests that give none")
            ->capture_default_str()
            ->check(CLI::PositiveNumber);
+       sub.add_option("--progress-interval", o->log_seconds,
+                      "Seconds between progress lines when stderr is not a terminal")
+           ->capture_default_str()
+           ->check(CLI::NonNegativeNumber);
        add_policy_options(sub, o->policy);
        return std::function<int()>([o] {
          o->live_progress = isatty(STDERR_FILENO) != 0;

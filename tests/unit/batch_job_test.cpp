@@ -263,10 +263,13 @@ std::string sampled_requests(int count, int max_tokens) {
 
 TEST_F(BatchJob, SameInputAndSeedsGiveTheSameBytes) {
   write_file(work_ / "in.jsonl", sampled_requests(12, 8));
-  CommandResult first = run_job(work_ / "in.jsonl", work_ / "a.jsonl");
+  CommandResult first = run_job(work_ / "in.jsonl", work_ / "a.jsonl", "--progress-interval 0");
   CommandResult second = run_job(work_ / "in.jsonl", work_ / "b.jsonl");
   ASSERT_EQ(first.status, 0) << first.output;
   ASSERT_EQ(second.status, 0) << second.output;
+  // Not a terminal: plain progress lines (here after every step), then the summary.
+  EXPECT_NE(first.output.find("/12 requests done"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("12 requests: 12 completed, 0 failed"), std::string::npos);
   EXPECT_EQ(results_by_id(work_ / "a.jsonl").size(), 12u);
   EXPECT_EQ(read_bytes(work_ / "a.jsonl"), read_bytes(work_ / "b.jsonl"));
   // Seeds matter: two requests with the same prompt and different seeds sample differently.

@@ -19,10 +19,12 @@ RegisterCommand reg(
      [](CLI::App& sub) {
        auto o = std::make_shared<BatchJobOptions>();
        sub.add_option("--model", o->model_dir, "Model folder")->required();
-       sub.add_option("--input", o->input,
-                      "Requests, one JSON object per line: {custom_id, prompt | messages, "
-                      "max_tokens, temperature, top_p, top_k, stop, seed} or the OpenAI Batch "
-                      "shape {custom_id, method, url, body}")
+       sub.add_option(
+              "--input", o->input,
+              "Requests, one JSON object per line: {custom_id, prompt | messages, "
+              "max_tokens, temperature, top_p, top_k, stop, seed} or the OpenAI Batch "
+              "shape {custom_id, method, url, body}. Absent fields take the OpenAI API defaults "
+              "(temperature 1, top_p 1); the default seed is a hash of the custom_id")
            ->required();
        sub.add_option("--output", o->output,
                       "Results, one line per custom_id, appended as requests finish; "

@@ -388,6 +388,29 @@ TEST_F(BatchJob, GenerateChatSendsOneUserMessageThroughTheTemplate) {
   EXPECT_EQ(generate.output, reply + "\n");
 }
 
+TEST_F(BatchJob, ChatRequestsFailAloneWhenTheModelHasNoChatTemplate) {
+  const fs::path model = work_ / "no-template";
+  fs::create_directory(model);
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(model_dir() / name, model / name);
+  write_file(
+      work_ / "in.jsonl",
+      R"({"custom_id": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})"
+      "\n"
+      R"({"custom_id": "text", "prompt": "Hi", "max_tokens": 2})"
+      "\n");
+  CommandResult run = testing::run_command(
+      fmt::format("{} run --model {} --input {} --output {} --threads 1", SLUICE_BINARY,
+                  model.string(), (work_ / "in.jsonl").string(), (work_ / "out.jsonl").string()));
+  EXPECT_EQ(run.status, 2) << run.output;
+  auto results = results_by_id(work_ / "out.jsonl");
+  EXPECT_EQ(results["chat"]["error"]["code"], "template_error");
+  EXPECT_NE(results["chat"]["error"]["message"].get<std::string>().find("no chat template"),
+            std::string::npos)
+      << results["chat"].dump();
+  EXPECT_TRUE(results["text"]["error"].is_null()) << results["text"].dump();
+}
+
 TEST_F(BatchJob, FatalErrorsExitWithOneAndAClearMessage) {
   write_file(work_ / "in.jsonl", R"({"custom_id": "a", "prompt": "x", "max_tokens": 1})"
                                  "\n");

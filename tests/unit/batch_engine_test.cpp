@@ -108,7 +108,8 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
       int one[] = {expected.back()};
       logits = ref.forward(one);
     }
-    EXPECT_EQ(run.done[r.id].tokens, expected) << "request " << r.id << " (prompt " << r.prompt.size() << ")";
+    EXPECT_EQ(run.done[r.id].tokens, expected)
+        << "request " << r.id << " (prompt " << r.prompt.size() << ")";
   }
   std::printf("fp32 precision: worst relative logit error %.3g\n", worst);
 }

@@ -242,6 +242,7 @@ class Job {
       summary_.completion_tokens += int64_t(c.tokens.size());
     });
     summary_.engine_seconds = seconds_since(t0);
+    summary_.engine = engine.stats();
     progress.clear();
   }
 

@@ -14,6 +14,8 @@
 // SOURCE_DATE_EPOCH when that is set (reproducible output files).
 #pragma once
 
+#include "engine/batch_engine.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -39,6 +41,7 @@ struct BatchJobSummary {
   int64_t duplicates = 0;      // input lines repeating a custom_id, skipped
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double engine_seconds = 0, wall_seconds = 0;
+  EngineStats engine;  // where the engine's time went, bytes moved, FLOPs done
 
   // 0 when every request of the input has a successful result, 2 when any has an error record
   // (from this run or an earlier one). Fatal errors throw instead (the CLI exits 1).

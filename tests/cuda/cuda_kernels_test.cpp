@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
@@ -33,7 +34,8 @@ struct DeviceVec {
   T* ptr = nullptr;
   size_t n = 0;
   explicit DeviceVec(const std::vector<T>& host) : n(host.size()) {
-    SLUICE_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)));
+    SLUICE_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(T)));
     if (n) SLUICE_CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
   }
   ~DeviceVec() { cudaFree(ptr); }

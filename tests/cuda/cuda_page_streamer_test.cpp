@@ -1,8 +1,10 @@
 // The page streamer on a real GPU: many pages through few slots with tasks that snapshot their
 // pages (device-to-device copies on the compute stream); every snapshot must equal its page's
 // host bytes, so no slot was overwritten before its last user ran and no task ran early.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/gpu/cuda_check.h"
@@ -26,7 +28,7 @@ TEST(CudaPageStreamer, SnapshotsEqualPagesThroughFewSlots) {
   std::vector<offload::WeightPage> pages;
   std::vector<std::vector<int>> uses;
   for (int p = 0; p < n_pages; ++p) {
-    pages.push_back({bytes + page * p, page, "p" + std::to_string(p)});
+    pages.push_back({bytes + page * p, page, fmt::format("p{}", p)});
     if (p % 2 == 1) uses.push_back({p - 1, p});  // two pages per task: double buffering
   }
   void* snapshots = device.allocate(page * n_pages, "snapshots");

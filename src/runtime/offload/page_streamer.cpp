@@ -91,6 +91,15 @@ bool PageStreamer::any_page_copied(int t) const {
   return false;
 }
 
+bool PageStreamer::drop_if_not_copied(int t) {
+  if (t < next_task_ || any_page_copied(t)) return false;
+  for (int p : uses_[size_t(t)]) {
+    PageState& s = state_[size_t(p)];
+    if (s.first_use == t && s.last_use == t) s.needed = false;
+  }
+  return true;
+}
+
 void PageStreamer::prefetch() {
   while (next_copy_ < copy_order_.size() && free_head_ < free_.size()) {
     const int p = copy_order_[next_copy_++];

@@ -69,6 +69,11 @@ class PageStreamer {
 
   // Whether any of task t's pages has been copied (or is in flight) already.
   bool any_page_copied(int t) const;
+  // For a task not yet run that the caller may skip: if none of its pages has been copied yet,
+  // its pages that no other task reads will never be copied, and this returns true; otherwise it
+  // changes nothing and returns false (the copies are under way: run the task on the device).
+  // The task must still be passed to skip() in order.
+  bool drop_if_not_copied(int t);
 
   bool finished() const { return next_task_ == int(uses_.size()); }
   int pages_in_slots() const;  // copied or in flight, not yet released

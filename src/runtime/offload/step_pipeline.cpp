@@ -40,7 +40,8 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
 
   for (int l = 0; l < int(layers.size()); ++l) {
     const int E = int(layers[size_t(l)].experts.size());
-    std::vector<EventPtr> qkv_on_host(size_t(M)), routing_on_host(size_t(M));
+    std::vector<EventPtr> qkv_on_host(static_cast<size_t>(M)),
+        routing_on_host(static_cast<size_t>(M));
 
     // GPU attention_in(i), then its CPU share's q/k/v to the host.
     auto start_micro_batch = [&](int i) {
@@ -83,22 +84,32 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
            tokens.size());
     transfer_in(ops.expert_rows_to_device(l), fmt::format("L{}.rows>d", l));
     device.wait(Queue::kCompute, device.record(Queue::kTransfer));
+    // Decide every expert's place before enqueuing any of them: the host runs ahead of the
+    // device, so once an expert is enqueued the copies of the next experts' pages are issued.
+    enum class Place { kSkip, kCpu, kGpu };
+    std::vector<Place> place(static_cast<size_t>(E), Place::kGpu);
     std::vector<int> on_cpu;
     for (int e = 0; e < E; ++e) {
-      const int t = task++;
-      const bool small = tokens[size_t(e)] <= options.cpu_expert_max_tokens;
-      if (tokens[size_t(e)] == 0) {
-        streamer.skip(t);
-        ++stats.skipped_experts;
-      } else if (small && !streamer.any_page_copied(t)) {
-        streamer.skip(t);
+      const int t = task + e, n = tokens[size_t(e)];
+      if (n == 0) {
+        streamer.drop_if_not_copied(t);
+        place[size_t(e)] = Place::kSkip;
+      } else if (n <= options.cpu_expert_max_tokens && streamer.drop_if_not_copied(t)) {
+        place[size_t(e)] = Place::kCpu;
         on_cpu.push_back(e);
-      } else {
-        streamer.run(
-            t, [&ops, l, e](void* s, std::span<void* const> p) { ops.gpu_expert(s, l, e, p); },
-            fmt::format("L{}.e{}", l, e));
-        ++stats.gpu_experts;
       }
+    }
+    for (int e = 0; e < E; ++e) {
+      const int t = task++;
+      if (place[size_t(e)] != Place::kGpu) {
+        streamer.skip(t);
+        stats.skipped_experts += place[size_t(e)] == Place::kSkip;
+        continue;
+      }
+      streamer.run(
+          t, [&ops, l, e](void* s, std::span<void* const> p) { ops.gpu_expert(s, l, e, p); },
+          fmt::format("L{}.e{}", l, e));
+      ++stats.gpu_experts;
     }
     // The GPU streams and computes the big experts while the CPU does the small ones.
     for (int e : on_cpu) ops.cpu_expert(l, e);

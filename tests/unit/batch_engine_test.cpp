@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
                c.experts_per_token = 1;
                c.tie_word_embeddings = true;
              }}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
 }  // namespace sluice

@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "unsupported architecture 'MambaForCausalLM'"},
         BadModel{"no_weights", [](auto& d) { std::filesystem::remove(d / "model.safetensors"); },
                  "no model.safetensors"}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(CliArguments, BadTokenListNamesTheItem) {
   auto r = run_command(sluice("logits --model /nonexistent --tokens 1,x,3"));

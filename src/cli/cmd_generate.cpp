@@ -1,16 +1,19 @@
 // sluice generate: continues one prompt (--prompt) or every line of a file (--input, run as one
-// batch through the engine) with the model's own tokenizer.
+// batch through the engine) with the model's own tokenizer. With --chat each prompt is sent as one
+// user message through the model's chat template, and only the reply is printed.
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "engine/batch_engine.h"
+#include "io/chat_prompt.h"
 #include "io/tokenizer.h"
 #include "model/reference_forward.h"
 #include "runtime/memory_info.h"
@@ -23,6 +26,7 @@ struct Options {
   int max_new_tokens = 64;
   SamplingParams sampling;
   bool reference = false;
+  bool chat = false;
   Policy policy;
 };
 
@@ -39,9 +43,19 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
+// The prompt's token ids: plain text with the tokenizer's BOS, or a chat turn rendered by the
+// template (which writes its own BOS).
+std::vector<int> encode_prompt(const std::string& text, const Tokenizer& tok,
+                               const ChatPrompter* chat) {
+  if (chat) return chat->encode(single_user_message(text));
+  std::vector<int32_t> ids = tok.encode(text);
+  return std::vector<int>(ids.begin(), ids.end());
+}
+
 // The plain path: the reference forward, one token at a time, streaming text as it comes.
-int generate_with_reference(const Model& model, const Tokenizer& tok, const Options& o) {
-  std::vector<int> ids = tok.encode(o.prompt);
+int generate_with_reference(const Model& model, const Tokenizer& tok, const Options& o,
+                            const ChatPrompter* chat) {
+  std::vector<int> ids = encode_prompt(o.prompt, tok, chat);
   ReferenceForward forward(model);
   Sampler sampler(o.sampling);
   StreamingDecoder out(tok);
@@ -49,7 +63,7 @@ int generate_with_reference(const Model& model, const Tokenizer& tok, const Opti
   auto t0 = std::chrono::steady_clock::now();
   std::vector<float> logits = forward.forward(ids);
   int generated = 0;
-  fmt::print("{}", o.prompt);
+  if (!chat) fmt::print("{}", o.prompt);
   while (generated < o.max_new_tokens) {
     const int vocab = model.config.vocab_size;
     int next = sampler.sample(std::span(logits).last(size_t(vocab)));
@@ -73,9 +87,12 @@ int run(const Options& o) {
   validate(o.sampling);
   Model model = load_model(o.model_dir);
   auto tok = Tokenizer::load(o.model_dir);
+  std::optional<ChatPrompter> chat;
+  if (o.chat) chat.emplace(ChatPrompter::load(o.model_dir, *tok));
+  const ChatPrompter* chat_ptr = chat ? &*chat : nullptr;
   if (o.reference) {
     if (o.prompt.empty()) fail("generate: --reference runs one --prompt");
-    return generate_with_reference(model, *tok, o);
+    return generate_with_reference(model, *tok, o, chat_ptr);
   }
   std::vector<std::string> prompts = o.input.empty() ? std::vector{o.prompt} : read_prompts(o.input);
   std::vector<Request> requests;
@@ -83,7 +100,7 @@ int run(const Options& o) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r;
     r.id = int64_t(i);
-    r.prompt = tok->encode(prompts[i]);
+    r.prompt = encode_prompt(prompts[i], *tok, chat_ptr);
     r.max_new_tokens = o.max_new_tokens;
     r.sampling = o.sampling;
     r.sampling.seed = o.sampling.seed + i;
@@ -109,7 +126,7 @@ int run(const Options& o) {
       tokens.pop_back();
     generated += int64_t(results[i].tokens.size());
     if (results.size() > 1) fmt::print("[{}] ", i + 1);
-    fmt::print("{}{}\n", prompts[i], tok->decode(tokens));
+    fmt::print("{}{}\n", chat ? "" : prompts[i], tok->decode(tokens));
   }
   fmt::print(stderr, "{} prompts, {} tokens generated in {:.2f} s ({:.1f} tokens/s); policy {}\n",
              results.size(), generated, seconds, generated / seconds, policy.describe());
@@ -131,6 +148,9 @@ RegisterCommand reg({"generate", "Continue a prompt, or each line of a file as o
                        sub.add_option("--top-k", o->sampling.top_k, "Keep the k most likely (0: all)")
                            ->capture_default_str();
                        sub.add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+                       sub.add_flag("--chat", o->chat,
+                                    "Send each prompt as one user message through the model's "
+                                    "chat template; print only the reply");
                        sub.add_flag("--reference", o->reference,
                                     "Use the plain reference forward (one prompt, streamed)");
                        add_policy_options(sub, o->policy);

@@ -22,6 +22,12 @@ void add_policy_options(CLI::App& sub, Policy& p) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub.add_option("--threads", p.threads, "Worker threads")->group(group)->check(CLI::NonNegativeNumber);
+  sub.add_option("--precision", p.precision,
+                 "GEMM activations: bf16 (fast) or f32 (equal to the reference forward)")
+      ->group(group)
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, Precision>{{"bf16", Precision::kBf16}, {"f32", Precision::kF32}}))
+      ->default_str("bf16");
 }
 
 }  // namespace sluice::cli

@@ -67,7 +67,7 @@ struct BatchEngine::Impl {
   BatchEngine::StepObserver observe_step;
 
   // Step buffers, grown to the largest step seen.
-  std::vector<float> x, h, q, k, v, attn, router_logits, logits;
+  std::vector<float> x, h, q, k, v, attn, router_logits, final_rows, logits;
   std::vector<uint16_t> moe_in;  // ffn-normed rows, bf16, the input of every expert GEMM
   std::vector<float> inv_freq;
   std::vector<int> positions, tokens, top_ids;
@@ -328,9 +328,10 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   for (size_t i = 0; i < plan.items.size(); ++i)
     if (plan.items[i].sample) sample_rows.push_back(item_row[i + 1] - 1);
   const int S = int(sample_rows.size());
+  final_rows.resize(size_t(S) * H);
   for (int j = 0; j < S; ++j)
-    std::copy_n(&x[size_t(sample_rows[j]) * H], H, &q[size_t(j) * H]);  // q is free scratch here
-  rms_norm(q.data(), S, w.final_norm, h.data());
+    std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);
+  rms_norm(final_rows.data(), S, w.final_norm, h.data());
   logits.resize(size_t(S) * c.vocab_size);
   if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
   stats.dense_seconds += seconds_since(t0);

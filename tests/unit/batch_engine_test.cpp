@@ -108,7 +108,8 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
       int one[] = {expected.back()};
       logits = ref.forward(one);
     }
-    EXPECT_EQ(run.done[r.id].tokens, expected) << "request " << r.id << " (prompt " << r.prompt.size() << ")";
+    EXPECT_EQ(run.done[r.id].tokens, expected)
+        << "request " << r.id << " (prompt " << r.prompt.size() << ")";
   }
   std::printf("fp32 precision: worst relative logit error %.3g\n", worst);
 }
@@ -166,6 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                c.vocab_size = 301;
                c.num_layers = 3;
              }},
+        Case{"attention_narrower_than_hidden",  // heads·head_dim = 32 < hidden = 64
+             [](ModelConfig& c) { c.head_dim = 8; }},
         Case{"one_kv_head_top1_tied",
              [](ModelConfig& c) {
                c.num_heads = 4;
@@ -174,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
                c.experts_per_token = 1;
                c.tie_word_embeddings = true;
              }}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
 }  // namespace sluice

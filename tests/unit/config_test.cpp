@@ -99,7 +99,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"activation", [](json& j) { j["hidden_act"] = "gelu"; }, {"'hidden_act'", "silu"}},
         BadConfig{"dtype", [](json& j) { j["torch_dtype"] = "int8"; }, {"'torch_dtype'", "int8"}},
         BadConfig{"not_an_object", [](json& j) { j = json::array(); }, {"JSON object"}}),
-    [](const auto& info) { return std::string(info.param.what); });
+    [](const auto& param_info) { return std::string(param_info.param.what); });
 
 TEST(Config, MalformedFileNamesThePath) {
   testing::TempDir dir;

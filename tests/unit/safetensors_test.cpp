@@ -106,8 +106,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"missing offsets", file_bytes(R"({"w":{"dtype":"F32","shape":[2]}})", 8),
                 {"'w'", "data_offsets"}},
         BadFile{"tensor not an object", file_bytes(R"({"w":3})", 0), {"'w'", "object"}}),
-    [](const auto& info) {
-      std::string name = info.param.what;
+    [](const auto& param_info) {
+      std::string name = param_info.param.what;
       for (char& ch : name)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return name;

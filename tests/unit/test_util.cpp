@@ -6,9 +6,9 @@
 
 namespace sluice::testing {
 
-CommandResult run_command(const std::string& command) {
+CommandResult run_command(const std::string& command, bool with_stderr) {
   CommandResult result;
-  std::FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::FILE* pipe = popen((with_stderr ? command + " 2>&1" : command).c_str(), "r");
   if (!pipe) return result;
   std::array<char, 4096> buffer;
   size_t n;

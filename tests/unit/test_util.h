@@ -29,12 +29,13 @@ inline void write_file(const std::filesystem::path& path, const std::string& byt
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// Runs a shell command, returning its exit status and capturing stdout and stderr.
+// Runs a shell command, returning its exit status and capturing stdout, and stderr too unless
+// `with_stderr` is false (then stderr goes where the test's stderr goes).
 struct CommandResult {
   int status = -1;
   std::string output;
 };
-CommandResult run_command(const std::string& command);
+CommandResult run_command(const std::string& command, bool with_stderr = true);
 
 // Expects `statement` to throw sluice::Error whose message contains every one of `parts`.
 #define EXPECT_ERROR_MENTIONS(statement, ...)                                               \

@@ -83,8 +83,8 @@ std::unique_ptr<Tokenizer> timed_load(const fs::path& p) {
   const auto start = std::chrono::steady_clock::now();
   auto t = Tokenizer::load(p);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Printed, not asserted: a wall-clock bound fails on a loaded machine for no fault of the code.
   std::printf("[golden] loaded %s in %.3f s\n", p.filename().c_str(), s);
-  EXPECT_LT(s, 1.0) << "loading " << p << " should take well under a second";
   return t;
 }
 
@@ -137,7 +137,6 @@ TEST(TokenizerGolden, Qwen2VocabAndMerges) {
   const auto t = tok::build_tokenizer(std::move(parts), &config);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("[golden] loaded qwen vocab.json + merges.txt in %.3f s\n", s);
-  EXPECT_LT(s, 1.0);
   check_cases(*t, qwen2_cases(), "qwen2 vocab.json+merges.txt");
   EXPECT_EQ(t->eos_id(), 151645);  // <|im_end|>
   EXPECT_EQ(t->encode("<|im_start|>user", true), (std::vector<int32_t>{151644, 872}));

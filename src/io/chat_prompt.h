@@ -1,0 +1,38 @@
+// Chat messages -> prompt token ids, as transformers' apply_chat_template(tokenize=True) builds
+// them: the template is rendered with add_generation_prompt and the text is tokenized with
+// add_special_tokens=False, because the template itself writes the BOS token (and any other
+// special tokens) it wants. Adding the tokenizer's BOS on top would double it.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/chat_template.h"
+#include "io/tokenizer.h"
+
+namespace sluice {
+
+class ChatPrompter {
+ public:
+  // The model folder's chat template: tokenizer_config.json's `chat_template` (or a sibling
+  // chat_template.jinja), else the one the tokenizer file carries (GGUF). Fails when there is none.
+  static ChatPrompter load(const std::filesystem::path& model_dir, const Tokenizer& tokenizer);
+
+  std::string render(const nlohmann::ordered_json& messages) const;
+  std::vector<int> encode(const nlohmann::ordered_json& messages) const;
+
+ private:
+  ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenizer,
+               nlohmann::ordered_json extra_context);
+
+  ChatTemplate template_;
+  const Tokenizer* tokenizer_;
+  nlohmann::ordered_json extra_context_;  // bos/eos token strings when the config gave none
+};
+
+// One user message holding `text`, the shape `generate --chat` sends.
+nlohmann::ordered_json single_user_message(const std::string& text);
+
+}  // namespace sluice

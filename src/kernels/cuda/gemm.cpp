@@ -1,0 +1,101 @@
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
+#include "core/error.h"
+#include "runtime/gpu/cuda_check.h"
+
+namespace sluice::cuda {
+
+namespace {
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+}  // namespace
+
+struct GemmContext::Impl {
+  offload::Device& device;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan> plans;
+
+  Impl(offload::Device& d, size_t ws) : device(d), workspace_bytes(ws) {
+    SLUICE_CUBLAS_CHECK(cublasLtCreate(&handle));
+    workspace = device.allocate(ws, "cuBLASLt workspace");
+  }
+  ~Impl() {
+    for (auto& [key, p] : plans) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.c);
+      cublasLtMatmulDescDestroy(p.op);
+    }
+    device.deallocate(workspace, workspace_bytes);
+    cublasLtDestroy(handle);
+  }
+
+  const Plan& plan(const GemmShape& s, bool accumulate) {
+    auto key = std::make_tuple(s.m, s.n, s.k, accumulate);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    SLUICE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    SLUICE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                       &transpose, sizeof(transpose)));
+    SLUICE_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    // Column-major: A = W stored k×n (ld k), used transposed; B = X stored k×m (ld k);
+    // C = Y stored n×m (ld n).
+    SLUICE_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.n), s.k));
+    SLUICE_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.m), s.k));
+    SLUICE_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(s.n), uint64_t(s.m), s.n));
+    cublasLtMatmulPreference_t pref = nullptr;
+    SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    SLUICE_CUBLAS_CHECK(status);
+    if (found == 0) fail("cuBLASLt: no bf16 GEMM algorithm for m={} n={} k={}", s.m, s.n, s.k);
+    p.algo = result.algo;
+    return plans.emplace(key, p).first->second;
+  }
+};
+
+GemmContext::GemmContext(offload::Device& device, size_t workspace_bytes)
+    : impl_(std::make_unique<Impl>(device, workspace_bytes)) {}
+GemmContext::~GemmContext() = default;
+
+void GemmContext::gemm(const GemmShape& s, const uint16_t* x, const uint16_t* w, float* y,
+                       float beta, cudaStream_t stream) {
+  if (s.m == 0) return;
+  if (s.n <= 0 || s.k <= 0)
+    fail("cuda gemm: field 'shape': expected n, k > 0, got m={} n={} k={}", s.m, s.n, s.k);
+  const Plan& p = impl_->plan(s, beta != 0.0f);
+  const float alpha = 1.0f;
+  SLUICE_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,
+                                     p.c, &p.algo, impl_->workspace, impl_->workspace_bytes,
+                                     stream));
+}
+
+void GemmContext::expert_gemms(int64_t n, int64_t k, std::span<const ExpertGemm> experts,
+                               cudaStream_t stream) {
+  for (const ExpertGemm& e : experts) gemm({e.m, n, k}, e.x, e.w, e.y, 0.0f, stream);
+}
+
+}  // namespace sluice::cuda

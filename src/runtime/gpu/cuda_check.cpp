@@ -1,0 +1,28 @@
+#include "runtime/gpu/cuda_check.h"
+
+#include "core/error.h"
+
+namespace sluice::gpu {
+
+void cuda_check(cudaError_t status, const char* operation, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  fail("CUDA error in {} ({}:{}): {}: {}", operation, file, line, cudaGetErrorName(status),
+       cudaGetErrorString(status));
+}
+
+void cublas_check(cublasStatus_t status, const char* operation, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  fail("cuBLAS error in {} ({}:{}): {}: {}", operation, file, line, cublasGetStatusName(status),
+       cublasGetStatusString(status));
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" status
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace sluice::gpu

@@ -1,0 +1,110 @@
+// Weight pages streamed through a fixed pool of device slots, ahead of the tasks that use them.
+//
+// A schedule is a sequence of tasks (e.g. the experts of a layer, in the order they run); each
+// task names the weight pages it reads. The streamer copies pages on the weights queue in the
+// order of their first use, into `slots` device slots of `page_bytes` each, which were taken from
+// the budget once: so the copies run at most `slots` pages ahead of the compute (the prefetch
+// window: slots = 2 or 3 tasks' pages is double or triple buffering), and device memory for
+// streamed weights never exceeds slots · page_bytes.
+//
+// run(t) makes the compute queue wait for the copies of t's pages, enqueues t's work, and hands
+// every page whose last user is t back to the pool, fenced by an event after t's work: the next
+// copy into that slot waits on the device for that event. The host never blocks; it only
+// enqueues. A page that was never copied (its task was skipped or run on the CPU) is dropped.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/offload/device.h"
+
+namespace sluice::offload {
+
+struct WeightPage {
+  const void* host = nullptr;  // pinned host memory (mapped checkpoint or pinned copy)
+  size_t bytes = 0;            // <= the pool's page_bytes
+  std::string name;            // for traces and errors, e.g. "L3.e5.w1[0:4096]"
+};
+
+// The device slots: allocated once from the budget, owned for the streamer's life.
+class PageSlots {
+ public:
+  PageSlots(Device& device, size_t page_bytes, int slots);
+  ~PageSlots();
+  PageSlots(const PageSlots&) = delete;
+  PageSlots& operator=(const PageSlots&) = delete;
+
+  size_t page_bytes() const { return page_bytes_; }
+  int count() const { return int(slots_.size()); }
+  void* slot(int i) const { return slots_[size_t(i)]; }
+
+ private:
+  Device& device_;
+  size_t page_bytes_;
+  std::vector<void*> slots_;
+};
+
+// Work of one task: `stream` as in QueueWork, `pages` the device addresses of its pages in the
+// order the task listed them.
+using PagedWork = std::function<void(void* stream, std::span<void* const> pages)>;
+
+class PageStreamer {
+ public:
+  // uses[t]: indices into `pages` that task t reads. Fails if the slots cannot hold the pages
+  // that are live at once (the minimum is named in the message).
+  PageStreamer(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
+               std::vector<std::vector<int>> uses);
+
+  // The fewest slots this schedule needs: the most pages in use across any task.
+  static int min_slots(size_t n_pages, const std::vector<std::vector<int>>& uses);
+
+  void prefetch();  // enqueues every copy a free slot allows, in first-use order
+  // Enqueues task t; tasks must be run or skipped in order.
+  void run(int t, PagedWork work, std::string_view label);
+  // Task t will not run on the device (no tokens, or the CPU takes it): its pages that are not
+  // yet copied are dropped; copied ones are released.
+  void skip(int t);
+
+  // Whether any of task t's pages has been copied (or is in flight) already.
+  bool any_page_copied(int t) const;
+  // For a task not yet run that the caller may skip: if none of its pages has been copied yet,
+  // its pages that no other task reads will never be copied, and this returns true; otherwise it
+  // changes nothing and returns false (the copies are under way: run the task on the device).
+  // The task must still be passed to skip() in order.
+  bool drop_if_not_copied(int t);
+
+  bool finished() const { return next_task_ == int(uses_.size()); }
+  int pages_in_slots() const;  // copied or in flight, not yet released
+  int64_t pages_copied() const { return pages_copied_; }
+  int64_t bytes_copied() const { return bytes_copied_; }
+
+ private:
+  struct PageState {
+    int first_use = -1, last_use = -1;
+    int slot = -1;  // while copied and not released
+    bool needed = true;
+    bool done = false;  // released or dropped
+    EventPtr copied;
+  };
+  struct FreeSlot {
+    int slot;
+    EventPtr fence;  // the last user's work; null if never used
+  };
+  void finish_task(int t, const EventPtr& fence);
+
+  Device& device_;
+  PageSlots& slots_;
+  std::vector<WeightPage> pages_;
+  std::vector<std::vector<int>> uses_;
+  std::vector<PageState> state_;
+  std::vector<int> copy_order_;  // pages by first use
+  size_t next_copy_ = 0;
+  int next_task_ = 0;
+  std::vector<FreeSlot> free_;  // used as a FIFO: oldest fence first
+  size_t free_head_ = 0;
+  int64_t pages_copied_ = 0, bytes_copied_ = 0;
+};
+
+}  // namespace sluice::offload

@@ -12,11 +12,11 @@
 #include <random>
 
 #include "cli/command.h"
-#include "cli/planner_profile.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/batch_engine.h"
+#include "engine/planner_profile.h"
 #include "engine/throughput_report.h"
 #include "model/model_stats.h"
 #include "model/presets.h"

@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "cli/planner_profile.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "engine/planner_profile.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "runtime/memory_info.h"
@@ -155,7 +155,8 @@ int run(const Options& o) {
         human_bytes(double(limits.gpu_bytes)));
   if (!o.svg.empty())
     fmt::print("roofline   {}{}\n", o.svg,
-               png.empty() ? " (no PNG: rsvg-convert or ImageMagick convert missing or failed)" : " and " + png);
+               png.empty() ? " (no PNG: rsvg-convert or ImageMagick convert missing or failed)"
+                           : " and " + png);
   return 0;
 }
 

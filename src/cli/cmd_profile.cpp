@@ -82,8 +82,9 @@ RegisterCommand reg({"profile", "Measure this machine for the planner (cached)",
                        sub.add_flag("--refresh", o->refresh,
                                     "Measure again even if a cached profile exists");
                        sub.add_flag("--json", o->json, "Print the profile as JSON");
-  sub.add_option("--threads", o->threads, "Measure with this many threads (0: every core)")
-      ->check(CLI::NonNegativeNumber);
+                       sub.add_option("--threads", o->threads,
+                                      "Measure with this many threads (0: every core)")
+                           ->check(CLI::NonNegativeNumber);
                        return std::function<int()>([o] { return run(*o); });
                      }});
 

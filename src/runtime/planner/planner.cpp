@@ -168,15 +168,15 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     return requested_value > 0 ? std::vector<int>{requested_value} : values;
   };
   SearchSpace space;
-  std::vector<int> batches = powers_of_two(1, std::min(requests, 4096));
-  if (requests <= 4096 && batches.back() != requests) batches.push_back(requests);
+  std::vector<int> batches = powers_of_two(1, std::min(requests, 1024));
+  if (requests <= 1024 && batches.back() != requests) batches.push_back(requests);
   space.batch = fixed_or(base.batch, batches);
   space.attn = fixed_or(base.attn_micro_batch, powers_of_two(16, 2048));
   space.expert = fixed_or(base.expert_batch, powers_of_two(16, 4096));
   space.chunk = fixed_or(base.prefill_chunk, powers_of_two(16, 4096));
 
   double scale = 1;
-  const size_t sample_cap = size_t(std::max(512, 4 * space.batch.back()));
+  const size_t sample_cap = size_t(std::max(512, 2 * space.batch.back()));
   const std::vector<WorkloadRequest> sim = sample_workload(workload, sample_cap, &scale);
 
   std::map<std::tuple<int, int, int, int>, PlannedPolicy> evaluated;

@@ -1,12 +1,13 @@
 // Policy search: the engine's policy that maximises predicted end-to-end throughput of a
 // workload on this machine, under its memory limits, with the reasons in words.
 //
-// Searched: B, b_a, b_e and the prefill chunk (coordinate descent over powers of two from the
-// old fixed defaults, until no single change helps); KV blocks follow from B (every admitted
-// sequence reserves its whole length). Fields the caller sets (non-zero) are kept. The GPU
-// fields (CPU share of attention ω, resident weights, page size, prefetch depth) are carried in
-// OffloadPlan for the CUDA pipeline; on a CPU-only machine every weight is resident in host
-// memory and attention is all on the CPU, so they are fixed, not searched.
+// Searched: B (powers of two up to 1024, and the request count), b_a, b_e and the prefill chunk,
+// by coordinate descent over powers of two from the old fixed defaults until no single change
+// helps; KV blocks follow from B (every admitted sequence reserves its whole length). Fields the
+// caller sets (non-zero) are kept. The GPU fields (CPU share of attention ω, resident weights,
+// page size, prefetch depth) are carried in OffloadPlan for the CUDA pipeline; on a CPU-only
+// machine every weight is resident in host memory and attention is all on the CPU, so they are
+// fixed, not searched.
 #pragma once
 
 #include <optional>

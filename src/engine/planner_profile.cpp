@@ -1,9 +1,9 @@
-#include "cli/planner_profile.h"
+#include "engine/planner_profile.h"
 
 #include "engine/throughput_report.h"
 #include "runtime/planner/profiler.h"
 
-namespace sluice::cli {
+namespace sluice {
 
 HardwareProfile planner_profile(int threads) {
   if (std::optional<HardwareProfile> cached = load_cached_profile(threads)) return *cached;
@@ -11,4 +11,4 @@ HardwareProfile planner_profile(int threads) {
   return quick_profile(c.dram_bytes_per_s, c.gemm_flops);
 }
 
-}  // namespace sluice::cli
+}  // namespace sluice

@@ -4,9 +4,9 @@
 
 #include "runtime/planner/hardware_profile.h"
 
-namespace sluice::cli {
+namespace sluice {
 
 // For `threads` OpenMP threads (0: all cores).
 HardwareProfile planner_profile(int threads);
 
-}  // namespace sluice::cli
+}  // namespace sluice

@@ -36,7 +36,7 @@ int64_t KvCacheConfig::block_bytes() const {
 }
 
 PagedKvCache::PagedKvCache(const KvCacheConfig& config)
-    : config_(config), pool_(allocate_pool(config), &std::free) {
+    : config_(config), pool_(config.with_storage ? allocate_pool(config) : nullptr, &std::free) {
   free_.reserve(size_t(config.total_blocks));
   // Stack order: block 0 is handed out first.
   for (int64_t b = config.total_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
@@ -93,6 +93,7 @@ double PagedKvCache::usage() const {
 }
 
 uint16_t* PagedKvCache::layer_base(int layer) const {
+  if (!pool_) fail("kv cache: this cache keeps block tables only and holds no K/V");
   if (layer < 0 || layer >= config_.n_layers)
     fail("kv cache: field 'layer': expected 0..{}, got {}", config_.n_layers - 1, layer);
   const int64_t layer_elems =

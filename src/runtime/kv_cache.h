@@ -28,6 +28,7 @@ struct KvCacheConfig {
   int head_dim = 0;
   int block_size = 16;  // tokens per block
   int64_t total_blocks = 0;
+  bool with_storage = true;  // false: block bookkeeping only, no memory (the planner's replay)
 
   // Bytes of one block across all layers (K and V): the unit the planner budgets in.
   int64_t block_bytes() const;

@@ -131,5 +131,24 @@ TEST(PagedKvCache, RejectsMisuse) {
   EXPECT_THROW(PagedKvCache(small_config(0)), Error);
 }
 
+TEST(PagedKvCache, BookkeepingOnlyCacheTracksBlocksButHoldsNoData) {
+  KvCacheConfig c;
+  c.n_layers = 2;
+  c.kv_heads = 8;
+  c.head_dim = 128;
+  c.block_size = 16;
+  c.total_blocks = int64_t(1) << 20;  // 64 GiB of K/V if it were allocated
+  c.with_storage = false;
+  PagedKvCache kv(c);
+  kv.allocate(1);
+  EXPECT_TRUE(kv.append_slots(1, 40));
+  EXPECT_EQ(kv.block_table(1).size(), 3u);
+  EXPECT_EQ(kv.free_blocks(), c.total_blocks - 3);
+  std::vector<float> row(size_t(8 * 128));
+  EXPECT_THROW(kv.write_tokens(0, 1, 0, 1, row.data(), row.data()), Error);
+  kv.release(1);
+  EXPECT_EQ(kv.free_blocks(), c.total_blocks);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -175,8 +175,9 @@ TEST(CostModel, StepSecondsEqualsCriticalPathOfTheGraph) {
   EXPECT_NEAR(m.step_seconds(s), m.step_graph(s).critical_path_seconds(), 1e-9 * m.step_seconds(s));
 }
 
-// The replay must plan the same steps as the real Scheduler: same token counts, micro-batches
-// and sampled rows, step by step.
+// The replay's step shapes are the real Scheduler's plans over a KV cache with storage: same
+// token counts, micro-batches and sampled rows, step by step (the storage-less cache must admit
+// and release exactly as the real one does).
 TEST(WorkloadSim, MatchesScheduler) {
   Policy p;
   p.batch = 5, p.attn_micro_batch = 12, p.prefill_chunk = 20, p.expert_batch = 16;

@@ -5,21 +5,10 @@
 #include <optional>
 
 #include "core/error.h"
+#include "runtime/kv_cache.h"
+#include "runtime/scheduler.h"
 
 namespace sluice {
-namespace {
-
-struct SimSequence {
-  WorkloadRequest request;
-  int computed = 0, generated = 0, need_blocks = 0;
-};
-
-struct Item {
-  int slot, first_pos, count;
-  bool sample, prefill;
-};
-
-}  // namespace
 
 void replay_schedule(const Policy& p, int max_positions, int window,
                      std::vector<WorkloadRequest> requests,
@@ -29,107 +18,52 @@ void replay_schedule(const Policy& p, int max_positions, int window,
         "workload simulation: policy {}: expected resolved batch, attn_micro_batch, "
         "prefill_chunk and kv_blocks",
         p.describe());
-  auto blocks_for = [&](int tokens) { return (tokens + p.kv_block_size - 1) / p.kv_block_size; };
-  std::deque<WorkloadRequest> queue(requests.begin(), requests.end());
-  for (const WorkloadRequest& r : queue) {
-    const int total = std::min(r.prompt_tokens + r.new_tokens, max_positions);
-    if (r.prompt_tokens < 1 || r.new_tokens < 1 || blocks_for(total) > p.kv_blocks)
-      fail("workload simulation: a request of {} + {} tokens cannot run with {} KV blocks of {}",
-           r.prompt_tokens, r.new_tokens, p.kv_blocks, p.kv_block_size);
+  // The real scheduler over a KV cache that keeps block tables but no K/V, fed tokens that never
+  // stop a sequence: the steps it plans are the steps the engine would run.
+  KvCacheConfig kc;
+  kc.n_layers = 1;
+  kc.kv_heads = 1;
+  kc.head_dim = 1;
+  kc.block_size = p.kv_block_size;
+  kc.total_blocks = p.kv_blocks;
+  kc.with_storage = false;
+  PagedKvCache kv(kc);
+  Scheduler sched(p, kv, max_positions);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request r;
+    r.id = int64_t(i);
+    r.prompt.assign(size_t(std::max(0, requests[i].prompt_tokens)), 0);
+    r.max_new_tokens = requests[i].new_tokens;
+    r.ignore_eos = true;
+    sched.submit(std::move(r));
   }
-  // The scheduler sorts the queue by prompt length, longest first, stably, at each admission;
-  // with no new submissions one sort up front gives the same order.
-  std::stable_sort(queue.begin(), queue.end(),
-                   [](const WorkloadRequest& a, const WorkloadRequest& b) {
-                     return a.prompt_tokens > b.prompt_tokens;
-                   });
-  std::vector<std::optional<SimSequence>> slots(size_t(p.batch));
-  int active = 0;
-  int64_t claimed_blocks = 0;  // Σ whole-sequence reservations of active sequences
-  while (!queue.empty() || active > 0) {
-    // admit(): lowest free slot first; stop at the first request that does not fit.
-    for (size_t s = 0; s < slots.size() && !queue.empty(); ++s) {
-      if (slots[s]) continue;
-      const WorkloadRequest& next = queue.front();
-      const int need = blocks_for(std::min(next.prompt_tokens + next.new_tokens, max_positions));
-      if (p.kv_blocks - claimed_blocks < need) break;
-      slots[s] = SimSequence{next, 0, 0, need};
-      claimed_blocks += need;
-      ++active;
-      queue.pop_front();
-    }
-    // plan_step()
-    std::vector<Item> items;
-    int budget = p.prefill_chunk, tokens = 0;
-    for (size_t s = 0; s < slots.size(); ++s) {
-      if (!slots[s]) continue;
-      const SimSequence& q = *slots[s];
-      Item it{int(s), q.computed, 0, false, false};
-      if (q.computed < q.request.prompt_tokens) {
-        it.count = std::min({q.request.prompt_tokens - q.computed, budget, p.attn_micro_batch});
-        if (it.count == 0) continue;
-        budget -= it.count;
-        it.sample = q.computed + it.count == q.request.prompt_tokens;
-        it.prefill = true;
-      } else {
-        it.count = 1;
-        it.sample = true;
-      }
-      items.push_back(it);
-      tokens += it.count;
-    }
-    if (items.empty()) fail("workload simulation: no request can be scheduled");
-    // balance(): longest-processing-time-first packing into micro-batches of <= b_a tokens.
-    const int cap = p.attn_micro_batch;
-    auto work = [](const Item& it) {
-      return int64_t(it.count) * (it.first_pos + (it.count + 1) / 2) + it.count;
-    };
-    std::vector<Item> sorted = items;
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [&](const Item& a, const Item& b) { return work(a) > work(b); });
-    const int groups = std::max(1, (tokens + cap - 1) / cap);
-    std::vector<MicroBatchShape> mbs(static_cast<size_t>(groups));
-    std::vector<int64_t> load(static_cast<size_t>(groups), 0);
-    int sampled = 0;
+  std::vector<int> sampled;
+  while (!sched.done()) {
+    StepPlan plan = sched.plan_step();
+    if (plan.empty()) fail("workload simulation: no request can be scheduled");
     StepShape step;
-    for (const Item& it : sorted) {
-      int best = -1;
-      for (int g = 0; g < int(mbs.size()); ++g)
-        if (mbs[size_t(g)].tokens + it.count <= cap &&
-            (best < 0 || load[size_t(g)] < load[size_t(best)]))
-          best = g;
-      if (best < 0) {
-        mbs.emplace_back();
-        load.push_back(0);
-        best = int(mbs.size()) - 1;
+    step.prefill_tokens = plan.prefill_tokens;
+    step.decode_tokens = plan.decode_tokens;
+    sampled.clear();
+    int begin = 0;
+    for (int end : plan.micro_batch_end) {
+      MicroBatchShape mb;
+      for (int i = begin; i < end; ++i) {
+        const StepItem& it = plan.items[size_t(i)];
+        const int kv_len = it.first_pos + it.count;
+        const int attended = window > 0 ? std::min(window, kv_len) : kv_len;
+        mb.tokens += it.count;
+        mb.kv_positions += attended;
+        // The engine counts (and the kernel bounds) each query row against the whole window.
+        mb.qk_pairs += double(it.count) * attended;
+        if (it.sample) sampled.push_back(1);
       }
-      MicroBatchShape& mb = mbs[size_t(best)];
-      const int kv_len = it.first_pos + it.count;
-      mb.tokens += it.count;
-      mb.kv_positions += window > 0 ? std::min(window, kv_len) : kv_len;
-      // The engine counts (and the kernel bounds) each query row against the whole window.
-      mb.qk_pairs += double(it.count) * (window > 0 ? std::min(window, kv_len) : kv_len);
-      load[size_t(best)] += work(it);
-      sampled += it.sample ? 1 : 0;
-      (it.prefill ? step.prefill_tokens : step.decode_tokens) += it.count;
+      step.micro_batches.push_back(mb);
+      begin = end;
     }
-    for (const MicroBatchShape& mb : mbs)
-      if (mb.tokens > 0) step.micro_batches.push_back(mb);
-    step.sampled = sampled;
+    step.sampled = int(sampled.size());
     on_step(step);
-    // complete_step()
-    for (const Item& it : items) {
-      SimSequence& q = *slots[size_t(it.slot)];
-      q.computed += it.count;
-      if (!it.sample) continue;
-      ++q.generated;
-      const int length = q.request.prompt_tokens + q.generated;
-      if (q.generated >= q.request.new_tokens || length >= max_positions) {
-        claimed_blocks -= q.need_blocks;
-        slots[size_t(it.slot)].reset();
-        --active;
-      }
-    }
+    sched.complete_step(plan, sampled);
   }
 }
 

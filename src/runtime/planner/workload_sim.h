@@ -1,12 +1,9 @@
 // Replays the scheduler (runtime/scheduler.cpp) on a workload without running the model: the
-// same admission (longest prompt first, while the KV cache can hold each whole sequence), the
-// same chunked prefill and decode items, the same packing into attention micro-batches. Each
+// real Scheduler plans every step over a KV cache that keeps block tables only, so admission,
+// chunked prefill, decode and the packing into attention micro-batches are the engine's own. Each
 // step's shape goes to the cost model; the predicted time is split between prefill and decode by
 // the step's token mix exactly as BatchEngine::run splits measured time, so predictions compare
 // one to one with `sluice bench`.
-//
-// Keep in step with Scheduler::admit, plan_step, balance and complete_step; the test
-// WorkloadSim.MatchesScheduler replays both on the same requests.
 #pragma once
 
 #include <cstdint>

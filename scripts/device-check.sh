@@ -83,11 +83,11 @@ fi
 
 # 4. Greedy outputs on the GPU against the CPU path, and 5. the benchmark: both need the engine's
 # CUDA executor (`--device cuda`, `--gpu-mem`), which does not exist yet: the commands below are
-# the intended interface (`--device`, `--dump-tokens` and a `mixtral-tiny` preset are not
+# the intended interface (`--device`, and `--dump-tokens` are not
 # implemented), run only once bench has --gpu-mem; until then both steps report "skipped".
 if ./build/sluice bench --help 2>/dev/null | grep -q -- '--gpu-mem'; then
   # Tiny model: greedy tokens from both devices must agree.
-  tiny_args=(bench --preset mixtral-tiny --prompt-len 32 --gen-len 16 --requests 4 --ignore-eos --json)
+  tiny_args=(bench --preset tiny-mixtral --prompt-len 32 --gen-len 16 --requests 4 --ignore-eos --json)
   if timeout 60 ./build/sluice "${tiny_args[@]}" --device cpu --dump-tokens "$log_dir/tiny_cpu.txt" >"$log_dir/tiny_cpu.json" 2>&1 &&
      timeout 60 ./build/sluice "${tiny_args[@]}" --device cuda --dump-tokens "$log_dir/tiny_gpu.txt" >"$log_dir/tiny_gpu.json" 2>&1 &&
      cmp -s "$log_dir/tiny_cpu.txt" "$log_dir/tiny_gpu.txt"; then

@@ -131,7 +131,7 @@ std::vector<Piece> pre_tokenize(const std::vector<PreTokenizerStep>& steps,
                             SplitBehavior::kIsolated, false, next);
               },
               [&](const ByteLevel& b) {
-                if (b.add_prefix_space && !piece.text.starts_with(' ')) piece.text.insert(0, " ");
+                if (b.add_prefix_space && !piece.text.starts_with(' ')) piece.text = " " + piece.text;
                 std::vector<Piece> parts;
                 if (b.use_regex) {
                   split_piece(piece, gpt2_regex().find_all(piece.text), SplitBehavior::kIsolated,
@@ -146,7 +146,7 @@ std::vector<Piece> pre_tokenize(const std::vector<PreTokenizerStep>& steps,
                 const bool prepend = m.prepend == PrependScheme::kAlways ||
                                      (m.prepend == PrependScheme::kFirst && piece.at_start);
                 if (prepend && !piece.text.starts_with(m.replacement))
-                  piece.text.insert(0, m.replacement);
+                  piece.text = m.replacement + piece.text;
                 if (!m.split) {
                   next.push_back(std::move(piece));
                   return;

@@ -2,13 +2,12 @@
 // stage and every rate shown as a fraction of this machine's measured ceilings (the roofline
 // arithmetic is in engine/throughput_report.h and bench/RESULTS.md).
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <omp.h>
-
 #include <sys/resource.h>
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli/command.h"
@@ -38,7 +37,8 @@ struct Options {
 };
 
 int run(Options o) {
-  if (o.model_dir.empty() == o.preset.empty()) fail("bench: give exactly one of --model or --preset");
+  if (o.model_dir.empty() == o.preset.empty())
+    fail("bench: give exactly one of --model or --preset");
   if (o.policy.threads > 0) omp_set_num_threads(o.policy.threads);
   // Measured first: the probe's buffers are freed before the model is made, so they do not
   // count towards the peak resident memory reported below.
@@ -51,14 +51,15 @@ int run(Options o) {
   const ModelConfig& c = model.config;
   const ModelStats ms = model_stats(model);
 
-  const size_t kv_budget = o.kv_memory.empty() ? available_memory_bytes() / 2
-                                               : parse_bytes(o.kv_memory, "--kv-memory");
+  const size_t kv_budget =
+      o.kv_memory.empty() ? available_memory_bytes() / 2 : parse_bytes(o.kv_memory, "--kv-memory");
   // The planner fills the fields left at 0 (cached `sluice profile`, else the ceilings above)
   // and predicts the run, to print beside the measurement.
   const HardwareProfile hw = planner_profile(o.policy.threads);
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   const Policy policy =
-      plan_policy(hw, c, o.policy, work, MemoryLimits{model_weight_bytes(c) + kv_budget, 0}).chosen.policy;
+      plan_policy(hw, c, o.policy, work, MemoryLimits{model_weight_bytes(c) + kv_budget, 0})
+          .chosen.policy;
   const Prediction predicted = predict(hw, c, policy, work);
   omp_set_num_threads(policy.threads);
 
@@ -89,19 +90,23 @@ int run(Options o) {
   int64_t last_prefill = 0, last_decode = 0;
   engine.set_step_observer([&](const EngineStats& st, const BatchEngine::Progress&) {
     const double now = cpu_seconds(), used = now - last_cpu;
-    const double dp = double(st.prefill_tokens - last_prefill), dd = double(st.decode_tokens - last_decode);
+    const double dp = double(st.prefill_tokens - last_prefill),
+                 dd = double(st.decode_tokens - last_decode);
     if (dp + dd > 0) prefill_cpu += used * dp / (dp + dd), decode_cpu += used * dd / (dp + dd);
     last_cpu = now, last_prefill = st.prefill_tokens, last_decode = st.decode_tokens;
   });
   int64_t generated = 0;
   auto t0 = std::chrono::steady_clock::now();
-  engine.run(std::move(requests), [&](Completion&& done) { generated += int64_t(done.tokens.size()); });
+  engine.run(std::move(requests),
+             [&](Completion&& done) { generated += int64_t(done.tokens.size()); });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats& s = engine.stats();
 
   const int64_t prompt_tokens = int64_t(o.requests) * o.prompt_len;
   const ThroughputReport r = summarize(s, wall, prompt_tokens, generated, ceilings);
-  auto share = [&](double cpu, double seconds) { return seconds > 0 ? cpu / (seconds * policy.threads) : 0; };
+  auto share = [&](double cpu, double seconds) {
+    return seconds > 0 ? cpu / (seconds * policy.threads) : 0;
+  };
   const double prefill_share = share(prefill_cpu, s.prefill_seconds);
   const double decode_share = share(decode_cpu, s.decode_seconds);
   const size_t weights_bytes = ms.total_bytes;
@@ -138,19 +143,21 @@ int run(Options o) {
              o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
   fmt::print("policy     {}\n\n", policy.describe());
   print_report(r, s, ceilings);
-  fmt::print("predicted  prefill {:.1f}, decode {:.1f}, end to end {:.1f} tokens/s ({} profile; "
-             "measured/predicted {:.2f}, {:.2f}, {:.2f})\n",
-             predicted.prefill_tokens_per_s(), predicted.decode_tokens_per_s(),
-             predicted.total_tokens_per_s(), hw.source,
-             r.prefill_tokens_per_s / predicted.prefill_tokens_per_s(),
-             r.decode_tokens_per_s / predicted.decode_tokens_per_s(),
-             r.total_tokens_per_s / predicted.total_tokens_per_s());
+  fmt::print(
+      "predicted  prefill {:.1f}, decode {:.1f}, end to end {:.1f} tokens/s ({} profile; "
+      "measured/predicted {:.2f}, {:.2f}, {:.2f})\n",
+      predicted.prefill_tokens_per_s(), predicted.decode_tokens_per_s(),
+      predicted.total_tokens_per_s(), hw.source,
+      r.prefill_tokens_per_s / predicted.prefill_tokens_per_s(),
+      r.decode_tokens_per_s / predicted.decode_tokens_per_s(),
+      r.total_tokens_per_s / predicted.total_tokens_per_s());
   fmt::print("cpu share  the run had {:.0f}% of {} core(s) in prefill, {:.0f}% in decode\n",
              100 * prefill_share, policy.threads, 100 * decode_share);
-  fmt::print("           ceilings now are {:.0f}% (GEMM) and {:.0f}% (DRAM) of the profile's: other "
-             "load on the machine slows the measurement, not the prediction\n",
-             100 * ceilings.gemm_flops / hw.gemm_peak_flops,
-             100 * ceilings.dram_bytes_per_s / hw.dram_bytes_per_s);
+  fmt::print(
+      "           ceilings now are {:.0f}% (GEMM) and {:.0f}% (DRAM) of the profile's: other "
+      "load on the machine slows the measurement, not the prediction\n",
+      100 * ceilings.gemm_flops / hw.gemm_peak_flops,
+      100 * ceilings.dram_bytes_per_s / hw.dram_bytes_per_s);
   fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
              human_bytes(double(peak_rss)), human_bytes(double(weights_bytes)),
              human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),
@@ -160,23 +167,31 @@ int run(Options o) {
   return 0;
 }
 
-RegisterCommand reg({"bench", "Measure batch throughput on synthetic prompts", [](CLI::App& sub) {
-  auto o = std::make_shared<Options>();
-  sub.add_option("--model", o->model_dir, "Model folder");
-  sub.add_option("--preset", o->preset, "Make a model of this shape in memory")
-      ->check(CLI::IsMember(preset_names()));
-  sub.add_option("--layers", o->layers, "With --preset: keep only the first N layers")
-      ->check(CLI::NonNegativeNumber);
-  sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per request")->capture_default_str()->check(CLI::PositiveNumber);
-  sub.add_option("--gen-len", o->gen_len, "Tokens to generate per request")->capture_default_str()->check(CLI::PositiveNumber);
-  sub.add_option("--requests", o->requests, "Number of requests")->capture_default_str()->check(CLI::PositiveNumber);
-  sub.add_flag("--ignore-eos", o->ignore_eos, "Generate exactly --gen-len tokens");
-  sub.add_flag("--json", o->json, "Print one JSON object");
-  sub.add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
-  sub.add_option("--kv-memory", o->kv_memory, "Host memory for the KV cache (default: half of what is free)");
-  add_policy_options(sub, o->policy);
-  return std::function<int()>([o] { return run(*o); });
-}});
+RegisterCommand reg(
+    {"bench", "Measure batch throughput on synthetic prompts", [](CLI::App& sub) {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--model", o->model_dir, "Model folder");
+       sub.add_option("--preset", o->preset, "Make a model of this shape in memory")
+           ->check(CLI::IsMember(preset_names()));
+       sub.add_option("--layers", o->layers, "With --preset: keep only the first N layers")
+           ->check(CLI::NonNegativeNumber);
+       sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per request")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--gen-len", o->gen_len, "Tokens to generate per request")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--requests", o->requests, "Number of requests")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_flag("--ignore-eos", o->ignore_eos, "Generate exactly --gen-len tokens");
+       sub.add_flag("--json", o->json, "Print one JSON object");
+       sub.add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
+       sub.add_option("--kv-memory", o->kv_memory,
+                      "Host memory for the KV cache (default: half of what is free)");
+       add_policy_options(sub, o->policy);
+       return std::function<int()>([o] { return run(*o); });
+     }});
 
 }  // namespace
 }  // namespace sluice::cli

@@ -2,11 +2,11 @@
 // requests (plain completions, chat messages, the OpenAI Batch shape) through the same job as
 // `sluice run`, and says what it did and how fast.
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -38,22 +38,29 @@ void write_demo_requests(const std::filesystem::path& path) {
   std::ofstream out(path);
   int n = 0;
   for (const char* p : prompts)
-    out << json{{"custom_id", fmt::format("prompt-{}", ++n)}, {"prompt", p}, {"max_tokens", 24},
+    out << json{{"custom_id", fmt::format("prompt-{}", ++n)},
+                {"prompt", p},
+                {"max_tokens", 24},
                 {"temperature", 0}}
-                   .dump()
+               .dump()
         << "\n";
   out << json{{"custom_id", "chat-1"},
-              {"messages", {{{"role", "system"}, {"content", "You are terse."}},
-                            {{"role", "user"}, {"content", "What is a mixture of experts?"}}}},
+              {"messages",
+               {{{"role", "system"}, {"content", "You are terse."}},
+                {{"role", "user"}, {"content", "What is a mixture of experts?"}}}},
               {"max_tokens", 24},
               {"temperature", 0}}
              .dump()
       << "\n";
   for (const char* url : {"/v1/completions", "/v1/chat/completions"}) {
     json body = {{"model", "tiny-mixtral"}, {"max_tokens", 24}, {"temperature", 0.7}, {"seed", 7}};
-    if (std::string(url) == "/v1/completions") body["prompt"] = "When the weights do not fit";
-    else body["messages"] = {{{"role", "user"}, {"content", "Say hello."}}};
-    out << json{{"custom_id", fmt::format("openai-{}", ++n)}, {"method", "POST"}, {"url", url},
+    if (std::string(url) == "/v1/completions")
+      body["prompt"] = "When the weights do not fit";
+    else
+      body["messages"] = {{{"role", "user"}, {"content", "Say hello."}}};
+    out << json{{"custom_id", fmt::format("openai-{}", ++n)},
+                {"method", "POST"},
+                {"url", url},
                 {"body", body}}
                .dump()
         << "\n";
@@ -70,17 +77,19 @@ std::string result_text(const nlohmann::json& line) {
 }
 
 int run(const std::string& dir_option) {
-  const std::filesystem::path dir = dir_option.empty() ? default_dir() : std::filesystem::path(dir_option);
+  const std::filesystem::path dir =
+      dir_option.empty() ? default_dir() : std::filesystem::path(dir_option);
   const std::filesystem::path model_dir = dir / "tiny-mixtral";
   ModelConfig config = preset_config("tiny-mixtral");
   write_random_checkpoint(config, model_dir, /*seed=*/0);
   ModelStats ms = model_stats(load_model(model_dir));
   fmt::print("1. made a synthetic Mixtral with random weights: {}\n", model_dir.string());
-  fmt::print("   {} layers, hidden {}, {} experts (top {}), {} heads / {} KV heads: {} parameters, "
-             "{} active per token\n",
-             config.num_layers, config.hidden_size, config.num_experts, config.experts_per_token,
-             config.num_heads, config.num_kv_heads, human_count(double(ms.total_params)),
-             human_count(double(ms.active_params_per_token)));
+  fmt::print(
+      "   {} layers, hidden {}, {} experts (top {}), {} heads / {} KV heads: {} parameters, "
+      "{} active per token\n",
+      config.num_layers, config.hidden_size, config.num_experts, config.experts_per_token,
+      config.num_heads, config.num_kv_heads, human_count(double(ms.total_params)),
+      human_count(double(ms.active_params_per_token)));
 
   BatchJobOptions job;
   job.model_dir = model_dir;
@@ -95,25 +104,28 @@ int run(const std::string& dir_option) {
   std::fflush(stdout);
   BatchJobSummary summary = run_batch_job(job);
 
-  fmt::print("3. results in {} (the weights are random, so the text is too):\n", job.output.string());
+  fmt::print("3. results in {} (the weights are random, so the text is too):\n",
+             job.output.string());
   std::ifstream results(job.output);
   for (std::string line; std::getline(results, line);) {
     nlohmann::json j = nlohmann::json::parse(line);
     fmt::print("   {:<10} {:?}\n", j["custom_id"].get<std::string>(), result_text(j));
   }
   const Ceilings ceilings = measure_ceilings();
-  const ThroughputReport r = summarize(summary.engine, summary.engine_seconds, summary.prompt_tokens,
-                                       summary.completion_tokens, ceilings);
+  const ThroughputReport r = summarize(summary.engine, summary.engine_seconds,
+                                       summary.prompt_tokens, summary.completion_tokens, ceilings);
   fmt::print("4. {}\n", summary.describe());
-  fmt::print("   {:.0f} tokens/s end to end; moved {:.2f} GB/s = {:.1f}% of this machine's DRAM "
-             "bandwidth ({:.1f} GB/s) and computed {:.2f} GFLOP/s = {:.1f}% of its bf16 GEMM "
-             "peak ({:.0f} GFLOP/s), both measured just now: a model this small is bound by "
-             "per-step overheads, not by the hardware\n",
-             r.total_tokens_per_s, r.bytes_per_s / 1e9, 100 * r.fraction_of_dram,
-             ceilings.dram_bytes_per_s / 1e9, r.flops_per_s / 1e9, 100 * r.fraction_of_gemm_peak,
-             ceilings.gemm_flops / 1e9);
-  fmt::print("\nnext: sluice bench --preset mixtral-8x7b --layers 4 --prompt-len 128 --gen-len 32 "
-             "--requests 64 --ignore-eos\n");
+  fmt::print(
+      "   {:.0f} tokens/s end to end; moved {:.2f} GB/s = {:.1f}% of this machine's DRAM "
+      "bandwidth ({:.1f} GB/s) and computed {:.2f} GFLOP/s = {:.1f}% of its bf16 GEMM "
+      "peak ({:.0f} GFLOP/s), both measured just now: a model this small is bound by "
+      "per-step overheads, not by the hardware\n",
+      r.total_tokens_per_s, r.bytes_per_s / 1e9, 100 * r.fraction_of_dram,
+      ceilings.dram_bytes_per_s / 1e9, r.flops_per_s / 1e9, 100 * r.fraction_of_gemm_peak,
+      ceilings.gemm_flops / 1e9);
+  fmt::print(
+      "\nnext: sluice bench --preset mixtral-8x7b --layers 4 --prompt-len 128 --gen-len 32 "
+      "--requests 64 --ignore-eos\n");
   return summary.exit_code();
 }
 

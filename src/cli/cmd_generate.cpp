@@ -77,13 +77,15 @@ int generate_with_reference(const Model& model, const Tokenizer& tok, const Opti
   }
   fmt::print("{}\n", out.flush());
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print(stderr, "{} prompt + {} generated tokens in {:.2f} s ({:.1f} tokens/s, reference path)\n",
+  fmt::print(stderr,
+             "{} prompt + {} generated tokens in {:.2f} s ({:.1f} tokens/s, reference path)\n",
              ids.size(), generated, seconds, generated / seconds);
   return 0;
 }
 
 int run(const Options& o) {
-  if (o.prompt.empty() == o.input.empty()) fail("generate: give exactly one of --prompt or --input");
+  if (o.prompt.empty() == o.input.empty())
+    fail("generate: give exactly one of --prompt or --input");
   validate(o.sampling);
   Model model = load_model(o.model_dir);
   auto tok = Tokenizer::load(o.model_dir);
@@ -94,7 +96,8 @@ int run(const Options& o) {
     if (o.prompt.empty()) fail("generate: --reference runs one --prompt");
     return generate_with_reference(model, *tok, o, chat_ptr);
   }
-  std::vector<std::string> prompts = o.input.empty() ? std::vector{o.prompt} : read_prompts(o.input);
+  std::vector<std::string> prompts =
+      o.input.empty() ? std::vector{o.prompt} : read_prompts(o.input);
   std::vector<Request> requests;
   int max_prompt = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -108,9 +111,9 @@ int run(const Options& o) {
     max_prompt = std::max(max_prompt, int(r.prompt.size()));
     requests.push_back(std::move(r));
   }
-  Policy policy = resolve_policy(o.policy, model.config,
-                                 {int(requests.size()), max_prompt, o.max_new_tokens},
-                                 available_memory_bytes() / 2);
+  Policy policy =
+      resolve_policy(o.policy, model.config, {int(requests.size()), max_prompt, o.max_new_tokens},
+                     available_memory_bytes() / 2);
   omp_set_num_threads(policy.threads);
   BatchEngine engine(model, policy);
   std::vector<Completion> results(requests.size());
@@ -133,29 +136,28 @@ int run(const Options& o) {
   return 0;
 }
 
-RegisterCommand reg({"generate", "Continue a prompt, or each line of a file as one batch",
-                     [](CLI::App& sub) {
-                       auto o = std::make_shared<Options>();
-                       sub.add_option("--model", o->model_dir, "Model folder")->required();
-                       sub.add_option("--prompt", o->prompt, "Prompt text");
-                       sub.add_option("--input", o->input, "File with one prompt per line");
-                       sub.add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")
-                           ->capture_default_str()
-                           ->check(CLI::PositiveNumber);
-                       sub.add_option("--temperature", o->sampling.temperature, "0: greedy")
-                           ->capture_default_str();
-                       sub.add_option("--top-p", o->sampling.top_p, "Nucleus mass")->capture_default_str();
-                       sub.add_option("--top-k", o->sampling.top_k, "Keep the k most likely (0: all)")
-                           ->capture_default_str();
-                       sub.add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
-                       sub.add_flag("--chat", o->chat,
-                                    "Send each prompt as one user message through the model's "
-                                    "chat template; print only the reply");
-                       sub.add_flag("--reference", o->reference,
-                                    "Use the plain reference forward (one prompt, streamed)");
-                       add_policy_options(sub, o->policy);
-                       return std::function<int()>([o] { return run(*o); });
-                     }});
+RegisterCommand reg(
+    {"generate", "Continue a prompt, or each line of a file as one batch", [](CLI::App& sub) {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--model", o->model_dir, "Model folder")->required();
+       sub.add_option("--prompt", o->prompt, "Prompt text");
+       sub.add_option("--input", o->input, "File with one prompt per line");
+       sub.add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--temperature", o->sampling.temperature, "0: greedy")->capture_default_str();
+       sub.add_option("--top-p", o->sampling.top_p, "Nucleus mass")->capture_default_str();
+       sub.add_option("--top-k", o->sampling.top_k, "Keep the k most likely (0: all)")
+           ->capture_default_str();
+       sub.add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+       sub.add_flag("--chat", o->chat,
+                    "Send each prompt as one user message through the model's "
+                    "chat template; print only the reply");
+       sub.add_flag("--reference", o->reference,
+                    "Use the plain reference forward (one prompt, streamed)");
+       add_policy_options(sub, o->policy);
+       return std::function<int()>([o] { return run(*o); });
+     }});
 
 }  // namespace
 }  // namespace sluice::cli

@@ -4,7 +4,9 @@ namespace sluice::cli {
 
 void add_policy_options(CLI::App& sub, Policy& p) {
   const char* group = "Policy (0: automatic)";
-  sub.add_option("--batch", p.batch, "B: sequences decoded together")->group(group)->check(CLI::NonNegativeNumber);
+  sub.add_option("--batch", p.batch, "B: sequences decoded together")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--attn-micro-batch", p.attn_micro_batch, "b_a: tokens per attention micro-batch")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
@@ -21,7 +23,9 @@ void add_policy_options(CLI::App& sub, Policy& p) {
       ->group(group)
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  sub.add_option("--threads", p.threads, "Worker threads")->group(group)->check(CLI::NonNegativeNumber);
+  sub.add_option("--threads", p.threads, "Worker threads")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--precision", p.precision,
                  "GEMM activations: bf16 (fast) or f32 (equal to the reference forward)")
       ->group(group)

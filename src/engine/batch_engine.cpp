@@ -86,8 +86,8 @@ struct BatchEngine::Impl {
       LayerWeights b = L;
       b.attn_norm = as_f32(L.attn_norm);
       b.ffn_norm = as_f32(L.ffn_norm);
-      for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
-                        &b.expert_down})
+      for (Tensor* t :
+           {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up, &b.expert_down})
         *t = as_bf16(*t);
       w.layers.push_back(std::move(b));
     }
@@ -256,15 +256,18 @@ void BatchEngine::Impl::expert_phase(int l) {
   down.resize(size_t(be) * H);
   for (int e = 0; e < c.num_experts; ++e) {
     const auto& list = routed[e];
-    const Tensor wg = L.expert_gate.slice0(e), wu = L.expert_up.slice0(e), wd = L.expert_down.slice0(e);
+    const Tensor wg = L.expert_gate.slice0(e), wu = L.expert_up.slice0(e),
+                 wd = L.expert_down.slice0(e);
     for (size_t begin = 0; begin < list.size(); begin += be) {
       const int m = int(std::min(list.size() - begin, size_t(be)));
       // h still holds every row's post-attention norm: the attention phase wrote each
       // micro-batch's rows and no later micro-batch touches them.
       for (int j = 0; j < m; ++j) {
         const size_t row = size_t(list[begin + j].row) * H;
-        if (f32) std::copy_n(&h[row], H, &expert_xf[size_t(j) * H]);
-        else std::copy_n(&moe_in[row], H, &expert_x[size_t(j) * H]);
+        if (f32)
+          std::copy_n(&h[row], H, &expert_xf[size_t(j) * H]);
+        else
+          std::copy_n(&moe_in[row], H, &expert_x[size_t(j) * H]);
       }
       auto tg = Clock::now();
       const void* xe = f32 ? static_cast<const void*>(expert_xf.data()) : expert_x.data();
@@ -359,8 +362,12 @@ void BatchEngine::set_step_observer(StepObserver observer) {
 void BatchEngine::set_logits_observer(LogitsObserver observer) {
   impl_->observe_logits = std::move(observer);
 }
-const Policy& BatchEngine::policy() const { return impl_->policy; }
-const EngineStats& BatchEngine::stats() const { return impl_->stats; }
+const Policy& BatchEngine::policy() const {
+  return impl_->policy;
+}
+const EngineStats& BatchEngine::stats() const {
+  return impl_->stats;
+}
 
 void BatchEngine::run(std::vector<Request> requests,
                       const std::function<void(Completion&&)>& on_finished) {

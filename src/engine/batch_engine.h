@@ -46,7 +46,8 @@ class BatchEngine {
   void run(std::vector<Request> requests, const std::function<void(Completion&&)>& on_finished);
 
   // Called with the logits row of every sampled position (tests and debugging).
-  using LogitsObserver = std::function<void(int64_t request_id, int position, std::span<const float>)>;
+  using LogitsObserver =
+      std::function<void(int64_t request_id, int position, std::span<const float>)>;
   void set_logits_observer(LogitsObserver observer);
 
   // Called after every step, with the statistics so far and the KV-cache use (progress displays).

@@ -14,12 +14,11 @@
 // SOURCE_DATE_EPOCH when that is set (reproducible output files).
 #pragma once
 
-#include "engine/batch_engine.h"
-
 #include <cstdint>
 #include <filesystem>
 #include <string>
 
+#include "engine/batch_engine.h"
 #include "runtime/policy.h"
 
 namespace sluice {

@@ -31,14 +31,16 @@ int Sampler::sample(std::span<const float> logits) {
   std::iota(order.begin(), order.end(), 0);
   int keep = n;
   if (params_.top_k > 0 && params_.top_k < n) keep = params_.top_k;
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   order.resize(keep);
   // Softmax of logits / temperature over the survivors, in descending order.
   std::vector<double> prob(keep);
   const double top = logits[order[0]] / params_.temperature;
   double sum = 0;
-  for (int i = 0; i < keep; ++i) sum += prob[i] = std::exp(logits[order[i]] / params_.temperature - top);
+  for (int i = 0; i < keep; ++i)
+    sum += prob[i] = std::exp(logits[order[i]] / params_.temperature - top);
   for (double& p : prob) p /= sum;
   if (params_.top_p < 1.0f) {
     // Keep the smallest prefix whose mass reaches top_p (at least one token).

@@ -38,12 +38,14 @@ ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tok
   r.fraction_of_roofline = r.roofline_seconds / wall;
   r.expert_gemm_flops = s.expert_gemm_seconds > 0 ? s.expert_flops / s.expert_gemm_seconds : 0;
   r.expert_gemm_fraction_of_peak = r.expert_gemm_flops / c.gemm_flops;
-  r.tokens_per_expert_gemm = double(s.expert_tokens) / double(std::max<int64_t>(1, s.expert_gemm_calls));
+  r.tokens_per_expert_gemm =
+      double(s.expert_tokens) / double(std::max<int64_t>(1, s.expert_gemm_calls));
   return r;
 }
 
 void print_report(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {
-  fmt::print("prefill    {:9.1f} tokens/s   ({} tokens)\n", r.prefill_tokens_per_s, s.prefill_tokens);
+  fmt::print("prefill    {:9.1f} tokens/s   ({} tokens)\n", r.prefill_tokens_per_s,
+             s.prefill_tokens);
   fmt::print("decode     {:9.1f} tokens/s   ({} tokens)\n", r.decode_tokens_per_s, s.decode_tokens);
   fmt::print("end to end {:9.1f} tokens/s   ({} prompt + {} generated in {:.2f} s, {} steps)\n",
              r.total_tokens_per_s, r.prompt_tokens, r.generated_tokens, r.wall_seconds, s.steps);
@@ -58,13 +60,16 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
       {"scheduling", s.scheduling_seconds}};
   for (auto [name, sec] : rows)
     fmt::print("  {:<40} {:8.3f} s  {:5.1f}%\n", name, sec, 100 * sec / stages);
-  fmt::print("\nmoved      {:.2f} GB/s = {:.0f}% of DRAM bandwidth {:.1f} GB/s (weights {}, KV {})\n",
-             r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, c.dram_bytes_per_s / 1e9,
-             human_bytes(s.weight_bytes), human_bytes(s.kv_bytes));
-  fmt::print("computed   {:.1f} GFLOP/s = {:.0f}% of GEMM peak {:.1f} GFLOP/s\n", r.flops_per_s / 1e9,
-             100 * r.fraction_of_gemm_peak, c.gemm_flops / 1e9);
-  fmt::print("experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of GEMM peak, {:.1f} tokens per expert GEMM\n",
-             r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_peak, r.tokens_per_expert_gemm);
+  fmt::print(
+      "\nmoved      {:.2f} GB/s = {:.0f}% of DRAM bandwidth {:.1f} GB/s (weights {}, KV {})\n",
+      r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, c.dram_bytes_per_s / 1e9,
+      human_bytes(s.weight_bytes), human_bytes(s.kv_bytes));
+  fmt::print("computed   {:.1f} GFLOP/s = {:.0f}% of GEMM peak {:.1f} GFLOP/s\n",
+             r.flops_per_s / 1e9, 100 * r.fraction_of_gemm_peak, c.gemm_flops / 1e9);
+  fmt::print(
+      "experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of GEMM peak, {:.1f} tokens per "
+      "expert GEMM\n",
+      r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_peak, r.tokens_per_expert_gemm);
   fmt::print("roofline   the work done bounds the run at {:.2f} s: {:.0f}% of roofline\n",
              r.roofline_seconds, 100 * r.fraction_of_roofline);
 }

@@ -139,7 +139,8 @@ ModelConfig parse_config(const json& j, const std::string& source) {
     fail("{}: field 'num_experts_per_tok' ({}) exceeds 'num_local_experts' ({})", source,
          c.experts_per_token, c.num_experts);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-5f);
-  c.max_position_embeddings = r.integer_or("max_position_embeddings", 4096 * 32);  // MixtralConfig default
+  c.max_position_embeddings =
+      r.integer_or("max_position_embeddings", 4096 * 32);  // MixtralConfig default
   c.sliding_window = r.integer_or("sliding_window", 0);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
 

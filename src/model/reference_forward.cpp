@@ -84,7 +84,10 @@ void apply_rope(float* x, int num_heads, int head_dim, int position, float theta
 }  // namespace
 
 ReferenceForward::ReferenceForward(const Model& model, ReferenceOptions options)
-    : model_(model), options_(options), k_cache_(model.config.num_layers), v_cache_(model.config.num_layers) {}
+    : model_(model),
+      options_(options),
+      k_cache_(model.config.num_layers),
+      v_cache_(model.config.num_layers) {}
 
 std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const DumpFn& dump) {
   const ModelConfig& c = model_.config;

@@ -12,13 +12,20 @@ size_t proc_kb(const char* file, const std::string& key) {
   std::string line;
   const std::string prefix = key + ":";
   while (std::getline(in, line))
-    if (line.compare(0, prefix.size(), prefix) == 0) return std::stoull(line.substr(prefix.size())) * 1024;
+    if (line.compare(0, prefix.size(), prefix) == 0)
+      return std::stoull(line.substr(prefix.size())) * 1024;
   return 0;
 }
 }  // namespace
 
-size_t available_memory_bytes() { return proc_kb("/proc/meminfo", "MemAvailable"); }
-size_t peak_resident_bytes() { return proc_kb("/proc/self/status", "VmHWM"); }
-size_t current_resident_bytes() { return proc_kb("/proc/self/status", "VmRSS"); }
+size_t available_memory_bytes() {
+  return proc_kb("/proc/meminfo", "MemAvailable");
+}
+size_t peak_resident_bytes() {
+  return proc_kb("/proc/self/status", "VmHWM");
+}
+size_t current_resident_bytes() {
+  return proc_kb("/proc/self/status", "VmRSS");
+}
 
 }  // namespace sluice

@@ -1,22 +1,23 @@
 #include "runtime/policy.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <omp.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
 namespace sluice {
 
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
+const char* precision_name(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : "f32";
+}
 
 std::string Policy::describe() const {
-  return fmt::format(
-      "B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={} precision={}", batch,
-      attn_micro_batch, expert_batch, prefill_chunk, kv_blocks, kv_block_size, threads,
-      precision_name(precision));
+  return fmt::format("B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={} precision={}",
+                     batch, attn_micro_batch, expert_batch, prefill_chunk, kv_blocks, kv_block_size,
+                     threads, precision_name(precision));
 }
 
 nlohmann::json Policy::to_json() const {

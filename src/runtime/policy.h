@@ -3,9 +3,8 @@
 // override any field.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "model/config.h"
 
@@ -21,13 +20,13 @@ enum class Precision {
 const char* precision_name(Precision p);
 
 struct Policy {
-  int batch = 0;              // B: sequences decoding together (0: automatic)
-  int attn_micro_batch = 0;   // b_a: tokens per attention micro-batch (0: automatic)
-  int expert_batch = 0;       // b_e: most tokens in one expert GEMM (0: automatic)
-  int prefill_chunk = 0;      // most prompt tokens prefilled per step (0: automatic)
-  int kv_block_size = 16;     // tokens per KV-cache block
-  int kv_blocks = 0;          // KV-cache blocks in host memory (0: automatic)
-  int threads = 0;            // 0: every core
+  int batch = 0;             // B: sequences decoding together (0: automatic)
+  int attn_micro_batch = 0;  // b_a: tokens per attention micro-batch (0: automatic)
+  int expert_batch = 0;      // b_e: most tokens in one expert GEMM (0: automatic)
+  int prefill_chunk = 0;     // most prompt tokens prefilled per step (0: automatic)
+  int kv_block_size = 16;    // tokens per KV-cache block
+  int kv_blocks = 0;         // KV-cache blocks in host memory (0: automatic)
+  int threads = 0;           // 0: every core
   Precision precision = Precision::kBf16;
 
   std::string describe() const;  // one line, for logs and reports

@@ -13,8 +13,10 @@ ActiveSequence::ActiveSequence(Request r)
 Scheduler::Scheduler(const Policy& policy, PagedKvCache& kv, int max_positions)
     : policy_(policy), kv_(kv), max_positions_(max_positions), slots_(policy.batch) {
   if (policy.batch <= 0 || policy.attn_micro_batch <= 0 || policy.prefill_chunk <= 0)
-    fail("scheduler: policy fields batch, attn_micro_batch and prefill_chunk must be resolved "
-         "(got {})", policy.describe());
+    fail(
+        "scheduler: policy fields batch, attn_micro_batch and prefill_chunk must be resolved "
+        "(got {})",
+        policy.describe());
 }
 
 int Scheduler::blocks_for(int tokens) const {
@@ -135,7 +137,8 @@ void Scheduler::balance(StepPlan& plan) const {
   }
 }
 
-std::vector<Completion> Scheduler::complete_step(const StepPlan& plan, const std::vector<int>& sampled) {
+std::vector<Completion> Scheduler::complete_step(const StepPlan& plan,
+                                                 const std::vector<int>& sampled) {
   std::vector<Completion> finished;
   size_t next_sample = 0;
   for (const StepItem& item : plan.items) {
@@ -151,7 +154,8 @@ std::vector<Completion> Scheduler::complete_step(const StepPlan& plan, const std
         (!s.request.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end()) ||
         (s.request.stop_check &&
          s.request.stop_check(std::span<const int>(s.tokens).subspan(s.request.prompt.size())));
-    const bool limit = s.generated >= s.request.max_new_tokens || int(s.tokens.size()) >= max_positions_;
+    const bool limit =
+        s.generated >= s.request.max_new_tokens || int(s.tokens.size()) >= max_positions_;
     if (!stop && !limit) continue;
     Completion c;
     c.id = s.request.id;

@@ -26,7 +26,7 @@ struct StepItem {
 };
 
 struct StepPlan {
-  std::vector<StepItem> items;  // grouped by micro-batch, in order
+  std::vector<StepItem> items;       // grouped by micro-batch, in order
   std::vector<int> micro_batch_end;  // micro-batch m covers items [end[m-1], end[m])
   int tokens = 0;
   int prefill_tokens = 0;

@@ -154,29 +154,28 @@ TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyModels, BatchEngineMatchesReference,
-    ::testing::Values(
-        Case{"tiny_mixtral", [](ModelConfig&) {}},
-        Case{"sliding_window_gqa3_top3_odd_vocab",
-             [](ModelConfig& c) {
-               c.sliding_window = 6;
-               c.num_heads = 6;
-               c.num_kv_heads = 2;
-               c.head_dim = 16;
-               c.experts_per_token = 3;
-               c.num_experts = 5;
-               c.vocab_size = 301;
-               c.num_layers = 3;
-             }},
-        Case{"attention_narrower_than_hidden",  // heads·head_dim = 32 < hidden = 64
-             [](ModelConfig& c) { c.head_dim = 8; }},
-        Case{"one_kv_head_top1_tied",
-             [](ModelConfig& c) {
-               c.num_heads = 4;
-               c.num_kv_heads = 1;
-               c.head_dim = 24;
-               c.experts_per_token = 1;
-               c.tie_word_embeddings = true;
-             }}),
+    ::testing::Values(Case{"tiny_mixtral", [](ModelConfig&) {}},
+                      Case{"sliding_window_gqa3_top3_odd_vocab",
+                           [](ModelConfig& c) {
+                             c.sliding_window = 6;
+                             c.num_heads = 6;
+                             c.num_kv_heads = 2;
+                             c.head_dim = 16;
+                             c.experts_per_token = 3;
+                             c.num_experts = 5;
+                             c.vocab_size = 301;
+                             c.num_layers = 3;
+                           }},
+                      Case{"attention_narrower_than_hidden",  // heads·head_dim = 32 < hidden = 64
+                           [](ModelConfig& c) { c.head_dim = 8; }},
+                      Case{"one_kv_head_top1_tied",
+                           [](ModelConfig& c) {
+                             c.num_heads = 4;
+                             c.num_kv_heads = 1;
+                             c.head_dim = 24;
+                             c.experts_per_token = 1;
+                             c.tie_word_embeddings = true;
+                           }}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace

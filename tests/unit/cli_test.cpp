@@ -17,7 +17,9 @@ namespace {
 using testing::run_command;
 using testing::TempDir;
 
-std::string sluice(const std::string& args) { return std::string(SLUICE_BINARY) + " " + args; }
+std::string sluice(const std::string& args) {
+  return std::string(SLUICE_BINARY) + " " + args;
+}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -30,7 +32,8 @@ class Cli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_command(sluice("make-model --preset tiny-mixtral --out " + model().string() + " --seed 3"));
+    auto r = run_command(
+        sluice("make-model --preset tiny-mixtral --out " + model().string() + " --seed 3"));
     ASSERT_EQ(r.status, 0) << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -60,7 +63,8 @@ TEST_F(Cli, LogitsPrintsOneRowPerPositionMatchingTheReference) {
     for (float v; in >> v;) values.push_back(v);
     ASSERT_EQ(values.size(), 384u) << "row " << t;
     for (size_t v = 0; v < values.size(); ++v)
-      ASSERT_EQ(values[v], expected[t * 384 + v]) << "row " << t << " column " << v << ": printed values round-trip";
+      ASSERT_EQ(values[v], expected[t * 384 + v])
+          << "row " << t << " column " << v << ": printed values round-trip";
   }
 }
 
@@ -75,7 +79,8 @@ TEST_F(Cli, InspectReportsShapesAndCounts) {
 // Token-for-token equality of the engine and the reference is tested in batch_engine_test; here
 // the command line: greedy output is deterministic and both paths continue the prompt.
 TEST_F(Cli, GenerateGreedyIsDeterministicOnBothPaths) {
-  const std::string base = "generate --model " + model().string() + " --prompt 'Hello world' --max-new-tokens 12";
+  const std::string base =
+      "generate --model " + model().string() + " --prompt 'Hello world' --max-new-tokens 12";
   auto engine = run_command(sluice(base), false);
   auto again = run_command(sluice(base), false);
   auto reference = run_command(sluice(base + " --reference"), false);
@@ -91,7 +96,8 @@ TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
   TempDir d;
   testing::write_file(d / "prompts.txt", "The quick brown fox\nHello world!\n\nIt is forty two,\n");
   auto r = run_command(sluice("generate --model " + model().string() + " --input " +
-                              (d / "prompts.txt").string() + " --max-new-tokens 5"), false);
+                              (d / "prompts.txt").string() + " --max-new-tokens 5"),
+                       false);
   ASSERT_EQ(r.status, 0) << r.output;
   auto rows = lines_of(r.output);
   ASSERT_GE(rows.size(), 3u);
@@ -99,8 +105,9 @@ TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
 }
 
 TEST_F(Cli, SampledGenerationDependsOnTheSeedOnly) {
-  const std::string base = "generate --model " + model().string() +
-                           " --prompt 'Hello' --max-new-tokens 10 --temperature 1 --top-p 0.9 --top-k 50";
+  const std::string base =
+      "generate --model " + model().string() +
+      " --prompt 'Hello' --max-new-tokens 10 --temperature 1 --top-p 0.9 --top-k 50";
   auto a = run_command(sluice(base + " --seed 1"), false);
   auto b = run_command(sluice(base + " --seed 1"), false);
   ASSERT_EQ(a.status, 0) << a.output;
@@ -160,15 +167,22 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, CliBadModel,
     ::testing::Values(
         BadModel{"truncated_file", [](auto& d) { truncate_weights(d, 5); }, "truncated"},
-        BadModel{"header_longer_than_file", [](auto& d) { truncate_weights(d, 100); }, "header length"},
-        BadModel{"data_cut_short", [](auto& d) { truncate_weights(d, std::filesystem::file_size(d / "model.safetensors") - 10); },
+        BadModel{"header_longer_than_file", [](auto& d) { truncate_weights(d, 100); },
+                 "header length"},
+        BadModel{"data_cut_short",
+                 [](auto& d) {
+                   truncate_weights(d, std::filesystem::file_size(d / "model.safetensors") - 10);
+                 },
                  "past the end"},
-        BadModel{"unknown_dtype", [](auto& d) { patch_header(d, "\"BF16\"", "\"BX16\""); }, "unknown dtype 'BX16'"},
+        BadModel{"unknown_dtype", [](auto& d) { patch_header(d, "\"BF16\"", "\"BX16\""); },
+                 "unknown dtype 'BX16'"},
         BadModel{"offsets_disagree_with_shape",
                  [](auto& d) { patch_header(d, "\"data_offsets\":[0,", "\"data_offsets\":[2,"); },
                  "data_offsets [2,"},
-        BadModel{"wrong_shape", [](auto& d) { patch_header(d, "[384,64]", "[64,384]"); }, "expected shape [384, 64]"},
-        BadModel{"missing_tensor", [](auto& d) { patch_header(d, "model.norm.weight", "model.norX.weight"); },
+        BadModel{"wrong_shape", [](auto& d) { patch_header(d, "[384,64]", "[64,384]"); },
+                 "expected shape [384, 64]"},
+        BadModel{"missing_tensor",
+                 [](auto& d) { patch_header(d, "model.norm.weight", "model.norX.weight"); },
                  "'model.norm.weight' is missing"},
         BadModel{"malformed_config", [](auto& d) { edit_config(d, "{", "{,"); }, "not valid JSON"},
         BadModel{"unsupported_architecture",

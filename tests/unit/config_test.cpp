@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -86,17 +87,26 @@ INSTANTIATE_TEST_SUITE_P(
                     j["model_type"] = "gpt2";
                   },
                   {"unsupported architecture 'GPT2LMHeadModel'", "MixtralForCausalLM"}},
-        BadConfig{"missing_field", [](json& j) { j.erase("hidden_size"); }, {"'hidden_size'", "missing"}},
-        BadConfig{"wrong_type", [](json& j) { j["num_hidden_layers"] = "32"; },
+        BadConfig{
+            "missing_field", [](json& j) { j.erase("hidden_size"); }, {"'hidden_size'", "missing"}},
+        BadConfig{"wrong_type",
+                  [](json& j) { j["num_hidden_layers"] = "32"; },
                   {"'num_hidden_layers'", "positive integer", "\"32\""}},
-        BadConfig{"zero", [](json& j) { j["vocab_size"] = 0; }, {"'vocab_size'", "positive integer"}},
-        BadConfig{"heads_not_multiple", [](json& j) { j["num_key_value_heads"] = 5; },
+        BadConfig{
+            "zero", [](json& j) { j["vocab_size"] = 0; }, {"'vocab_size'", "positive integer"}},
+        BadConfig{"heads_not_multiple",
+                  [](json& j) { j["num_key_value_heads"] = 5; },
                   {"'num_attention_heads'", "'num_key_value_heads'"}},
-        BadConfig{"topk_too_large", [](json& j) { j["num_experts_per_tok"] = 9; },
+        BadConfig{"topk_too_large",
+                  [](json& j) { j["num_experts_per_tok"] = 9; },
                   {"'num_experts_per_tok'", "exceeds"}},
-        BadConfig{"rope_scaling", [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}}; },
+        BadConfig{"rope_scaling",
+                  [](json& j) {
+                    j["rope_scaling"] = {{"rope_type", "yarn"}};
+                  },
                   {"'rope_scaling'", "yarn"}},
-        BadConfig{"activation", [](json& j) { j["hidden_act"] = "gelu"; }, {"'hidden_act'", "silu"}},
+        BadConfig{
+            "activation", [](json& j) { j["hidden_act"] = "gelu"; }, {"'hidden_act'", "silu"}},
         BadConfig{"dtype", [](json& j) { j["torch_dtype"] = "int8"; }, {"'torch_dtype'", "int8"}},
         BadConfig{"not_an_object", [](json& j) { j = json::array(); }, {"JSON object"}}),
     [](const auto& param_info) { return std::string(param_info.param.what); });

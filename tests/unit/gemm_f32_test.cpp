@@ -13,7 +13,8 @@ namespace {
 TEST(GemmF32, MatchesTheScalarReferenceOverAwkwardSizes) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1, 1);
-  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 17, 33}, {17, 8, 130}, {5, 23, 96}, {2, 9, 4097}}) {
+  for (auto [m, n, k] :
+       {std::tuple{1, 1, 1}, {3, 17, 33}, {17, 8, 130}, {5, 23, 96}, {2, 9, 4097}}) {
     std::vector<float> x(size_t(m) * k), y(size_t(m) * n), ref(size_t(m) * n);
     std::vector<uint16_t> w(size_t(n) * k);
     for (float& v : x) v = u(rng);

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -31,7 +31,8 @@ TEST(ModelLoader, WrittenCheckpointEqualsTheInMemoryModel) {
   EXPECT_TRUE(same_bytes(loaded.weights.lm_head, made.weights.lm_head));
   for (int l = 0; l < c.num_layers; ++l) {
     EXPECT_TRUE(same_bytes(loaded.weights.layers[l].wk, made.weights.layers[l].wk));
-    EXPECT_TRUE(same_bytes(loaded.weights.layers[l].expert_down, made.weights.layers[l].expert_down));
+    EXPECT_TRUE(
+        same_bytes(loaded.weights.layers[l].expert_down, made.weights.layers[l].expert_down));
   }
   // The writer stores each layer's experts back to back, so the stack is a view of the mapping.
   const Tensor& gate = loaded.weights.layers[1].expert_gate;
@@ -56,8 +57,9 @@ TEST(ModelLoader, ShardedCheckpointLoadsAndMatches) {
 }
 
 // Rewrites the checkpoint of `dir` with `edit` applied to its list of tensors.
-void rewrite_checkpoint(const std::filesystem::path& dir,
-                        const std::function<void(std::vector<std::pair<TensorSpec, std::vector<char>>>&)>& edit) {
+void rewrite_checkpoint(
+    const std::filesystem::path& dir,
+    const std::function<void(std::vector<std::pair<TensorSpec, std::vector<char>>>&)>& edit) {
   std::vector<std::pair<TensorSpec, std::vector<char>>> tensors;
   {
     SafetensorsFile f = SafetensorsFile::open(dir / "model.safetensors");
@@ -80,7 +82,8 @@ TEST(ModelLoader, ExpertsStoredInterleavedAreRepacked) {
   write_random_checkpoint(c, dir.path(), 5);
   // Name order interleaves w1/w2/w3 of each expert, as many real checkpoints do.
   rewrite_checkpoint(dir.path(), [](auto& tensors) {
-    std::sort(tensors.begin(), tensors.end(), [](auto& a, auto& b) { return a.first.name < b.first.name; });
+    std::sort(tensors.begin(), tensors.end(),
+              [](auto& a, auto& b) { return a.first.name < b.first.name; });
   });
   Model loaded = load_model(dir.path());
   Model made = make_random_model(c, 5);
@@ -92,10 +95,11 @@ TEST(ModelLoader, MissingTensorIsNamed) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);
   rewrite_checkpoint(dir.path(), [](auto& tensors) {
-    std::erase_if(tensors, [](auto& t) { return t.first.name == "model.layers.1.self_attn.k_proj.weight"; });
+    std::erase_if(tensors,
+                  [](auto& t) { return t.first.name == "model.layers.1.self_attn.k_proj.weight"; });
   });
-  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.self_attn.k_proj.weight'", "missing",
-                        "[32, 64]");
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.self_attn.k_proj.weight'",
+                        "missing", "[32, 64]");
 }
 
 TEST(ModelLoader, WrongShapeIsNamedWithExpectedAndActual) {
@@ -114,9 +118,11 @@ TEST(ModelLoader, UnknownExtraTensorIsAnError) {
   write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);
   rewrite_checkpoint(dir.path(), [](auto& tensors) {
     tensors.push_back({{"model.layers.0.mystery.weight", DType::F32, {2}}, std::vector<char>(8)});
-    tensors.push_back({{"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {2}}, std::vector<char>(8)});
+    tensors.push_back(
+        {{"model.layers.0.self_attn.rotary_emb.inv_freq", DType::F32, {2}}, std::vector<char>(8)});
   });
-  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "unexpected tensor 'model.layers.0.mystery.weight'");
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()),
+                        "unexpected tensor 'model.layers.0.mystery.weight'");
 }
 
 TEST(ModelLoader, IntegerWeightsAreRejected) {

@@ -27,9 +27,10 @@ TEST(Safetensors, RoundTripsThroughWriter) {
   std::vector<float> a = {1, 2, 3, 4, 5, 6};
   std::vector<uint16_t> b = {f32_to_bf16(0.5f), f32_to_bf16(-2.0f)};
   {
-    SafetensorsWriter w(dir / "x.safetensors",
-                        {{"a", DType::F32, {2, 3}}, {"b", DType::BF16, {2}}, {"empty", DType::F32, {0, 4}}},
-                        {{"format", "pt"}});
+    SafetensorsWriter w(
+        dir / "x.safetensors",
+        {{"a", DType::F32, {2, 3}}, {"b", DType::BF16, {2}}, {"empty", DType::F32, {0, 4}}},
+        {{"format", "pt"}});
     w.write(a.data(), a.size() * 4);
     w.write(b.data(), b.size() * 2);
     w.finish();
@@ -103,7 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"negative shape",
                 file_bytes(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
                 {"'w'", "shape"}},
-        BadFile{"missing offsets", file_bytes(R"({"w":{"dtype":"F32","shape":[2]}})", 8),
+        BadFile{"missing offsets",
+                file_bytes(R"({"w":{"dtype":"F32","shape":[2]}})", 8),
                 {"'w'", "data_offsets"}},
         BadFile{"tensor not an object", file_bytes(R"({"w":3})", 0), {"'w'", "object"}}),
     [](const auto& param_info) {
@@ -116,13 +118,15 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Checkpoint, ReadsAShardedIndex) {
   TempDir dir;
   float one = 1, two = 2;
-  for (auto [file, name, value] : {std::tuple{"s1.safetensors", "x", &one}, {"s2.safetensors", "y", &two}}) {
+  for (auto [file, name, value] :
+       {std::tuple{"s1.safetensors", "x", &one}, {"s2.safetensors", "y", &two}}) {
     SafetensorsWriter w(dir / file, {{name, DType::F32, {1}}});
     w.write(value, 4);
     w.finish();
   }
-  testing::write_file(dir / "model.safetensors.index.json",
-                      R"({"metadata":{},"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}})");
+  testing::write_file(
+      dir / "model.safetensors.index.json",
+      R"({"metadata":{},"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}})");
   Checkpoint c = Checkpoint::open(dir.path());
   ASSERT_NE(c.find("y"), nullptr);
   EXPECT_EQ(c.find("y")->view().as<float>()[0], 2.0f);

@@ -88,7 +88,8 @@ TEST(Scheduler, StopTokenRetiresEarlyAndRefillsTheBatch) {
     EXPECT_EQ(s.active(), std::min<int>(2, s.active() + int(s.waiting()))) << "batch kept full";
     std::vector<int> sampled;
     for (const StepItem& it : plan.items)
-      if (it.sample) sampled.push_back(it.slot == 0 && ++emitted[int(s.sequence(0).request.id)] == 3 ? 2 : 9);
+      if (it.sample)
+        sampled.push_back(it.slot == 0 && ++emitted[int(s.sequence(0).request.id)] == 3 ? 2 : 9);
     for (Completion& c : s.complete_step(plan, sampled)) done[c.id] = std::move(c);
   }
   ASSERT_EQ(done.size(), 5u);
@@ -177,7 +178,8 @@ TEST(Scheduler, PrefillsInChunksWithinTheBudget) {
   for (const StepItem& it : plan.items) EXPECT_LE(it.count, 8) << "a chunk fits one micro-batch";
   std::vector<int> none;
   s.complete_step(plan, none);
-  auto done = run_all(s, [](int, int) { return 1; }, &steps);
+  auto done = run_all(
+      s, [](int, int) { return 1; }, &steps);
   EXPECT_EQ(done.size(), 2u);
   EXPECT_GE(steps + 1, 5) << "50 prompt tokens at 10 per step";
 }

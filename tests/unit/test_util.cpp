@@ -1,8 +1,9 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
+
 #include <array>
 #include <cstdio>
-#include <sys/wait.h>
 
 namespace sluice::testing {
 
@@ -12,7 +13,8 @@ CommandResult run_command(const std::string& command, bool with_stderr) {
   if (!pipe) return result;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   int status = pclose(pipe);
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;

@@ -38,16 +38,16 @@ struct CommandResult {
 CommandResult run_command(const std::string& command, bool with_stderr = true);
 
 // Expects `statement` to throw sluice::Error whose message contains every one of `parts`.
-#define EXPECT_ERROR_MENTIONS(statement, ...)                                               \
-  do {                                                                                      \
-    try {                                                                                   \
-      statement;                                                                            \
-      ADD_FAILURE() << "expected an error from " #statement;                                \
-    } catch (const sluice::Error& e) {                                                      \
-      for (const char* part : {__VA_ARGS__})                                                \
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                      \
-            << "message '" << e.what() << "' does not mention '" << part << "'";            \
-    }                                                                                       \
+#define EXPECT_ERROR_MENTIONS(statement, ...)                                    \
+  do {                                                                           \
+    try {                                                                        \
+      statement;                                                                 \
+      ADD_FAILURE() << "expected an error from " #statement;                     \
+    } catch (const sluice::Error& e) {                                           \
+      for (const char* part : {__VA_ARGS__})                                     \
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)           \
+            << "message '" << e.what() << "' does not mention '" << part << "'"; \
+    }                                                                            \
   } while (0)
 
 }  // namespace sluice::testing

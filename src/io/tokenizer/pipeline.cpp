@@ -131,7 +131,8 @@ std::vector<Piece> pre_tokenize(const std::vector<PreTokenizerStep>& steps,
                             SplitBehavior::kIsolated, false, next);
               },
               [&](const ByteLevel& b) {
-                if (b.add_prefix_space && !piece.text.starts_with(' ')) piece.text = " " + piece.text;
+                if (b.add_prefix_space && !piece.text.starts_with(' '))
+                  piece.text = " " + piece.text;
                 std::vector<Piece> parts;
                 if (b.use_regex) {
                   split_piece(piece, gpt2_regex().find_all(piece.text), SplitBehavior::kIsolated,

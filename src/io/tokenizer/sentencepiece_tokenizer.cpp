@@ -73,10 +73,15 @@ class SentencePieceTokenizer final : public Tokenizer {
       } else if (sp_.IsControl(id)) {
         if (!skip_special) out += sp_.IdToPiece(id);
       } else {
-        std::string piece = sp_.IdToPiece(id);
-        for (size_t p; (p = piece.find("\xE2\x96\x81")) != std::string::npos;)
-          piece.replace(p, 3, " ");
-        out += piece;
+        const std::string piece = sp_.IdToPiece(id);
+        for (size_t p = 0; p < piece.size();) {  // "▁" (U+2581, 3 bytes) stands for a space
+          if (piece.compare(p, 3, "\xE2\x96\x81") == 0) {
+            out += ' ';
+            p += 3;
+          } else {
+            out += piece[p++];
+          }
+        }
       }
     }
     if (out.starts_with(' ')) out.erase(0, 1);  // the dummy prefix SentencePiece added

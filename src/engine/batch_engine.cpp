@@ -36,8 +36,7 @@ Tensor as_bf16(const Tensor& t) {
   for (int64_t r = 0; r < rows; ++r) {
     to_f32(t.dtype, static_cast<const char*>(t.data) + r * row.size() * dtype_size(t.dtype),
            row.data(), row.size());
-    for (size_t i = 0; i < row.size(); ++i)
-      out.as<uint16_t>()[r * row.size() + i] = f32_to_bf16(row[i]);
+    cpu::f32_to_bf16_row(row.data(), out.as<uint16_t>() + r * row.size(), row.size());
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/tokenizer/text_util.h"
 #include "model/synthetic.h"
 
 namespace sluice {
@@ -24,30 +25,6 @@ constexpr const char* kTrainingText =
     "the batch. There is a time to read and a time to compute, and the best schedule keeps both "
     "busy. Hello world! Here is a question: what is the answer? It is forty two, of course.";
 
-// GPT-2's reversible map from bytes to printable unicode code points, UTF-8 encoded.
-std::vector<std::string> byte_symbols() {
-  std::vector<int> code(256, -1);
-  for (int b = '!'; b <= '~'; ++b) code[b] = b;
-  for (int b = 0xa1; b <= 0xac; ++b) code[b] = b;
-  for (int b = 0xae; b <= 0xff; ++b) code[b] = b;
-  int next = 256;
-  for (int b = 0; b < 256; ++b)
-    if (code[b] < 0) code[b] = next++;
-  std::vector<std::string> symbols(256);
-  for (int b = 0; b < 256; ++b) {
-    int cp = code[b];
-    std::string s;
-    if (cp < 0x80) {
-      s += char(cp);
-    } else {
-      s += char(0xc0 | (cp >> 6));
-      s += char(0x80 | (cp & 0x3f));
-    }
-    symbols[b] = s;
-  }
-  return symbols;
-}
-
 }  // namespace
 
 void write_synthetic_tokenizer(const ModelConfig& config, const std::filesystem::path& dir) {
@@ -56,7 +33,7 @@ void write_synthetic_tokenizer(const ModelConfig& config, const std::filesystem:
   if (config.vocab_size < base)
     fail("vocab_size {} is too small for the byte-level tokenizer (needs at least {})",
          config.vocab_size, base);
-  const auto symbols = byte_symbols();
+  const auto& symbols = tok::byte_to_unicode();  // GPT-2's byte-level characters
 
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (size_t i = 0; i < specials.size(); ++i) vocab[specials[i]] = i;

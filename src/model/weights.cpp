@@ -15,11 +15,6 @@ bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Experts arrive as E separate tensors. When the file stores them back to back in order, the
 // stacked [E, ...] tensor is a view of the mapping; otherwise it is repacked once here.
 Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
@@ -87,7 +82,7 @@ Model load_model(const std::filesystem::path& dir) {
   for (const auto& [name, entry] : ckpt.tensors()) {
     if (used.count(name)) continue;
     bool ignored = false;
-    for (const auto& suffix : table.ignored_suffixes) ignored |= ends_with(name, suffix);
+    for (const auto& suffix : table.ignored_suffixes) ignored |= name.ends_with(suffix);
     if (!ignored)
       fail("{}: unexpected tensor '{}' {} {}: not part of a {} checkpoint with this config",
            entry.file->path().string(), name, dtype_name(entry.dtype), shape_str(entry.shape),

@@ -35,15 +35,19 @@ void Scheduler::submit(Request r) {
     fail("request {}: {} tokens need {} KV blocks, the cache has {}", r.id, total,
          blocks_for(total), kv_.total_blocks());
   queue_.push_back(std::move(r));
+  queue_sorted_ = false;
 }
 
 // Admits queued requests, longest prompt first, while a slot is free and the KV cache can
 // hold the whole sequence on top of what running sequences have reserved.
 void Scheduler::admit() {
   if (queue_.empty() || active_count_ == int(slots_.size())) return;
-  std::stable_sort(queue_.begin(), queue_.end(), [](const Request& a, const Request& b) {
-    return a.prompt.size() > b.prompt.size();
-  });
+  if (!queue_sorted_) {  // sorted once after submissions, not at every step
+    std::stable_sort(queue_.begin(), queue_.end(), [](const Request& a, const Request& b) {
+      return a.prompt.size() > b.prompt.size();
+    });
+    queue_sorted_ = true;
+  }
   for (size_t slot = 0; slot < slots_.size() && !queue_.empty(); ++slot) {
     if (slots_[slot]) continue;
     const Request& next = queue_.front();

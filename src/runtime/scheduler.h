@@ -70,6 +70,7 @@ class Scheduler {
   PagedKvCache& kv_;
   int max_positions_;
   std::deque<Request> queue_;
+  bool queue_sorted_ = true;  // longest prompt first
   std::vector<std::unique_ptr<ActiveSequence>> slots_;  // size B; null when free
   int active_count_ = 0;
   int64_t reserved_total_ = 0;

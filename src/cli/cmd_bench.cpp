@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/batch_engine.h"
-#include "engine/planner_profile.h"
+#include "engine/engine_plan.h"
 #include "engine/throughput_report.h"
 #include "model/model_stats.h"
 #include "model/presets.h"

@@ -13,10 +13,10 @@
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "engine/batch_engine.h"
+#include "engine/engine_plan.h"
 #include "io/chat_prompt.h"
 #include "io/tokenizer.h"
 #include "model/reference_forward.h"
-#include "runtime/memory_info.h"
 
 namespace sluice::cli {
 namespace {
@@ -28,6 +28,7 @@ struct Options {
   bool reference = false;
   bool chat = false;
   Policy policy;
+  std::string host_mem;
 };
 
 std::vector<std::string> read_prompts(const std::string& path) {
@@ -111,9 +112,9 @@ int run(const Options& o) {
     max_prompt = std::max(max_prompt, int(r.prompt.size()));
     requests.push_back(std::move(r));
   }
-  Policy policy =
-      resolve_policy(o.policy, model.config, {int(requests.size()), max_prompt, o.max_new_tokens},
-                     available_memory_bytes() / 2);
+  const EnginePlan plan = plan_for_requests(model.config, o.policy, requests,
+                                            host_memory_bytes(o.host_mem, model.config));
+  const Policy& policy = plan.policy;
   omp_set_num_threads(policy.threads);
   BatchEngine engine(model, policy);
   std::vector<Completion> results(requests.size());
@@ -132,7 +133,7 @@ int run(const Options& o) {
     fmt::print("{}{}\n", chat ? "" : prompts[i], tok->decode(tokens));
   }
   fmt::print(stderr, "{} prompts, {} tokens generated in {:.2f} s ({:.1f} tokens/s); policy {}\n",
-             results.size(), generated, seconds, generated / seconds, policy.describe());
+             results.size(), generated, seconds, generated / seconds, plan.describe());
   return 0;
 }
 
@@ -156,6 +157,7 @@ RegisterCommand reg(
        sub.add_flag("--reference", o->reference,
                     "Use the plain reference forward (one prompt, streamed)");
        add_policy_options(sub, o->policy);
+       add_host_memory_option(sub, o->host_mem);
        return std::function<int()>([o] { return run(*o); });
      }});
 

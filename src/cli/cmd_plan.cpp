@@ -12,7 +12,7 @@
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "engine/planner_profile.h"
+#include "engine/engine_plan.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "runtime/memory_info.h"

@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
+#include "core/units.h"
 #include "engine/batch_job.h"
 
 namespace sluice::cli {
@@ -39,7 +40,10 @@ RegisterCommand reg(
            ->capture_default_str()
            ->check(CLI::NonNegativeNumber);
        add_policy_options(sub, o->policy);
-       return std::function<int()>([o] {
+       auto host_mem = std::make_shared<std::string>();
+       add_host_memory_option(sub, *host_mem);
+       return std::function<int()>([o, host_mem] {
+         if (!host_mem->empty()) o->host_memory_bytes = parse_bytes(*host_mem, "--host-mem");
          o->live_progress = isatty(STDERR_FILENO) != 0;
          BatchJobSummary summary = run_batch_job(*o);
          fmt::print(stderr, "{}\n", summary.describe());

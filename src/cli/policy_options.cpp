@@ -1,5 +1,8 @@
 #include "cli/policy_options.h"
 
+#include "core/units.h"
+#include "engine/engine_plan.h"
+
 namespace sluice::cli {
 
 void add_policy_options(CLI::App& sub, Policy& p) {
@@ -32,6 +35,17 @@ void add_policy_options(CLI::App& sub, Policy& p) {
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, Precision>{{"bf16", Precision::kBf16}, {"f32", Precision::kF32}}))
       ->default_str("bf16");
+}
+
+void add_host_memory_option(CLI::App& sub, std::string& host_mem) {
+  sub.add_option("--host-mem", host_mem,
+                 "Host memory for weights, KV cache and activations, e.g. 20GiB (default: the "
+                 "weights plus half of the memory available now)")
+      ->group("Policy (0: automatic)");
+}
+
+size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config) {
+  return host_mem.empty() ? default_host_memory(config) : parse_bytes(host_mem, "--host-mem");
 }
 
 }  // namespace sluice::cli

@@ -2,11 +2,18 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
+#include "model/config.h"
 #include "runtime/policy.h"
 
 namespace sluice::cli {
 
 void add_policy_options(CLI::App& sub, Policy& policy);
+
+// --host-mem: host memory the planner may fill with weights, KV cache and activations.
+void add_host_memory_option(CLI::App& sub, std::string& host_mem);
+// Its value in bytes; "" gives default_host_memory (engine/engine_plan.h).
+size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config);
 
 }  // namespace sluice::cli

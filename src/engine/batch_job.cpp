@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "engine/batch_engine.h"
+#include "engine/engine_plan.h"
 #include "engine/job_progress.h"
 #include "engine/stop_strings.h"
 #include "io/batch_format.h"
@@ -220,14 +221,12 @@ class Job {
   }
 
   void run_engine(std::vector<Request> requests, ResultsFile& results) {
-    WorkloadShape shape{int(requests.size()), 1, 1};
-    for (const Request& r : requests) {
-      shape.max_prompt_tokens = std::max(shape.max_prompt_tokens, int(r.prompt.size()));
-      shape.max_new_tokens = std::max(shape.max_new_tokens, r.max_new_tokens);
-    }
-    Policy policy = resolve_policy(o_.policy, model_.config, shape, available_memory_bytes() / 2);
+    const EnginePlan plan = plan_for_requests(
+        model_.config, o_.policy, requests,
+        o_.host_memory_bytes > 0 ? o_.host_memory_bytes : default_host_memory(model_.config));
+    const Policy& policy = plan.policy;
     omp_set_num_threads(policy.threads);
-    fmt::print(stderr, "run: policy {}\n", policy.describe());
+    fmt::print(stderr, "run: policy {}\n", plan.describe());
     BatchEngine engine(model_, policy);
     JobProgress progress(stderr, o_.live_progress, o_.log_seconds);
     progress.start(int64_t(requests.size()));

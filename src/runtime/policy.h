@@ -1,5 +1,5 @@
 // The policy: every choice the engine makes about batching and memory, as data. The scheduler
-// and the executor obey it; the planner (or automatic defaults) fills it; the command line can
+// and the executor obey it; the planner fills it (engine/engine_plan.h); the command line can
 // override any field.
 #pragma once
 
@@ -32,16 +32,6 @@ struct Policy {
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;
 };
-
-// Fills every automatic (zero) field from the model shape, the workload and the memory available
-// for the KV cache, until the planner chooses them.
-struct WorkloadShape {
-  int requests = 1;
-  int max_prompt_tokens = 128;
-  int max_new_tokens = 128;
-};
-Policy resolve_policy(Policy requested, const ModelConfig& config, const WorkloadShape& workload,
-                      size_t kv_budget_bytes);
 
 size_t kv_bytes_per_token(const ModelConfig& config);  // K and V, every layer, bf16
 

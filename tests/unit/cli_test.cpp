@@ -104,6 +104,28 @@ TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
   EXPECT_EQ(rows[0].rfind("[1] The quick brown fox", 0), 0u) << r.output;
 }
 
+// The engine runs the planner's policy for the actual prompts unless a field is given; a host
+// memory limit too small for the weights fails with what would fit.
+TEST_F(Cli, GenerateRunsThePlannersPolicyWithinTheHostMemoryLimit) {
+  TempDir d;
+  testing::write_file(d / "prompts.txt", "The quick brown fox\nHello world!\nIt is forty two,\n");
+  const std::string base = "generate --model " + model().string() + " --input " +
+                           (d / "prompts.txt").string() + " --max-new-tokens 4";
+  auto planned = run_command(sluice(base));
+  ASSERT_EQ(planned.status, 0) << planned.output;
+  EXPECT_NE(planned.output.find("policy B=3 "), std::string::npos) << planned.output;
+  EXPECT_NE(planned.output.find("(planned with the"), std::string::npos) << planned.output;
+  auto overridden = run_command(sluice(base + " --batch 1 --expert-batch 7"));
+  ASSERT_EQ(overridden.status, 0) << overridden.output;
+  EXPECT_NE(overridden.output.find("policy B=1 b_a="), std::string::npos) << overridden.output;
+  EXPECT_NE(overridden.output.find(" b_e=7 "), std::string::npos) << overridden.output;
+  auto starved = run_command(sluice(base + " --host-mem 64KiB"));
+  EXPECT_EQ(starved.status, 1);
+  EXPECT_EQ(lines_of(starved.output).size(), 1u) << starved.output;
+  EXPECT_EQ(starved.output.rfind("error: planner: needs at least ", 0), 0u) << starved.output;
+  EXPECT_NE(starved.output.find("got 64.00 KiB"), std::string::npos) << starved.output;
+}
+
 TEST_F(Cli, SampledGenerationDependsOnTheSeedOnly) {
   const std::string base =
       "generate --model " + model().string() +

@@ -2,8 +2,10 @@
 // error line and a non-zero exit.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "model/presets.h"
@@ -224,6 +226,34 @@ TEST(CliArguments, MissingModelFolderIsNamed) {
   auto r = run_command(sluice("inspect --model /nonexistent/model"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("/nonexistent/model"), std::string::npos) << r.output;
+}
+
+// `plan --json --svg`: one JSON object with the policy and predictions, the SVG written, and a
+// real PNG beside it when rsvg-convert is installed (scripts/setup.sh installs it).
+TEST(CliPlan, JsonAndRooflinePictures) {
+  TempDir d;
+  const std::string svg = (d / "roofline.svg").string();
+  auto r = run_command(sluice("plan --preset mixtral-8x7b --layers 1 --requests 16 --prompt-len 64 "
+                              "--gen-len 8 --json --svg " +
+                              svg),
+                       false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j.at("policy").at("batch").get<int>(), 0);
+  EXPECT_GT(j.at("predicted_decode_tokens_per_s").get<double>(), 0);
+  EXPECT_GT(j.at("predicted_prefill_tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(j.at("svg"), svg);
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("<svg", 0), 0u) << text.substr(0, 80);
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "rsvg-convert is not installed (scripts/setup.sh installs librsvg2-bin): the "
+                    "PNG is not checked";
+  ASSERT_TRUE(j.contains("png")) << r.output;
+  std::ifstream png(j.at("png").get<std::string>(), std::ios::binary);
+  char magic[8] = {};
+  png.read(magic, 8);
+  EXPECT_EQ(std::string(magic, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
 }  // namespace

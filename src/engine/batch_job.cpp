@@ -220,7 +220,31 @@ class Job {
     return r;
   }
 
+  // With --kv-blocks given, a request whose whole sequence needs more blocks than the cache has
+  // can never run: it fails alone instead of the job.
+  std::vector<Request> fail_requests_larger_than_the_kv_cache(std::vector<Request> requests,
+                                                              ResultsFile& results) {
+    const int blocks = o_.policy.kv_blocks, block_size = o_.policy.kv_block_size;
+    if (blocks <= 0) return requests;
+    std::vector<Request> fitting;
+    for (Request& r : requests) {
+      const int tokens = int(r.prompt.size()) + r.max_new_tokens;
+      const int needed = (tokens + block_size - 1) / block_size;
+      if (needed <= blocks) {
+        fitting.push_back(std::move(r));
+        continue;
+      }
+      write_error(results, pending_[size_t(r.id)].custom_id, batch_error::kKvCacheTooSmall,
+                  fmt::format("{} prompt + {} new tokens need {} KV-cache blocks of {} tokens; "
+                              "--kv-blocks gives {}",
+                              r.prompt.size(), r.max_new_tokens, needed, block_size, blocks));
+    }
+    return fitting;
+  }
+
   void run_engine(std::vector<Request> requests, ResultsFile& results) {
+    requests = fail_requests_larger_than_the_kv_cache(std::move(requests), results);
+    if (requests.empty()) return;
     const EnginePlan plan = plan_for_requests(
         model_.config, o_.policy, requests,
         o_.host_memory_bytes > 0 ? o_.host_memory_bytes : default_host_memory(model_.config));

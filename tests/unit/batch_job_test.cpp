@@ -347,6 +347,24 @@ TEST_F(BatchJob, TornLastLineIsCutAndItsRequestRunAgain) {
   EXPECT_EQ(read_bytes(work_ / "out.jsonl"), full);
 }
 
+// A KV cache the user made too small for one request fails that request alone.
+TEST_F(BatchJob, RequestLargerThanTheGivenKvCacheFailsAlone) {
+  write_file(work_ / "in.jsonl",
+             R"({"custom_id": "short", "prompt": [5, 6, 7], "max_tokens": 4, "temperature": 0})"
+             "\n"
+             R"({"custom_id": "long", "prompt": [5, 6, 7], "max_tokens": 40, "temperature": 0})"
+             "\n");
+  CommandResult r =
+      run_job(work_ / "in.jsonl", work_ / "out.jsonl", "--kv-blocks 2 --kv-block-size 16");
+  EXPECT_EQ(r.status, 2) << r.output;
+  auto results = results_by_id(work_ / "out.jsonl");
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results["short"]["error"].is_null()) << results["short"].dump();
+  EXPECT_EQ(results["long"]["error"]["code"], "kv_cache_too_small");
+  EXPECT_EQ(results["long"]["error"]["message"],
+            "3 prompt + 40 new tokens need 3 KV-cache blocks of 16 tokens; --kv-blocks gives 2");
+}
+
 TEST_F(BatchJob, StopStringEndsTheTextBeforeIt) {
   // The greedy continuation without a stop string, then the same request stopped inside it.
   const std::string request =

@@ -3,11 +3,10 @@
 //
 // Each input line yields exactly one output line per custom_id: a completion, or an error record
 // for a line that cannot be run (bad JSON, wrong types, unknown url, missing prompt, template
-// error, prompt too long for the context, a
-// whole sequence larger than the KV cache a given --kv-blocks makes). Later lines repeating a
-// custom_id are skipped with a warning; a line whose custom_id cannot be read is recorded as
-// "line-<N>". custom_ids already in the output are skipped, so rerunning the same command finishes
-// an interrupted job.
+// error, prompt too long for the context, a whole sequence larger than the KV cache a given
+// --kv-blocks makes). Later lines repeating a custom_id are skipped with a warning; a line whose
+// custom_id cannot be read is recorded as "line-<N>". custom_ids already in the output are
+// skipped, so rerunning the same command finishes an interrupted job.
 //
 // Defaults for fields a request leaves out follow the OpenAI API: temperature 1, top_p 1, no
 // top_k; max_tokens is the job's default, lowered to what the context leaves after the prompt;

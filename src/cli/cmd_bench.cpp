@@ -32,7 +32,7 @@ struct Options {
   int prompt_len = 128, gen_len = 32, requests = 64;
   bool ignore_eos = false, json = false;
   uint64_t seed = 0;
-  std::string kv_memory;
+  std::string host_mem;
   Policy policy;
 };
 
@@ -51,14 +51,12 @@ int run(Options o) {
   const ModelConfig& c = model.config;
   const ModelStats ms = model_stats(model);
 
-  const size_t kv_budget =
-      o.kv_memory.empty() ? available_memory_bytes() / 2 : parse_bytes(o.kv_memory, "--kv-memory");
-  // The planner fills the fields left at 0 (cached `sluice profile`, else the ceilings above)
-  // and predicts the run, to print beside the measurement.
+  // The planner fills the fields left at 0 (engine/engine_plan.h) and predicts the run, to print
+  // beside the measurement.
   const HardwareProfile hw = planner_profile(o.policy.threads);
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   const Policy policy =
-      plan_policy(hw, c, o.policy, work, MemoryLimits{model_weight_bytes(c) + kv_budget, 0})
+      plan_policy(hw, c, o.policy, work, MemoryLimits{host_memory_bytes(o.host_mem, c), 0})
           .chosen.policy;
   const Prediction predicted = predict(hw, c, policy, work);
   omp_set_num_threads(policy.threads);
@@ -187,9 +185,8 @@ RegisterCommand reg(
        sub.add_flag("--ignore-eos", o->ignore_eos, "Generate exactly --gen-len tokens");
        sub.add_flag("--json", o->json, "Print one JSON object");
        sub.add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
-       sub.add_option("--kv-memory", o->kv_memory,
-                      "Host memory for the KV cache (default: half of what is free)");
        add_policy_options(sub, o->policy);
+       add_host_memory_option(sub, o->host_mem);
        return std::function<int()>([o] { return run(*o); });
      }});
 

@@ -34,6 +34,7 @@ struct Options {
   uint64_t seed = 0;
   std::string kv_memory;
   Policy policy;
+  DeviceOptions device;
 };
 
 int run(Options o) {
@@ -76,7 +77,7 @@ int run(Options o) {
     requests.push_back(std::move(r));
   }
 
-  BatchEngine engine(model, policy);
+  BatchEngine engine(model, policy, o.device);
   // CPU time this process got, split between prefill and decode by each step's token mix as the
   // engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
   // share of its cores the run really had.
@@ -190,6 +191,7 @@ RegisterCommand reg(
        sub.add_option("--kv-memory", o->kv_memory,
                       "Host memory for the KV cache (default: half of what is free)");
        add_policy_options(sub, o->policy);
+       add_device_options(sub, o->device);
        return std::function<int()>([o] { return run(*o); });
      }});
 

@@ -28,6 +28,7 @@ struct Options {
   bool reference = false;
   bool chat = false;
   Policy policy;
+  DeviceOptions device;
 };
 
 std::vector<std::string> read_prompts(const std::string& path) {
@@ -115,7 +116,7 @@ int run(const Options& o) {
       resolve_policy(o.policy, model.config, {int(requests.size()), max_prompt, o.max_new_tokens},
                      available_memory_bytes() / 2);
   omp_set_num_threads(policy.threads);
-  BatchEngine engine(model, policy);
+  BatchEngine engine(model, policy, o.device);
   std::vector<Completion> results(requests.size());
   auto t0 = std::chrono::steady_clock::now();
   engine.run(std::move(requests), [&](Completion&& c) { results[size_t(c.id)] = std::move(c); });
@@ -156,6 +157,7 @@ RegisterCommand reg(
        sub.add_flag("--reference", o->reference,
                     "Use the plain reference forward (one prompt, streamed)");
        add_policy_options(sub, o->policy);
+       add_device_options(sub, o->device);
        return std::function<int()>([o] { return run(*o); });
      }});
 

@@ -39,6 +39,7 @@ RegisterCommand reg(
            ->capture_default_str()
            ->check(CLI::NonNegativeNumber);
        add_policy_options(sub, o->policy);
+       add_device_options(sub, o->device);
        return std::function<int()>([o] {
          o->live_progress = isatty(STDERR_FILENO) != 0;
          BatchJobSummary summary = run_batch_job(*o);

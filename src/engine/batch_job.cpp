@@ -228,7 +228,7 @@ class Job {
     Policy policy = resolve_policy(o_.policy, model_.config, shape, available_memory_bytes() / 2);
     omp_set_num_threads(policy.threads);
     fmt::print(stderr, "run: policy {}\n", policy.describe());
-    BatchEngine engine(model_, policy);
+    BatchEngine engine(model_, policy, o_.device);
     JobProgress progress(stderr, o_.live_progress, o_.log_seconds);
     progress.start(int64_t(requests.size()));
     engine.set_step_observer(

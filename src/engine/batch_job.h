@@ -27,6 +27,7 @@ struct BatchJobOptions {
   std::filesystem::path model_dir, input, output;
   int max_tokens_default = 256;
   Policy policy;
+  DeviceOptions device;  // where the engine runs its steps (engine/engine_device.h)
   bool live_progress = false;  // rewrite a status line (stderr is a terminal)
   double log_seconds = 5.0;    // otherwise a progress line this often
 };

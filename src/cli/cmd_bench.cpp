@@ -132,6 +132,12 @@ int run(Options o) {
     j["profile_dram_bytes_per_s"] = hw.dram_bytes_per_s;
     j["peak_resident_bytes"] = peak_rss;
     j["weights_bytes"] = weights_bytes;
+    if (o.device.kind != DeviceKind::kCpu) {
+      j["device_pages_copied"] = s.device_pages_copied;
+      j["device_bytes_to_device"] = s.device_bytes_to_device;
+      j["device_bytes_to_host"] = s.device_bytes_to_host;
+      j["device_peak_bytes"] = s.device_peak_bytes;
+    }
     fmt::print("{}\n", j.dump());
     return 0;
   }
@@ -165,6 +171,13 @@ int run(Options o) {
              double(peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
   fmt::print("KV cache   peak use {:.0f}% of {}\n", 100 * s.peak_kv_usage,
              human_bytes(double(s.kv_cache_bytes)));
+  if (o.device.kind != DeviceKind::kCpu)
+    fmt::print(
+        "device     {} expert pages copied, {} host→device, {} device→host; experts {} on the "
+        "device, {} on the CPU; peak device memory {}\n",
+        s.device_pages_copied, human_bytes(s.device_bytes_to_device),
+        human_bytes(s.device_bytes_to_host), s.device_gpu_experts, s.device_cpu_experts,
+        human_bytes(double(s.device_peak_bytes)));
   return 0;
 }
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include "core/error.h"
 #include "core/units.h"
+#include "engine/offload_layout.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
@@ -25,121 +27,7 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Offsets of many buffers in one device allocation, each aligned for any kernel's loads.
-class Layout {
- public:
-  size_t add(size_t bytes) {
-    const size_t at = (size_ + 255) / 256 * 256;
-    size_ = at + bytes;
-    return at;
-  }
-  size_t size() const { return (size_ + 255) / 256 * 256; }
-
- private:
-  size_t size_ = 0;
-};
-
-// The shapes every size below is derived from.
-struct StepShape {
-  int H, I, E, K, qd, kvd, T, S, be;
-  bool f32, cpu_experts;
-  explicit StepShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
-      : H(c.hidden_size),
-        I(c.expert_intermediate_size),
-        E(c.num_experts),
-        K(c.experts_per_token),
-        qd(c.q_dim()),
-        kvd(c.kv_dim()),
-        // A step decodes at most B sequences and prefills at most one chunk.
-        T(p.batch + p.prefill_chunk),
-        S(p.batch),
-        be(p.expert_batch),
-        f32(p.precision == Precision::kF32),
-        cpu_experts(s.cpu_expert_max_tokens > 0) {}
-  int qkv_row() const { return qd + 2 * kvd; }  // floats per row of a micro-batch's q|k|v block
-  // Bytes per row of a micro-batch's routing block: expert ids, weights and, when experts may
-  // run on the host, the row's FFN-normed hidden state (their input).
-  size_t routing_row() const { return size_t(K) * 8 + (cpu_experts ? size_t(H) * 4 : 0); }
-};
-
-// Device buffers of a step: offsets into one allocation.
-struct BufferLayout {
-  size_t x, h, xb, qkv, attn, logits, routing, positions, sample_rows, final_rows, expert_lists, ex,
-      gate, up, actb, down, cpu_block;
-  size_t bytes;
-  explicit BufferLayout(const StepShape& s) {
-    Layout L;
-    const size_t T = size_t(s.T), H = size_t(s.H), be = size_t(s.be), I = size_t(s.I);
-    x = L.add(T * H * 4);
-    h = L.add(T * H * 4);
-    xb = L.add(s.f32 ? 0 : T * size_t(std::max(s.H, s.qd)) * 2);
-    qkv = L.add(T * size_t(s.qkv_row()) * 4);
-    attn = L.add(T * size_t(s.qd) * 4);
-    logits = L.add(T * size_t(s.E) * 4);
-    routing = L.add(T * s.routing_row());
-    positions = L.add(T * 4);
-    sample_rows = L.add(size_t(s.S) * 4);
-    final_rows = L.add(size_t(s.S) * H * 4);
-    expert_lists = L.add(T * size_t(s.K) * 8);
-    ex = L.add(be * H * (s.f32 ? 4 : 2));
-    gate = L.add(be * I * 4);
-    up = L.add(be * I * 4);
-    actb = L.add(s.f32 ? 0 : be * I * 2);
-    down = L.add(be * H * 4);
-    cpu_block = L.add(s.cpu_experts ? T * (8 + H * 4) : 0);
-    bytes = L.size();
-  }
-};
-
-// Resident weights of one layer: offsets into one allocation.
-struct LayerResident {
-  size_t attn_norm, ffn_norm, wq, wk, wv, wo, router;
-};
-
-size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq) {
-  Layout L;
-  const size_t H = size_t(c.hidden_size), qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerResident r;
-    r.attn_norm = L.add(H * 4);
-    r.ffn_norm = L.add(H * 4);
-    r.wq = L.add(qd * H * 2);
-    r.wk = L.add(kvd * H * 2);
-    r.wv = L.add(kvd * H * 2);
-    r.wo = L.add(H * qd * 2);
-    r.router = L.add(size_t(c.num_experts) * H * 2);
-    if (layers) layers->push_back(r);
-  }
-  const size_t f = L.add(size_t(c.head_dim / 2) * 4);
-  if (inv_freq) *inv_freq = f;
-  return L.size();
-}
-
-size_t expert_matrix_bytes(const ModelConfig& c) {
-  return size_t(c.expert_intermediate_size) * size_t(c.hidden_size) * 2;
-}
-
 }  // namespace
-
-OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
-                                   const OffloadSettings& s) {
-  if (p.batch <= 0 || p.prefill_chunk <= 0 || p.expert_batch <= 0 || p.attn_micro_batch <= 0)
-    fail(
-        "offload executor: fields 'batch', 'prefill_chunk', 'expert_batch', 'attn_micro_batch': "
-        "expected a resolved policy (all > 0), got {}",
-        p.describe());
-  OffloadFootprint f;
-  f.resident = resident_layout(c, nullptr, nullptr);
-  f.buffers = BufferLayout(StepShape(c, p, s)).bytes;
-  const size_t matrix = expert_matrix_bytes(c);
-  if (s.page_bytes != 0 && s.page_bytes < matrix)
-    fail(
-        "offload executor: field 'page_bytes': expected at least one expert matrix ({} bytes, "
-        "{}x{} bf16; matrices are not split across pages), got {}",
-        matrix, c.expert_intermediate_size, c.hidden_size, s.page_bytes);
-  f.page_bytes = s.page_bytes ? s.page_bytes : matrix;
-  return f;
-}
 
 struct OffloadExecutor::Impl final : offload::StepOps {
   const ModelConfig& c;
@@ -225,9 +113,9 @@ struct OffloadExecutor::Impl final : offload::StepOps {
           n_slots, human_bytes(double(f.page_bytes)), f.min_slots,
           (free - f.resident - f.buffers) / f.page_bytes, human_bytes(double(free)));
     resident_bytes = resident_layout(c, &res, &inv_freq_at);
-    resident = static_cast<char*>(dev.allocate(resident_bytes, "resident weights"));
-    buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
     try {
+      resident = static_cast<char*>(dev.allocate(resident_bytes, "resident weights"));
+      buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
       slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
       upload_resident();
     } catch (...) {
@@ -257,7 +145,11 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 
   ~Impl() override {
-    dev.synchronize_all();
+    try {
+      dev.synchronize_all();  // no queued work may still use the memory released below
+    } catch (const std::exception&) {
+      // A failed step has already reported its error; the memory goes back all the same.
+    }
     release();
   }
 

@@ -83,12 +83,16 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
   const auto b = to_host(db, src.size());
   const auto g = to_host(dg, pick.size() * cols);
   for (size_t i = 0; i < src.size(); ++i)
-    if (!std::isnan(src[i])) ASSERT_EQ(b[i], f32_to_bf16(src[i])) << i;
+    if (!std::isnan(src[i])) {
+      ASSERT_EQ(b[i], f32_to_bf16(src[i])) << i;
+    }
   EXPECT_TRUE(std::isnan(bf16_to_f32(b[5])));
   for (size_t j = 0; j < pick.size(); ++j)
     for (int64_t c = 0; c < cols; ++c) {
       const float want = src[size_t(pick[j] * cols + c)], got = g[j * cols + size_t(c)];
-      if (!std::isnan(want)) ASSERT_EQ(got, want);
+      if (!std::isnan(want)) {
+        ASSERT_EQ(got, want);
+      }
     }
   cudaFree(ds), cudaFree(dp), cudaFree(db), cudaFree(dg);
 }
@@ -150,7 +154,9 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
     // Different summation orders (cuBLASLt, warp reductions): the bf16 engine tests' tolerance.
     EXPECT_LT(worst, 1e-2);
     EXPECT_EQ(same_argmax, int(want_logits.size()));
-    if (precision == Precision::kF32) EXPECT_EQ(got_tokens, want_tokens);
+    if (precision == Precision::kF32) {
+      EXPECT_EQ(got_tokens, want_tokens);
+    }
     EXPECT_GT(gpu_engine.stats().device_pages_copied, 3);
   }
 }

@@ -34,6 +34,7 @@ struct Options {
   uint64_t seed = 0;
   std::string host_mem;
   Policy policy;
+  DeviceOptions device;
 };
 
 int run(Options o) {
@@ -74,7 +75,7 @@ int run(Options o) {
     requests.push_back(std::move(r));
   }
 
-  BatchEngine engine(model, policy);
+  BatchEngine engine(model, policy, o.device);
   // CPU time this process got, split between prefill and decode by each step's token mix as the
   // engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
   // share of its cores the run really had.
@@ -129,6 +130,12 @@ int run(Options o) {
     j["profile_dram_bytes_per_s"] = hw.dram_bytes_per_s;
     j["peak_resident_bytes"] = peak_rss;
     j["weights_bytes"] = weights_bytes;
+    if (o.device.kind != DeviceKind::kCpu) {
+      j["device_pages_copied"] = s.device_pages_copied;
+      j["device_bytes_to_device"] = s.device_bytes_to_device;
+      j["device_bytes_to_host"] = s.device_bytes_to_host;
+      j["device_peak_bytes"] = s.device_peak_bytes;
+    }
     fmt::print("{}\n", j.dump());
     return 0;
   }
@@ -162,6 +169,13 @@ int run(Options o) {
              double(peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
   fmt::print("KV cache   peak use {:.0f}% of {}\n", 100 * s.peak_kv_usage,
              human_bytes(double(s.kv_cache_bytes)));
+  if (o.device.kind != DeviceKind::kCpu)
+    fmt::print(
+        "device     {} expert pages copied, {} host→device, {} device→host; experts {} on the "
+        "device, {} on the CPU; peak device memory {}\n",
+        s.device_pages_copied, human_bytes(s.device_bytes_to_device),
+        human_bytes(s.device_bytes_to_host), s.device_gpu_experts, s.device_cpu_experts,
+        human_bytes(double(s.device_peak_bytes)));
   return 0;
 }
 
@@ -187,6 +201,7 @@ RegisterCommand reg(
        sub.add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
        add_policy_options(sub, o->policy);
        add_host_memory_option(sub, o->host_mem);
+       add_device_options(sub, o->device);
        return std::function<int()>([o] { return run(*o); });
      }});
 

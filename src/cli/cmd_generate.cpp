@@ -29,6 +29,7 @@ struct Options {
   bool chat = false;
   Policy policy;
   std::string host_mem;
+  DeviceOptions device;
 };
 
 std::vector<std::string> read_prompts(const std::string& path) {
@@ -116,7 +117,7 @@ int run(const Options& o) {
                                             host_memory_bytes(o.host_mem, model.config));
   const Policy& policy = plan.policy;
   omp_set_num_threads(policy.threads);
-  BatchEngine engine(model, policy);
+  BatchEngine engine(model, policy, o.device);
   std::vector<Completion> results(requests.size());
   auto t0 = std::chrono::steady_clock::now();
   engine.run(std::move(requests), [&](Completion&& c) { results[size_t(c.id)] = std::move(c); });
@@ -158,6 +159,7 @@ RegisterCommand reg(
                     "Use the plain reference forward (one prompt, streamed)");
        add_policy_options(sub, o->policy);
        add_host_memory_option(sub, o->host_mem);
+       add_device_options(sub, o->device);
        return std::function<int()>([o] { return run(*o); });
      }});
 

@@ -40,6 +40,7 @@ RegisterCommand reg(
            ->capture_default_str()
            ->check(CLI::NonNegativeNumber);
        add_policy_options(sub, o->policy);
+       add_device_options(sub, o->device);
        auto host_mem = std::make_shared<std::string>();
        add_host_memory_option(sub, *host_mem);
        return std::function<int()>([o, host_mem] {

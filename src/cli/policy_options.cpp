@@ -48,4 +48,32 @@ size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config)
   return host_mem.empty() ? default_host_memory(config) : parse_bytes(host_mem, "--host-mem");
 }
 
+void add_device_options(CLI::App& sub, DeviceOptions& d) {
+  const char* group = "Device";
+  sub.add_option("--device", d.kind,
+                 "Where the layers run: cpu (this machine's CPU), cuda (the offload pipeline on "
+                 "the first GPU: experts streamed into --gpu-mem, attention on the CPU), or "
+                 "standin (the offload pipeline on a CPU stand-in device, for testing it)")
+      ->group(group)
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, DeviceKind>{{"cpu", DeviceKind::kCpu},
+                                            {"cuda", DeviceKind::kCuda},
+                                            {"standin", DeviceKind::kStandin}}))
+      ->default_str("cpu");
+  sub.add_option("--gpu-mem", d.gpu_mem,
+                 "Device memory the offload executor may use, e.g. 24GiB (default: 90% of the "
+                 "GPU's free memory; unlimited on the stand-in)")
+      ->group(group);
+  sub.add_option("--page-slots", d.settings.page_slots,
+                 "Expert page slots on the device, one expert matrix each; at least 3 (0: as many "
+                 "as --gpu-mem leaves room for, up to a layer's experts)")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--cpu-expert-max-tokens", d.settings.cpu_expert_max_tokens,
+                 "Experts with at most this many tokens in a step run on the CPU when their pages "
+                 "are not on the device yet (0: never)")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
+}
+
 }  // namespace sluice::cli

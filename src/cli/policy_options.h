@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "engine/engine_device.h"
 #include "model/config.h"
 #include "runtime/policy.h"
 
@@ -15,5 +16,9 @@ void add_policy_options(CLI::App& sub, Policy& policy);
 void add_host_memory_option(CLI::App& sub, std::string& host_mem);
 // Its value in bytes; "" gives default_host_memory (engine/engine_plan.h).
 size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config);
+
+// Where the engine runs its steps: --device cpu|cuda|standin, --gpu-mem, and the offload
+// executor's page slots and CPU-expert threshold.
+void add_device_options(CLI::App& sub, DeviceOptions& device);
 
 }  // namespace sluice::cli

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/offload_executor.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
@@ -76,7 +77,11 @@ struct BatchEngine::Impl {
   std::vector<float> expert_xf;             // gathered rows [b_e, H], fp32 precision
   std::vector<float> gate, up, act, down;   // [b_e, I], [b_e, I], [b_e, I], [b_e, H]
 
-  Impl(const Model& model, const Policy& p)
+  // The offload path (null: the layers run here, on the CPU). Declared last: destroyed first.
+  std::unique_ptr<OffloadBackend> backend;  // when the engine opened the device itself
+  std::unique_ptr<OffloadExecutor> offload;
+
+  Impl(const Model& model, const Policy& p, const EngineDevice& device)
       : c(model.config), policy(p), kv(kv_config(model.config, p)) {
     w.embed = model.weights.embed;
     w.final_norm = as_f32(model.weights.final_norm);
@@ -93,6 +98,10 @@ struct BatchEngine::Impl {
     routed.resize(c.num_experts);
     inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
+    if (device.device) {
+      if (!device.math) fail("engine: field 'math': a device needs its DeviceMath");
+      offload = std::make_unique<OffloadExecutor>(c, w, policy, kv, device);
+    }
   }
 
   static KvCacheConfig kv_config(const ModelConfig& c, const Policy& p) {
@@ -315,24 +324,28 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   }
   stats.dense_seconds += seconds_since(t0);
 
-  for (int l = 0; l < c.num_layers; ++l) {
-    int ib = 0;
-    for (int ie : plan.micro_batch_end) {
-      attention_phase(l, plan, item_row, ib, ie);
-      ib = ie;
-    }
-    expert_phase(l);
-  }
-
   // Final norm and lm_head only for the rows whose logits pick a token.
-  t0 = Clock::now();
   std::vector<int> sample_rows;
   for (size_t i = 0; i < plan.items.size(); ++i)
     if (plan.items[i].sample) sample_rows.push_back(item_row[i + 1] - 1);
   const int S = int(sample_rows.size());
   final_rows.resize(size_t(S) * H);
-  for (int j = 0; j < S; ++j)
-    std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);
+  if (offload) {
+    offload->run_layers({&plan, item_row, positions, x.data(), sample_rows}, final_rows.data(),
+                        stats);
+  } else {
+    for (int l = 0; l < c.num_layers; ++l) {
+      int ib = 0;
+      for (int ie : plan.micro_batch_end) {
+        attention_phase(l, plan, item_row, ib, ie);
+        ib = ie;
+      }
+      expert_phase(l);
+    }
+    for (int j = 0; j < S; ++j)
+      std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);
+  }
+  t0 = Clock::now();
   rms_norm(final_rows.data(), S, w.final_norm, h.data());
   logits.resize(size_t(S) * c.vocab_size);
   if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
@@ -353,7 +366,16 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
 }
 
 BatchEngine::BatchEngine(const Model& model, const Policy& policy)
-    : impl_(std::make_unique<Impl>(model, policy)) {}
+    : impl_(std::make_unique<Impl>(model, policy, EngineDevice{})) {}
+BatchEngine::BatchEngine(const Model& model, const Policy& policy, const EngineDevice& device)
+    : impl_(std::make_unique<Impl>(model, policy, device)) {}
+BatchEngine::BatchEngine(const Model& model, const Policy& policy, const DeviceOptions& device) {
+  std::unique_ptr<OffloadBackend> backend = open_offload_backend(device);
+  EngineDevice d;
+  if (backend) d = {backend->device.get(), backend->math.get(), device.settings};
+  impl_ = std::make_unique<Impl>(model, policy, d);
+  impl_->backend = std::move(backend);
+}
 BatchEngine::~BatchEngine() = default;
 void BatchEngine::set_step_observer(StepObserver observer) {
   impl_->observe_step = std::move(observer);

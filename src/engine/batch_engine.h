@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/engine_device.h"
 #include "engine/request.h"
 #include "model/weights.h"
 #include "runtime/policy.h"
@@ -34,11 +35,23 @@ struct EngineStats {
   int64_t expert_gemm_calls = 0, expert_tokens = 0;
   size_t kv_cache_bytes = 0;
   double peak_kv_usage = 0;  // fraction of KV blocks in use, at most
+  // The offload executor only (zero on the CPU engine).
+  int64_t device_pages_copied = 0;    // expert weight pages copied host→device
+  double device_bytes_to_device = 0;  // weight pages and activations, host→device
+  double device_bytes_to_host = 0;    // activations, device→host
+  int64_t device_gpu_experts = 0, device_cpu_experts = 0;  // expert runs by place
+  size_t device_peak_bytes = 0;                            // most device memory held at once
 };
 
 class BatchEngine {
  public:
+  // The CPU engine.
   BatchEngine(const Model& model, const Policy& policy);
+  // Steps through the offload executor on `device` (owned by the caller, alive as long as the
+  // engine); a null device.device means the CPU engine.
+  BatchEngine(const Model& model, const Policy& policy, const EngineDevice& device);
+  // On the device the command line chose (opened and owned by the engine).
+  BatchEngine(const Model& model, const Policy& policy, const DeviceOptions& device);
   ~BatchEngine();
 
   // Runs every request to completion; `on_finished` receives each completion as soon as its

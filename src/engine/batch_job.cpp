@@ -251,7 +251,7 @@ class Job {
     const Policy& policy = plan.policy;
     omp_set_num_threads(policy.threads);
     fmt::print(stderr, "run: policy {}\n", plan.describe());
-    BatchEngine engine(model_, policy);
+    BatchEngine engine(model_, policy, o_.device);
     JobProgress progress(stderr, o_.live_progress, o_.log_seconds);
     progress.start(int64_t(requests.size()));
     engine.set_step_observer(

@@ -74,6 +74,11 @@ std::shared_ptr<CachedMatmul> get_matmul(const GemmArgs& a, int64_t bf16_ldx, bo
   memory::desc weights({a.k, a.n}, memory::data_type::bf16, memory::dims{1, a.ldw});
   memory::desc dst({m_key, a.n}, memory::data_type::f32, memory::dims{a.ldy, 1});
   dnnl::primitive_attr attr;
+  // A cached primitive is executed from whichever thread calls gemm() (the offload stand-in's
+  // compute queue and the host, at the same time). oneDNN's default library scratchpad is shared
+  // by all primitives and only safe from the thread that created them; with a user scratchpad
+  // per calling thread, concurrent calls are safe.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (a.beta != 0.0f) {
     dnnl::post_ops ops;
     ops.append_sum(a.beta);
@@ -122,8 +127,17 @@ void gemm(const GemmArgs& args) {
   memory weights_mem(weights, engine, const_cast<uint16_t*>(a.w));
   memory dst_mem(dst, engine, a.y);
   auto& stream = thread_stream();
-  mm->primitive.execute(
-      stream, {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weights_mem}, {DNNL_ARG_DST, dst_mem}});
+  const memory::desc scratch_desc = mm->pd.scratchpad_desc();
+  thread_local std::vector<uint8_t> scratch;
+  constexpr size_t kAlign = 64;
+  if (scratch.size() < scratch_desc.get_size() + kAlign)
+    scratch.resize(scratch_desc.get_size() + kAlign);
+  void* aligned = scratch.data() + (kAlign - reinterpret_cast<uintptr_t>(scratch.data()) % kAlign);
+  memory scratch_mem(scratch_desc, engine, aligned);
+  mm->primitive.execute(stream, {{DNNL_ARG_SRC, src_mem},
+                                 {DNNL_ARG_WEIGHTS, weights_mem},
+                                 {DNNL_ARG_DST, dst_mem},
+                                 {DNNL_ARG_SCRATCHPAD, scratch_mem}});
   stream.wait();
 }
 

@@ -1,0 +1,53 @@
+// Where the engine runs its steps: on the host CPU (the default), or through the offload
+// executor on a Device with its DeviceMath (engine/offload_executor.h).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace sluice {
+
+namespace offload {
+class Device;
+class DeviceMath;
+}  // namespace offload
+
+struct OffloadSettings {
+  size_t page_bytes = 0;  // 0: one expert matrix; smaller is an error (matrices are not split)
+  int page_slots = 0;     // 0: as many as the budget leaves room for, at most a layer's experts
+  int cpu_expert_max_tokens = 0;  // experts with at most this many tokens may run on the CPU
+};
+
+// A device the caller owns, for the offload executor. A null device means the CPU engine.
+struct EngineDevice {
+  offload::Device* device = nullptr;
+  offload::DeviceMath* math = nullptr;
+  OffloadSettings settings;
+};
+
+// The command line's choice of device (`--device`, `--gpu-mem`, ...).
+enum class DeviceKind {
+  kCpu,      // the CPU engine
+  kCuda,     // the offload executor on the first CUDA GPU
+  kStandin,  // the offload executor on the CPU stand-in device: for testing the offload path
+};
+struct DeviceOptions {
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string gpu_mem;  // device memory budget ("24GiB"); empty: CUDA 90% of the free memory,
+                        // the stand-in unlimited
+  OffloadSettings settings;
+};
+
+// A device and its math, owned; the math is destroyed first (it may hold device memory).
+struct OffloadBackend {
+  std::unique_ptr<offload::Device> device;
+  std::unique_ptr<offload::DeviceMath> math;
+  OffloadBackend();
+  ~OffloadBackend();
+};
+
+// Null for DeviceKind::kCpu. Fails when CUDA is asked for and this build or machine has none.
+std::unique_ptr<OffloadBackend> open_offload_backend(const DeviceOptions& options);
+
+}  // namespace sluice

@@ -1,0 +1,570 @@
+#include "engine/offload_executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "engine/offload_layout.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/rope.h"
+#include "runtime/offload/step_pipeline.h"
+
+namespace sluice {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+struct OffloadExecutor::Impl final : offload::StepOps {
+  const ModelConfig& c;
+  const ModelWeights& w;
+  PagedKvCache& kv;
+  offload::Device& dev;
+  offload::DeviceMath& math;
+  OffloadSettings settings;
+  StepShape sh;
+  BufferLayout buf;
+  std::vector<LayerResident> res;
+  size_t inv_freq_at = 0, resident_bytes = 0;
+  char* resident = nullptr;  // device
+  char* buffers = nullptr;   // device
+  std::unique_ptr<offload::PageSlots> slots;
+  std::vector<offload::WeightPage> pages;
+  std::vector<offload::LayerPages> layer_pages;
+
+  // The step being run (valid during run_layers).
+  const StepPlan* plan = nullptr;
+  std::vector<int> mb_row;  // micro-batch m covers rows [mb_row[m], mb_row[m + 1])
+  std::span<const int> item_row;
+  EngineStats* stats = nullptr;
+  double to_device_bytes = 0, to_host_bytes = 0;
+
+  // Host mirrors of the transferred blocks (same layout as on the device).
+  std::vector<float> h_qkv, h_attn;
+  std::vector<char> h_routing, h_lists, h_cpu_block;
+  std::vector<int32_t> h_positions, h_sample_rows;
+  // Expert lists of the layer being run: rows and weights concatenated by expert. Read by the
+  // expert work on the compute queue; the host rewrites them only for the next layer, after the
+  // routing of that layer arrived, which the compute queue produced after this layer's experts.
+  std::vector<int> list_begin, list_count;
+  std::vector<const float*> row_hidden;  // host: each row's FFN-normed state (CPU experts)
+  int cpu_rows = 0;                      // rows in the CPU experts' block of this layer
+  // Host scratch of the CPU experts.
+  std::vector<float> c_exf, c_gate, c_up, c_act, c_down, c_out;
+  std::vector<uint16_t> c_exb;
+  std::vector<int> c_slot;  // row -> index in c_out, -1 when untouched
+
+  template <typename T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(buffers + offset);
+  }
+  template <typename T>
+  const T* weight(size_t offset) const {
+    return reinterpret_cast<const T*>(resident + offset);
+  }
+  int micro_batches() const override { return int(mb_row.size()) - 1; }
+
+  Impl(const ModelConfig& config, const ModelWeights& weights, const Policy& p, PagedKvCache& cache,
+       const EngineDevice& d)
+      : c(config),
+        w(weights),
+        kv(cache),
+        dev(*d.device),
+        math(*d.math),
+        settings(d.settings),
+        sh(config, p, d.settings),
+        buf(sh) {
+    const OffloadFootprint f = offload_footprint(c, p, settings);
+    const offload::MemoryBudget& b = dev.budget();
+    const size_t free = b.budget() - std::min(b.used(), b.budget());
+    if (free < f.minimum())
+      fail(
+          "--gpu-mem: the offload executor needs at least {} ({} bytes) of device memory: {} "
+          "resident attention and router weights, {} step buffers for {} tokens, and {} expert "
+          "page slots of {}; the device budget has {} ({} bytes) free. Raise --gpu-mem to at least "
+          "{}, or "
+          "lower --batch, --prefill-chunk or --expert-batch",
+          human_bytes(double(f.minimum())), f.minimum(), human_bytes(double(f.resident)),
+          human_bytes(double(f.buffers)), sh.T, f.min_slots, human_bytes(double(f.page_bytes)),
+          human_bytes(double(free)), free, human_bytes(double(f.minimum() + b.used())));
+    int n_slots = settings.page_slots;
+    if (n_slots == 0) {
+      const size_t room = (free - f.resident - f.buffers) / f.page_bytes;
+      n_slots = int(std::min<size_t>(room, size_t(3) * sh.E));
+    }
+    if (n_slots < f.min_slots || f.with_slots(n_slots) > free)
+      fail(
+          "offload executor: field 'page_slots': {} slots of {} do not fit: expected {} to {} "
+          "slots in the {} of device memory free",
+          n_slots, human_bytes(double(f.page_bytes)), f.min_slots,
+          (free - f.resident - f.buffers) / f.page_bytes, human_bytes(double(free)));
+    resident_bytes = resident_layout(c, &res, &inv_freq_at);
+    try {
+      resident = static_cast<char*>(dev.allocate(resident_bytes, "resident weights"));
+      buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
+      slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
+      upload_resident();
+    } catch (...) {
+      release();
+      throw;
+    }
+    build_pages();
+    h_qkv.resize(size_t(sh.T) * sh.qkv_row());
+    h_attn.resize(size_t(sh.T) * sh.qd);
+    h_routing.resize(size_t(sh.T) * sh.routing_row());
+    h_lists.resize(size_t(sh.T) * sh.K * 8);
+    h_positions.resize(size_t(sh.T));
+    h_sample_rows.resize(size_t(sh.S));
+    list_begin.resize(size_t(sh.E));
+    list_count.resize(size_t(sh.E));
+    if (sh.cpu_experts) {
+      h_cpu_block.resize(size_t(sh.T) * (8 + size_t(sh.H) * 4));
+      c_out.resize(size_t(sh.T) * sh.H);
+      c_slot.assign(size_t(sh.T), -1);
+      c_exf.resize(sh.f32 ? size_t(sh.be) * sh.H : 0);
+      c_exb.resize(sh.f32 ? 0 : size_t(sh.be) * sh.H);
+      c_act.resize(size_t(sh.be) * sh.I);
+      c_gate.resize(size_t(sh.be) * sh.I);
+      c_up.resize(size_t(sh.be) * sh.I);
+      c_down.resize(size_t(sh.be) * sh.H);
+    }
+  }
+
+  ~Impl() override {
+    try {
+      dev.synchronize_all();  // no queued work may still use the memory released below
+    } catch (const std::exception&) {
+      // A failed step has already reported its error; the memory goes back all the same.
+    }
+    release();
+  }
+
+  void release() {
+    slots.reset();
+    if (buffers) dev.deallocate(buffers, buf.bytes);
+    if (resident) dev.deallocate(resident, resident_bytes);
+    buffers = resident = nullptr;
+  }
+
+  // Resident weights go up once, on the weights queue; the host waits for them here.
+  void upload_resident() {
+    const size_t H = size_t(c.hidden_size);
+    auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
+      if (t.nbytes() != bytes)
+        fail("offload executor: tensor '{}': expected {} bytes, got {}", what, bytes, t.nbytes());
+      dev.copy_to_device(offload::Queue::kWeights, resident + offset, t.data, bytes, what);
+    };
+    for (int l = 0; l < c.num_layers; ++l) {
+      const LayerWeights& L = w.layers[size_t(l)];
+      const LayerResident& r = res[size_t(l)];
+      up(r.attn_norm, L.attn_norm, H * 4, "attn_norm");
+      up(r.ffn_norm, L.ffn_norm, H * 4, "ffn_norm");
+      up(r.wq, L.wq, size_t(sh.qd) * H * 2, "wq");
+      up(r.wk, L.wk, size_t(sh.kvd) * H * 2, "wk");
+      up(r.wv, L.wv, size_t(sh.kvd) * H * 2, "wv");
+      up(r.wo, L.wo, H * size_t(sh.qd) * 2, "wo");
+      up(r.router, L.router, size_t(sh.E) * H * 2, "router");
+    }
+    const std::vector<float> inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
+    dev.copy_to_device(offload::Queue::kWeights, resident + inv_freq_at, inv_freq.data(),
+                       inv_freq.size() * 4, "rope inv_freq");
+    dev.synchronize(dev.record(offload::Queue::kWeights));
+  }
+
+  // Every expert matrix is one page; a step streams all layers' experts in order.
+  void build_pages() {
+    const size_t bytes = expert_matrix_bytes(c);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const LayerWeights& L = w.layers[size_t(l)];
+      offload::LayerPages lp;
+      for (int e = 0; e < sh.E; ++e) {
+        std::vector<int> ids;
+        const Tensor* mats[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
+        const char* names[] = {"w1", "w3", "w2"};
+        for (int m = 0; m < 3; ++m) {
+          ids.push_back(int(pages.size()));
+          pages.push_back(
+              {mats[m]->slice0(e).data, bytes, fmt::format("L{}.e{}.{}", l, e, names[m])});
+        }
+        lp.experts.push_back(std::move(ids));
+      }
+      layer_pages.push_back(std::move(lp));
+    }
+  }
+
+  // y = x · Wᵀ + beta · y, with x rounded to bf16 first unless the policy keeps fp32 (as the CPU
+  // engine's gemm()). `scratch` holds the bf16 rows.
+  void gemm(void* s, int m, int n, int k, const float* x, const uint16_t* wt, float* y, float beta,
+            uint16_t* scratch) {
+    if (m == 0) return;
+    if (sh.f32) {
+      math.gemm_f32(s, {m, n, k}, x, wt, y, beta);
+      return;
+    }
+    math.to_bf16(s, x, scratch, int64_t(m) * k);
+    math.gemm_bf16(s, {m, n, k}, scratch, wt, y, beta);
+  }
+
+  // The q|k|v block of micro-batch mb: [n, qd] q, then [n, kvd] k, then [n, kvd] v.
+  size_t qkv_offset(int mb) const { return size_t(mb_row[size_t(mb)]) * sh.qkv_row(); }
+  int rows_of(int mb) const { return mb_row[size_t(mb) + 1] - mb_row[size_t(mb)]; }
+
+  void attention_in(void* s, int l, int mb, std::span<void* const>) override {
+    const LayerResident& r = res[size_t(l)];
+    const int H = sh.H, r0 = mb_row[size_t(mb)], n = rows_of(mb);
+    float* x = at<float>(buf.x) + size_t(r0) * H;
+    float* h = at<float>(buf.h) + size_t(r0) * H;
+    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * std::max(H, sh.qd);
+    float* q = at<float>(buf.qkv) + qkv_offset(mb);
+    float* k = q + size_t(n) * sh.qd;
+    float* v = k + size_t(n) * sh.kvd;
+    // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h)
+    math.rms_norm(s, x, h, n, H, weight<float>(r.attn_norm), c.rms_norm_eps);
+    if (!sh.f32) math.to_bf16(s, h, xb, int64_t(n) * H);  // once for the three projections
+    for (auto [wt, y, out] : {std::tuple{r.wq, q, sh.qd}, {r.wk, k, sh.kvd}, {r.wv, v, sh.kvd}}) {
+      if (sh.f32)
+        math.gemm_f32(s, {n, out, H}, h, weight<uint16_t>(wt), y, 0);
+      else
+        math.gemm_bf16(s, {n, out, H}, xb, weight<uint16_t>(wt), y, 0);
+    }
+    const int32_t* pos = at<int32_t>(buf.positions) + r0;
+    const float* inv_freq = weight<float>(inv_freq_at);
+    math.rope(s, q, n, c.num_heads, c.head_dim, pos, inv_freq);
+    math.rope(s, k, n, c.num_kv_heads, c.head_dim, pos, inv_freq);
+  }
+
+  offload::Transfer qkv_to_host(int, int mb) override {
+    const size_t bytes = size_t(rows_of(mb)) * sh.qkv_row() * 4;
+    to_host_bytes += double(bytes);
+    return {h_qkv.data() + qkv_offset(mb), at<float>(buf.qkv) + qkv_offset(mb), bytes};
+  }
+
+  // Writes the micro-batch's K/V into the host cache and attends over it (the CPU engine's code).
+  void cpu_attention(int l, int mb) override {
+    const auto t0 = Clock::now();
+    const int r0 = mb_row[size_t(mb)], n = rows_of(mb), qd = sh.qd, kvd = sh.kvd;
+    const float* q = h_qkv.data() + qkv_offset(mb);
+    const float* k = q + size_t(n) * qd;
+    const float* v = k + size_t(n) * kvd;
+    std::vector<cpu::AttentionSequence> seqs;
+    for (size_t i = 0; i + 1 < item_row.size(); ++i) {
+      const int row = item_row[i];
+      if (row < r0 || row >= r0 + n) continue;
+      const StepItem& it = plan->items[i];
+      const int j = row - r0;
+      kv.write_tokens(l, it.slot, it.first_pos, it.count, k + size_t(j) * kvd, v + size_t(j) * kvd);
+      cpu::AttentionSequence a;
+      a.q = q + size_t(j) * qd;
+      a.out = h_attn.data() + size_t(row) * qd;
+      a.n_q = it.count;
+      a.q_start = it.first_pos;
+      a.kv_len = it.first_pos + it.count;
+      a.block_table = kv.block_table(it.slot);
+      seqs.push_back(a);
+      const int window = c.sliding_window > 0 ? std::min(c.sliding_window, a.kv_len) : a.kv_len;
+      stats->kv_bytes += double(window) * kvd * 2 * sizeof(uint16_t);
+      stats->flops += 4.0 * it.count * window * qd;
+    }
+    cpu::AttentionParams params;
+    params.heads = c.num_heads;
+    params.kv_heads = c.num_kv_heads;
+    params.head_dim = c.head_dim;
+    params.sliding_window = c.sliding_window;
+    cpu::paged_attention(params, kv.layer_view(l), seqs);
+    stats->attention_seconds += seconds_since(t0);
+  }
+
+  offload::Transfer attention_to_device(int, int mb) override {
+    const size_t r0 = size_t(mb_row[size_t(mb)]), bytes = size_t(rows_of(mb)) * sh.qd * 4;
+    to_device_bytes += double(bytes);
+    return {at<float>(buf.attn) + r0 * sh.qd, h_attn.data() + r0 * sh.qd, bytes};
+  }
+
+  size_t routing_offset(int mb) const { return size_t(mb_row[size_t(mb)]) * sh.routing_row(); }
+
+  void attention_out(void* s, int l, int mb, std::span<void* const>) override {
+    const LayerResident& r = res[size_t(l)];
+    const int H = sh.H, r0 = mb_row[size_t(mb)], n = rows_of(mb);
+    float* x = at<float>(buf.x) + size_t(r0) * H;
+    float* h = at<float>(buf.h) + size_t(r0) * H;
+    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * std::max(H, sh.qd);
+    // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
+    gemm(s, n, H, sh.qd, at<float>(buf.attn) + size_t(r0) * sh.qd, weight<uint16_t>(r.wo), x, 1.0f,
+         xb);
+    math.rms_norm(s, x, h, n, H, weight<float>(r.ffn_norm), c.rms_norm_eps);
+    float* logits = at<float>(buf.logits) + size_t(r0) * sh.E;
+    math.gemm_f32(s, {n, sh.E, H}, h, weight<uint16_t>(r.router), logits, 0);
+    char* block = at<char>(buf.routing) + routing_offset(mb);
+    auto* ids = reinterpret_cast<int32_t*>(block);
+    auto* wts = reinterpret_cast<float*>(block + size_t(n) * sh.K * 4);
+    math.route_top_k(s, logits, n, sh.E, sh.K, c.normalize_topk, ids, wts);
+    if (sh.cpu_experts) math.copy(s, block + size_t(n) * sh.K * 8, h, size_t(n) * H * 4);
+  }
+
+  offload::Transfer routing_to_host(int, int mb) override {
+    const size_t bytes = size_t(rows_of(mb)) * sh.routing_row();
+    to_host_bytes += double(bytes);
+    return {h_routing.data() + routing_offset(mb), at<char>(buf.routing) + routing_offset(mb),
+            bytes};
+  }
+
+  // Groups the step's rows per expert in the CPU engine's order (micro-batch, row, rank), into
+  // the [rows | weights] block uploaded for the expert kernels.
+  std::vector<int> expert_tokens(int) override {
+    const int T = mb_row.back(), K = sh.K;
+    std::vector<std::vector<std::pair<int, float>>> lists(size_t(sh.E));
+    row_hidden.assign(size_t(T), nullptr);
+    cpu_rows = 0;  // add_cpu_experts of the previous layer has run: its routing arrived after
+    for (int mb = 0; mb < micro_batches(); ++mb) {
+      const char* block = h_routing.data() + routing_offset(mb);
+      const int r0 = mb_row[size_t(mb)], n = rows_of(mb);
+      const auto* ids = reinterpret_cast<const int32_t*>(block);
+      const auto* wts = reinterpret_cast<const float*>(block + size_t(n) * K * 4);
+      const auto* hid = reinterpret_cast<const float*>(block + size_t(n) * K * 8);
+      for (int j = 0; j < n; ++j) {
+        if (sh.cpu_experts) row_hidden[size_t(r0 + j)] = hid + size_t(j) * sh.H;
+        for (int t = 0; t < K; ++t) {
+          const int e = ids[size_t(j) * K + t];
+          if (e < 0 || e >= sh.E)
+            fail("offload executor: routing of row {}: expert {} is outside [0, {})", r0 + j, e,
+                 sh.E);
+          lists[size_t(e)].push_back({r0 + j, wts[size_t(j) * K + t]});
+        }
+      }
+    }
+    auto* rows = reinterpret_cast<int32_t*>(h_lists.data());
+    auto* weights = reinterpret_cast<float*>(h_lists.data() + size_t(T) * K * 4);
+    std::vector<int> counts;
+    int next = 0;
+    for (int e = 0; e < sh.E; ++e) {
+      list_begin[size_t(e)] = next;
+      list_count[size_t(e)] = int(lists[size_t(e)].size());
+      for (auto [row, wt] : lists[size_t(e)]) {
+        rows[next] = row;
+        weights[next++] = wt;
+      }
+      counts.push_back(list_count[size_t(e)]);
+      account_expert(list_count[size_t(e)]);
+    }
+    return counts;
+  }
+
+  // The CPU engine's accounting of an expert's GEMMs, wherever they run.
+  void account_expert(int tokens) {
+    const double matrix = double(expert_matrix_bytes(c));
+    for (int begin = 0; begin < tokens; begin += sh.be) {
+      const int m = std::min(tokens - begin, sh.be);
+      stats->weight_bytes += 3 * matrix;
+      stats->flops += 6.0 * m * sh.I * sh.H;
+      stats->expert_flops += 6.0 * m * sh.I * sh.H;
+      ++stats->expert_gemm_calls;
+      stats->expert_tokens += m;
+    }
+  }
+
+  offload::Transfer expert_rows_to_device(int) override {
+    const size_t bytes = size_t(mb_row.back()) * sh.K * 8;
+    to_device_bytes += double(bytes);
+    return {at<char>(buf.expert_lists), h_lists.data(), bytes};
+  }
+
+  // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, b_e rows per GEMM.
+  void gpu_expert(void* s, int, int e, std::span<void* const> p) override {
+    const int T = mb_row.back(), H = sh.H, I = sh.I;
+    const auto* wg = static_cast<const uint16_t*>(p[0]);
+    const auto* wu = static_cast<const uint16_t*>(p[1]);
+    const auto* wd = static_cast<const uint16_t*>(p[2]);
+    const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
+    const float* weights =
+        at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
+    float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
+    const float* h = at<float>(buf.h);
+    for (int begin = 0; begin < list_count[size_t(e)]; begin += sh.be) {
+      const int m = std::min(list_count[size_t(e)] - begin, sh.be);
+      if (sh.f32) {
+        float* ex = at<float>(buf.ex);
+        math.gather_rows_f32(s, h, H, rows + begin, m, ex);
+        math.gemm_f32(s, {m, I, H}, ex, wg, gate, 0);
+        math.gemm_f32(s, {m, I, H}, ex, wu, up, 0);
+      } else {
+        uint16_t* ex = at<uint16_t>(buf.ex);
+        math.gather_rows_bf16(s, h, H, rows + begin, m, ex);
+        math.gemm_bf16(s, {m, I, H}, ex, wg, gate, 0);
+        math.gemm_bf16(s, {m, I, H}, ex, wu, up, 0);
+      }
+      math.silu_mul(s, gate, up, gate, int64_t(m) * I);
+      gemm(s, m, H, I, gate, wd, down, 0, at<uint16_t>(buf.actb));
+      math.scatter_add_rows(s, down, H, rows + begin, weights + begin, m, at<float>(buf.x));
+    }
+  }
+
+  // The same expert on the host's kernels and weights, into the host block added on the device.
+  void cpu_expert(int l, int e) override {
+    const auto t0 = Clock::now();
+    const LayerWeights& L = w.layers[size_t(l)];
+    const int T = mb_row.back(), H = sh.H, I = sh.I;
+    const uint16_t* wg = L.expert_gate.slice0(e).as<const uint16_t>();
+    const uint16_t* wu = L.expert_up.slice0(e).as<const uint16_t>();
+    const uint16_t* wd = L.expert_down.slice0(e).as<const uint16_t>();
+    const auto* rows = reinterpret_cast<const int32_t*>(h_lists.data());
+    const auto* weights = reinterpret_cast<const float*>(h_lists.data() + size_t(T) * sh.K * 4);
+    const int first = list_begin[size_t(e)], count = list_count[size_t(e)];
+    auto host_gemm = [&](int m, int n, int k, const void* x, DType xt, const uint16_t* wt,
+                         float* y) {
+      if (xt == DType::F32 && sh.f32) {
+        cpu::gemm_f32({m, n, k, static_cast<const float*>(x), wt, y, 0});
+        return;
+      }
+      cpu::GemmArgs a;
+      a.m = m, a.n = n, a.k = k, a.x = x, a.x_dtype = xt, a.w = wt, a.y = y;
+      cpu::gemm(a);
+    };
+    for (int begin = 0; begin < count; begin += sh.be) {
+      const int m = std::min(count - begin, sh.be);
+      const void* xe;
+      DType xt;
+      for (int j = 0; j < m; ++j) {
+        const float* src = row_hidden[size_t(rows[first + begin + j])];
+        if (sh.f32)
+          std::copy_n(src, H, &c_exf[size_t(j) * H]);
+        else
+          cpu::f32_to_bf16_row(src, &c_exb[size_t(j) * H], size_t(H));
+      }
+      if (sh.f32)
+        xe = c_exf.data(), xt = DType::F32;
+      else
+        xe = c_exb.data(), xt = DType::BF16;
+      host_gemm(m, I, H, xe, xt, wg, c_gate.data());
+      host_gemm(m, I, H, xe, xt, wu, c_up.data());
+      cpu::silu_mul(c_gate.data(), c_up.data(), c_act.data(), int64_t(m) * I);
+      host_gemm(m, H, I, c_act.data(), DType::F32, wd, c_down.data());
+      for (int j = 0; j < m; ++j) {
+        const int row = rows[first + begin + j];
+        int& slot = c_slot[size_t(row)];
+        if (slot < 0) {
+          slot = cpu_rows++;
+          std::fill_n(&c_out[size_t(slot) * H], H, 0.0f);
+          reinterpret_cast<int32_t*>(h_cpu_block.data())[slot] = row;
+        }
+        float* o = &c_out[size_t(slot) * H];
+        const float* d = &c_down[size_t(j) * H];
+        const float wt = weights[first + begin + j];
+        for (int i = 0; i < H; ++i) o[i] += wt * d[i];
+      }
+    }
+    stats->expert_seconds += seconds_since(t0);
+  }
+
+  // [R rows | R ones | R × H sums]: added with scatter_add_rows at weight 1 (exact).
+  offload::Transfer cpu_experts_to_device(int) override {
+    const size_t R = size_t(cpu_rows), H = size_t(sh.H);
+    auto* rows = reinterpret_cast<int32_t*>(h_cpu_block.data());
+    // The rows' list was written at [0, R) as they were met; the sums go after the ones.
+    std::fill_n(reinterpret_cast<float*>(h_cpu_block.data() + R * 4), R, 1.0f);
+    std::memcpy(h_cpu_block.data() + R * 8, c_out.data(), R * H * 4);
+    for (size_t j = 0; j < R; ++j) c_slot[size_t(rows[j])] = -1;
+    const size_t bytes = R * (8 + H * 4);
+    to_device_bytes += double(bytes);
+    return {at<char>(buf.cpu_block), h_cpu_block.data(), bytes};
+  }
+
+  void add_cpu_experts(void* s, int) override {
+    const size_t R = size_t(cpu_rows);
+    char* block = at<char>(buf.cpu_block);
+    math.scatter_add_rows(s, reinterpret_cast<const float*>(block + R * 8), sh.H,
+                          reinterpret_cast<const int32_t*>(block),
+                          reinterpret_cast<const float*>(block + R * 4), int64_t(R),
+                          at<float>(buf.x));
+  }
+};
+
+OffloadExecutor::OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,
+                                 PagedKvCache& kv, const EngineDevice& device)
+    : impl_(std::make_unique<Impl>(c, weights, p, kv, device)) {}
+OffloadExecutor::~OffloadExecutor() = default;
+
+int OffloadExecutor::page_slots() const {
+  return impl_->slots->count();
+}
+
+void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
+                                 EngineStats& stats) {
+  Impl& m = *impl_;
+  using offload::Queue;
+  const StepPlan& plan = *in.plan;
+  const int T = plan.tokens, H = m.sh.H, S = int(in.sample_rows.size());
+  if (T > m.sh.T || S > m.sh.S)
+    fail("offload executor: a step of {} tokens and {} samples exceeds its buffers ({} and {})", T,
+         S, m.sh.T, m.sh.S);
+  m.plan = &plan;
+  m.item_row = in.item_row;
+  m.stats = &stats;
+  m.to_device_bytes = m.to_host_bytes = 0;
+  m.mb_row.assign(1, 0);
+  for (int end : plan.micro_batch_end) m.mb_row.push_back(in.item_row[size_t(end)]);
+
+  // The embeddings and positions go up; the compute queue starts once they are there.
+  std::copy(in.positions.begin(), in.positions.begin() + T, m.h_positions.begin());
+  std::copy(in.sample_rows.begin(), in.sample_rows.end(), m.h_sample_rows.begin());
+  m.dev.copy_to_device(Queue::kTransfer, m.at<float>(m.buf.x), in.embeddings, size_t(T) * H * 4,
+                       "embeddings>d");
+  m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.positions), m.h_positions.data(),
+                       size_t(T) * 4, "positions>d");
+  m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.sample_rows), m.h_sample_rows.data(),
+                       size_t(S) * 4, "sample_rows>d");
+  m.to_device_bytes += double(T) * (H + 1) * 4 + double(S) * 4;
+  m.dev.wait(Queue::kCompute, m.dev.record(Queue::kTransfer));
+
+  offload::StepPipelineOptions options;
+  options.cpu_expert_max_tokens = m.settings.cpu_expert_max_tokens;
+  const offload::StepPipelineStats ps =
+      offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages, m, options);
+
+  // The sampled rows' final hidden states come back to the host.
+  Impl* mp = &m;
+  m.dev.enqueue(
+      Queue::kCompute,
+      [mp, S, H](void* s) {
+        mp->math.gather_rows_f32(s, mp->at<float>(mp->buf.x), H,
+                                 mp->at<int32_t>(mp->buf.sample_rows), S,
+                                 mp->at<float>(mp->buf.final_rows));
+      },
+      "final_rows");
+  m.dev.wait(Queue::kTransfer, m.dev.record(Queue::kCompute));
+  m.dev.copy_to_host(Queue::kTransfer, final_rows, m.at<float>(m.buf.final_rows), size_t(S) * H * 4,
+                     "final_rows>h");
+  m.dev.synchronize(m.dev.record(Queue::kTransfer));
+  m.to_host_bytes += double(S) * H * 4;
+
+  // The resident GEMMs' accounting, as the CPU engine counts it (experts: expert_tokens).
+  const double dense_flops =
+      2.0 * T * H * (double(m.sh.qd) + 2.0 * m.sh.kvd + m.sh.qd + m.sh.E) * m.c.num_layers;
+  const double dense_bytes = double(H) * (2.0 * m.sh.qd + 2.0 * m.sh.kvd + m.sh.E) * 2 *
+                             m.c.num_layers * double(plan.micro_batch_end.size());
+  stats.flops += dense_flops;
+  stats.weight_bytes += dense_bytes;
+  stats.device_pages_copied += ps.pages_copied;
+  stats.device_bytes_to_device += double(ps.bytes_copied) + m.to_device_bytes;
+  stats.device_bytes_to_host += m.to_host_bytes;
+  stats.device_gpu_experts += ps.gpu_experts;
+  stats.device_cpu_experts += ps.cpu_experts;
+  stats.device_peak_bytes = m.dev.budget().peak();
+  m.plan = nullptr;
+  m.stats = nullptr;
+}
+
+}  // namespace sluice

@@ -1,0 +1,74 @@
+// The offload executor: an engine step run through the CGOPipe schedule of
+// runtime/offload/step_pipeline.h on a Device, with the model's math (DeviceMath) on the device.
+//
+// Device memory, taken from the device's budget once, at construction:
+//   resident   every layer's norms, wq/wk/wv/wo and router, and the RoPE table — small next to
+//              the experts (Mixtral-8x7B: 1.6 GB of 93 GB);
+//   page slots the experts stream through PageSlots, one page per expert matrix (gate, up and
+//              down are one page each, I·H bf16), so an expert is 3 pages and the fewest slots
+//              a step can run with is 3;
+//   buffers    the activations of the largest step (B decode tokens + a prefill chunk).
+// Attention is all on the host (ω = 1, MoE-Gen's full KV offload): q/k/v go to the host, the CPU
+// writes the engine's host PagedKvCache and runs paged attention there, the output comes back.
+// A GPU share of attention would keep a device KV pool and split each micro-batch in
+// attention_in; qkv_to_host then copies only the host share's rows (not built).
+// Experts with at most `cpu_expert_max_tokens` tokens whose pages are not yet copied run on the
+// host CPU on host weights, as step_pipeline decides.
+// The embedding lookup, the final norm, the lm_head and sampling stay on the host (the engine's
+// own code): the lm_head is the size of an expert or larger and is needed for one row per
+// sequence per step, so only the sampled rows' hidden states come back.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "engine/batch_engine.h"
+#include "model/weights.h"
+#include "runtime/kv_cache.h"
+#include "runtime/offload/device.h"
+#include "runtime/offload/device_math.h"
+#include "runtime/policy.h"
+#include "runtime/scheduler.h"
+
+namespace sluice {
+
+// Device memory of the executor, in bytes, for a model, a policy and a page size.
+struct OffloadFootprint {
+  size_t resident = 0;    // norms, attention and router weights, RoPE table
+  size_t buffers = 0;     // step activations
+  size_t page_bytes = 0;  // one slot
+  int min_slots = 3;      // one expert's gate, up and down pages
+  size_t with_slots(int slots) const { return resident + buffers + page_bytes * size_t(slots); }
+  size_t minimum() const { return with_slots(min_slots); }
+};
+OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p, const OffloadSettings& s);
+
+// One step's inputs, as the engine laid them out on the host.
+struct OffloadStepInput {
+  const StepPlan* plan = nullptr;
+  std::span<const int> item_row;      // plan item i covers rows [item_row[i], item_row[i + 1])
+  std::span<const int> positions;     // [T]
+  const float* embeddings = nullptr;  // [T, H] host, the layers' input
+  std::span<const int> sample_rows;   // rows whose final hidden state is wanted
+};
+
+class OffloadExecutor {
+ public:
+  // `weights` are the engine's (bf16 matrices, fp32 norms); they and `kv` outlive the executor.
+  // Fails if the device budget cannot hold the footprint with the fewest slots, naming it.
+  OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,
+                  PagedKvCache& kv, const EngineDevice& device);
+  ~OffloadExecutor();
+
+  // Runs every layer of the step; writes the sampled rows' hidden states (before the final
+  // norm) to `final_rows` [S, H] on the host, and adds to `stats`.
+  void run_layers(const OffloadStepInput& in, float* final_rows, EngineStats& stats);
+
+  int page_slots() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,51 @@
+#include "engine/offload_layout.h"
+
+#include "core/error.h"
+#include "engine/offload_executor.h"
+
+namespace sluice {
+
+size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq) {
+  ArenaLayout L;
+  const size_t H = size_t(c.hidden_size), qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
+  for (int l = 0; l < c.num_layers; ++l) {
+    LayerResident r;
+    r.attn_norm = L.add(H * 4);
+    r.ffn_norm = L.add(H * 4);
+    r.wq = L.add(qd * H * 2);
+    r.wk = L.add(kvd * H * 2);
+    r.wv = L.add(kvd * H * 2);
+    r.wo = L.add(H * qd * 2);
+    r.router = L.add(size_t(c.num_experts) * H * 2);
+    if (layers) layers->push_back(r);
+  }
+  const size_t f = L.add(size_t(c.head_dim / 2) * 4);
+  if (inv_freq) *inv_freq = f;
+  return L.size();
+}
+
+size_t expert_matrix_bytes(const ModelConfig& c) {
+  return size_t(c.expert_intermediate_size) * size_t(c.hidden_size) * 2;
+}
+
+OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
+                                   const OffloadSettings& s) {
+  if (p.batch <= 0 || p.prefill_chunk <= 0 || p.expert_batch <= 0 || p.attn_micro_batch <= 0)
+    fail(
+        "offload executor: fields 'batch', 'prefill_chunk', 'expert_batch', 'attn_micro_batch': "
+        "expected a resolved policy (all > 0), got {}",
+        p.describe());
+  OffloadFootprint f;
+  f.resident = resident_layout(c, nullptr, nullptr);
+  f.buffers = BufferLayout(StepShape(c, p, s)).bytes;
+  const size_t matrix = expert_matrix_bytes(c);
+  if (s.page_bytes != 0 && s.page_bytes < matrix)
+    fail(
+        "offload executor: field 'page_bytes': expected at least one expert matrix ({} bytes, "
+        "{}x{} bf16; matrices are not split across pages), got {}",
+        matrix, c.expert_intermediate_size, c.hidden_size, s.page_bytes);
+  f.page_bytes = s.page_bytes ? s.page_bytes : matrix;
+  return f;
+}
+
+}  // namespace sluice

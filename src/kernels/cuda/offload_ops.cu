@@ -1,0 +1,73 @@
+#include "kernels/cuda/offload_ops.h"
+#include "runtime/gpu/cuda_check.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+__device__ float bf16_value(uint16_t b) {
+  return __uint_as_float(uint32_t(b) << 16);
+}
+
+__device__ uint16_t round_to_bf16(float f) {  // nearest even, as core/dtype.h
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Block (blockIdx.x, blockIdx.y): outputs y[row = blockIdx.y][j] for 8 consecutive j, a warp each.
+__global__ void gemm_f32_bf16w_kernel(const float* x, const uint16_t* w, float* y, int64_t n,
+                                      int64_t k, float beta) {
+  const int lane = threadIdx.x % 32;
+  const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (j >= n) return;
+  const float* xr = x + int64_t(blockIdx.y) * k;
+  const uint16_t* wr = w + j * k;
+  float acc = 0.0f;
+  for (int64_t i = lane; i < k; i += 32) acc += xr[i] * bf16_value(wr[i]);
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) {
+    float* out = y + int64_t(blockIdx.y) * n + j;
+    *out = beta == 0.0f ? acc : acc + beta * *out;
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = round_to_bf16(x[i]);
+}
+
+__global__ void gather_f32_kernel(const float* src, int64_t cols, const int32_t* rows, float* dst) {
+  const float* s = src + int64_t(rows[blockIdx.x]) * cols;
+  float* d = dst + int64_t(blockIdx.x) * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) d[i] = s[i];
+}
+
+}  // namespace
+
+void gemm_f32_bf16w(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n, int64_t k,
+                    float beta, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  const dim3 grid(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m));
+  gemm_f32_bf16w_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, n, k, beta);
+  SLUICE_CUDA_CHECK_LAUNCH("gemm_f32_bf16w kernel");
+}
+
+void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const int64_t blocks = (n + 255) / 256;
+  f32_to_bf16_kernel<<<unsigned(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(x, y, n);
+  SLUICE_CUDA_CHECK_LAUNCH("f32_to_bf16 kernel");
+}
+
+void gather_rows_f32(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  gather_f32_kernel<<<unsigned(n), 256, 0, stream>>>(src, cols, rows, dst);
+  SLUICE_CUDA_CHECK_LAUNCH("gather_rows_f32 kernel");
+}
+
+}  // namespace sluice::cuda

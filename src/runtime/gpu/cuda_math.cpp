@@ -1,0 +1,71 @@
+#include "runtime/gpu/cuda_math.h"
+
+#include "kernels/cuda/offload_ops.h"
+#include "kernels/cuda/ops.h"
+#include "runtime/gpu/cuda_check.h"
+
+namespace sluice::gpu {
+
+namespace {
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+}  // namespace
+
+CudaMath::CudaMath(offload::Device& device) : gemm_(device) {}
+
+void CudaMath::gemm_bf16(void* s, const offload::GemmDims& d, const uint16_t* x, const uint16_t* w,
+                         float* y, float beta) {
+  gemm_.gemm({d.m, d.n, d.k}, x, w, y, beta, as_stream(s));
+}
+
+void CudaMath::gemm_f32(void* s, const offload::GemmDims& d, const float* x, const uint16_t* w,
+                        float* y, float beta) {
+  cuda::gemm_f32_bf16w(x, w, y, d.m, d.n, d.k, beta, as_stream(s));
+}
+
+void CudaMath::to_bf16(void* s, const float* x, uint16_t* y, int64_t n) {
+  cuda::f32_to_bf16(x, y, n, as_stream(s));
+}
+
+void CudaMath::rms_norm(void* s, const float* x, float* y, int64_t rows, int64_t dim,
+                        const float* weight, float eps) {
+  cuda::rms_norm(x, y, rows, dim, weight, eps, as_stream(s));
+}
+
+void CudaMath::rope(void* s, float* x, int64_t rows, int heads, int head_dim,
+                    const int32_t* positions, const float* inv_freq) {
+  cuda::apply_rope(x, rows, heads, head_dim, head_dim, positions, inv_freq, as_stream(s));
+}
+
+void CudaMath::silu_mul(void* s, const float* gate, const float* up, float* out, int64_t n) {
+  cuda::silu_mul(gate, up, out, n, as_stream(s));
+}
+
+void CudaMath::route_top_k(void* s, const float* logits, int64_t tokens, int n_experts, int top_k,
+                           bool renormalize, int32_t* expert_ids, float* weights) {
+  cuda::route_top_k(logits, tokens, n_experts, top_k, renormalize, expert_ids, weights,
+                    as_stream(s));
+}
+
+void CudaMath::gather_rows_bf16(void* s, const float* src, int64_t cols, const int32_t* rows,
+                                int64_t n, uint16_t* dst) {
+  cuda::gather_rows_bf16(src, cols, rows, n, dst, as_stream(s));
+}
+
+void CudaMath::gather_rows_f32(void* s, const float* src, int64_t cols, const int32_t* rows,
+                               int64_t n, float* dst) {
+  cuda::gather_rows_f32(src, cols, rows, n, dst, as_stream(s));
+}
+
+void CudaMath::scatter_add_rows(void* s, const float* src, int64_t cols, const int32_t* rows,
+                                const float* weights, int64_t n, float* dst) {
+  cuda::scatter_add_rows(src, cols, rows, weights, n, dst, as_stream(s));
+}
+
+void CudaMath::copy(void* s, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  SLUICE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(s)));
+}
+
+}  // namespace sluice::gpu

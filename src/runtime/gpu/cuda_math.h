@@ -1,0 +1,40 @@
+// DeviceMath on a CUDA GPU: the sluice::cuda kernels (ops.h, offload_ops.h) and cuBLASLt bf16
+// GEMMs (GemmContext, whose workspace comes out of the device's budget).
+#pragma once
+
+#include <memory>
+
+#include "kernels/cuda/gemm.h"
+#include "runtime/offload/device_math.h"
+
+namespace sluice::gpu {
+
+class CudaMath final : public offload::DeviceMath {
+ public:
+  explicit CudaMath(offload::Device& device);
+  std::string name() const override { return "cuda"; }
+  void gemm_bf16(void* stream, const offload::GemmDims& d, const uint16_t* x, const uint16_t* w,
+                 float* y, float beta) override;
+  void gemm_f32(void* stream, const offload::GemmDims& d, const float* x, const uint16_t* w,
+                float* y, float beta) override;
+  void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) override;
+  void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
+                const float* weight, float eps) override;
+  void rope(void* stream, float* x, int64_t rows, int heads, int head_dim, const int32_t* positions,
+            const float* inv_freq) override;
+  void silu_mul(void* stream, const float* gate, const float* up, float* out, int64_t n) override;
+  void route_top_k(void* stream, const float* logits, int64_t tokens, int n_experts, int top_k,
+                   bool renormalize, int32_t* expert_ids, float* weights) override;
+  void gather_rows_bf16(void* stream, const float* src, int64_t cols, const int32_t* rows,
+                        int64_t n, uint16_t* dst) override;
+  void gather_rows_f32(void* stream, const float* src, int64_t cols, const int32_t* rows, int64_t n,
+                       float* dst) override;
+  void scatter_add_rows(void* stream, const float* src, int64_t cols, const int32_t* rows,
+                        const float* weights, int64_t n, float* dst) override;
+  void copy(void* stream, void* dst, const void* src, size_t bytes) override;
+
+ private:
+  cuda::GemmContext gemm_;
+};
+
+}  // namespace sluice::gpu

@@ -1,0 +1,62 @@
+// The kernels one engine step needs on a Device, each enqueued on a queue's `stream` over device
+// pointers. Two implementations: HostMath (host_math.h), which calls kernels/cpu and is paired
+// with the CPU stand-in device (whose "device" memory is host memory), and CudaMath
+// (runtime/gpu/cuda_math.h) on sluice::cuda kernels and cuBLASLt.
+//
+// Every function mirrors the CPU engine's call at the same point, with the same rounding: HostMath
+// makes the stand-in engine compute the CPU engine's numbers, and CudaMath is checked against it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sluice::offload {
+
+struct GemmDims {
+  int64_t m = 0, n = 0, k = 0;  // Y[m, n] = X[m, k] · W[n, k]ᵀ (nn.Linear layout, W bf16)
+};
+
+class DeviceMath {
+ public:
+  virtual ~DeviceMath() = default;
+  virtual std::string name() const = 0;
+
+  // Y (fp32) = X (bf16) · Wᵀ + beta · Y, fp32 accumulation (cpu::gemm with bf16 X).
+  virtual void gemm_bf16(void* stream, const GemmDims& d, const uint16_t* x, const uint16_t* w,
+                         float* y, float beta) = 0;
+  // Y = X · Wᵀ + beta · Y with fp32 X used as is, against bf16 W (cpu::gemm_f32). The router
+  // always runs this way (its top-k is discontinuous in its input), and every GEMM does in f32
+  // precision. On CUDA a plain kernel, not cuBLAS: cuBLAS has no fp32 × bf16 mixed GEMM, and the
+  // router is a few experts wide.
+  virtual void gemm_f32(void* stream, const GemmDims& d, const float* x, const uint16_t* w,
+                        float* y, float beta) = 0;
+
+  // y[i] = bf16(x[i]), round to nearest even (cpu::f32_to_bf16_row).
+  virtual void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) = 0;
+  // cpu::rms_norm with fp32 weights over `rows` rows of `dim`; y may equal x.
+  virtual void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
+                        const float* weight, float eps) = 0;
+  // cpu::apply_rope over the whole head (rotary_dim = head_dim), in place.
+  virtual void rope(void* stream, float* x, int64_t rows, int heads, int head_dim,
+                    const int32_t* positions, const float* inv_freq) = 0;
+  // cpu::silu_mul; out may alias gate or up.
+  virtual void silu_mul(void* stream, const float* gate, const float* up, float* out,
+                        int64_t n) = 0;
+  // cpu::route_top_k over `tokens` rows of `n_experts` fp32 logits.
+  virtual void route_top_k(void* stream, const float* logits, int64_t tokens, int n_experts,
+                           int top_k, bool renormalize, int32_t* expert_ids, float* weights) = 0;
+
+  // dst[j] = src[rows[j]] for j < n, rows of `cols`: an expert's tokens as its GEMM input, rounded
+  // to bf16 or kept in fp32.
+  virtual void gather_rows_bf16(void* stream, const float* src, int64_t cols, const int32_t* rows,
+                                int64_t n, uint16_t* dst) = 0;
+  virtual void gather_rows_f32(void* stream, const float* src, int64_t cols, const int32_t* rows,
+                               int64_t n, float* dst) = 0;
+  // dst[rows[j]] += weights[j] · src[j] (the CPU engine's expert scatter-add); rows distinct.
+  virtual void scatter_add_rows(void* stream, const float* src, int64_t cols, const int32_t* rows,
+                                const float* weights, int64_t n, float* dst) = 0;
+  // Device-to-device copy in queue order.
+  virtual void copy(void* stream, void* dst, const void* src, size_t bytes) = 0;
+};
+
+}  // namespace sluice::offload

@@ -1,0 +1,106 @@
+#include "runtime/offload/host_math.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/routing.h"
+
+namespace sluice::offload {
+
+void HostMath::gemm_bf16(void*, const GemmDims& d, const uint16_t* x, const uint16_t* w, float* y,
+                         float beta) {
+  cpu::GemmArgs a;
+  a.m = d.m;
+  a.n = d.n;
+  a.k = d.k;
+  a.x = x;
+  a.x_dtype = DType::BF16;
+  a.w = w;
+  a.y = y;
+  a.beta = beta;
+  cpu::gemm(a);
+}
+
+void HostMath::gemm_f32(void*, const GemmDims& d, const float* x, const uint16_t* w, float* y,
+                        float beta) {
+  cpu::gemm_f32({d.m, d.n, d.k, x, w, y, beta});
+}
+
+void HostMath::to_bf16(void*, const float* x, uint16_t* y, int64_t n) {
+  cpu::f32_to_bf16_row(x, y, size_t(n));
+}
+
+void HostMath::rms_norm(void*, const float* x, float* y, int64_t rows, int64_t dim,
+                        const float* weight, float eps) {
+  cpu::RmsNormArgs a;
+  a.x = x;
+  a.y = y;
+  a.rows = rows;
+  a.dim = dim;
+  a.weight = weight;
+  a.weight_dtype = DType::F32;
+  a.eps = eps;
+  cpu::rms_norm(a);
+}
+
+void HostMath::rope(void*, float* x, int64_t rows, int heads, int head_dim,
+                    const int32_t* positions, const float* inv_freq) {
+  cpu::RopeArgs a;
+  a.x = x;
+  a.rows = rows;
+  a.n_heads = heads;
+  a.head_dim = head_dim;
+  a.positions = positions;
+  a.inv_freq = inv_freq;
+  cpu::apply_rope(a);
+}
+
+void HostMath::silu_mul(void*, const float* gate, const float* up, float* out, int64_t n) {
+  cpu::silu_mul(gate, up, out, n);
+}
+
+void HostMath::route_top_k(void*, const float* logits, int64_t tokens, int n_experts, int top_k,
+                           bool renormalize, int32_t* expert_ids, float* weights) {
+  cpu::RoutingArgs a;
+  a.logits = logits;
+  a.tokens = tokens;
+  a.n_experts = n_experts;
+  a.top_k = top_k;
+  a.renormalize = renormalize;
+  a.expert_ids = expert_ids;
+  a.weights = weights;
+  cpu::route_top_k(a);
+}
+
+void HostMath::gather_rows_bf16(void*, const float* src, int64_t cols, const int32_t* rows,
+                                int64_t n, uint16_t* dst) {
+  for (int64_t j = 0; j < n; ++j)
+    cpu::f32_to_bf16_row(src + int64_t(rows[j]) * cols, dst + j * cols, size_t(cols));
+}
+
+void HostMath::gather_rows_f32(void*, const float* src, int64_t cols, const int32_t* rows,
+                               int64_t n, float* dst) {
+  for (int64_t j = 0; j < n; ++j) std::copy_n(src + int64_t(rows[j]) * cols, cols, dst + j * cols);
+}
+
+void HostMath::scatter_add_rows(void*, const float* src, int64_t cols, const int32_t* rows,
+                                const float* weights, int64_t n, float* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    float* d = dst + int64_t(rows[j]) * cols;
+    const float* s = src + j * cols;
+    const float w = weights[j];
+    for (int64_t i = 0; i < cols; ++i) d[i] += w * s[i];
+  }
+}
+
+void HostMath::copy(void*, void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+}  // namespace sluice::offload

@@ -1,0 +1,165 @@
+// The offload executor on a real GPU (CudaDevice + CudaMath) against the CPU engine, and the
+// kernels CudaMath adds (offload_ops.h) against their CPU counterparts. Skipped, with a message,
+// on machines without a GPU; compiled everywhere nvcc is.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "core/dtype.h"
+#include "engine/batch_engine.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cuda/offload_ops.h"
+#include "model/presets.h"
+#include "model/synthetic.h"
+#include "runtime/gpu/cuda_check.h"
+
+namespace sluice {
+namespace {
+
+#define SKIP_WITHOUT_GPU()           \
+  if (gpu::cuda_device_count() == 0) \
+  GTEST_SKIP() << "no CUDA GPU (cudaGetDeviceCount reports none): CUDA offload test skipped"
+
+template <typename T>
+T* to_device(const std::vector<T>& host) {
+  T* p = nullptr;
+  SLUICE_CUDA_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, host.size()) * sizeof(T)));
+  SLUICE_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+template <typename T>
+std::vector<T> to_host(const T* p, size_t n) {
+  std::vector<T> out(n);
+  SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
+  SLUICE_CUDA_CHECK(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+TEST(CudaOffloadOps, RouterGemmMatchesGemmF32) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d;
+  for (auto [m, n, k] : {std::tuple{1, 8, 64}, {37, 5, 4096}, {300, 160, 7168}, {3, 33, 31}}) {
+    std::vector<float> x(size_t(m) * k), y0(size_t(m) * n);
+    std::vector<uint16_t> w(size_t(n) * k);
+    for (float& v : x) v = d(rng);
+    for (uint16_t& v : w) v = f32_to_bf16(d(rng));
+    for (float& v : y0) v = d(rng);
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> want = y0;
+      cpu::gemm_f32({m, n, k, x.data(), w.data(), want.data(), beta});
+      float *dx = to_device(x), *dy = to_device(y0);
+      uint16_t* dw = to_device(w);
+      cuda::gemm_f32_bf16w(dx, dw, dy, m, n, k, beta, nullptr);
+      const std::vector<float> got = to_host(dy, want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])) * std::sqrt(float(k)))
+            << "m=" << m << " n=" << n << " k=" << k << " i=" << i;
+      cudaFree(dx), cudaFree(dy), cudaFree(dw);
+    }
+  }
+}
+
+TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 100.0f);
+  const int64_t rows = 13, cols = 1001;
+  std::vector<float> src(size_t(rows * cols));
+  for (float& v : src) v = d(rng);
+  src[5] = std::nanf("");
+  std::vector<int32_t> pick = {12, 0, 7, 7 - 1, 3};
+  float* ds = to_device(src);
+  int32_t* dp = to_device(pick);
+  uint16_t* db = nullptr;
+  float* dg = nullptr;
+  SLUICE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&db), src.size() * 2));
+  SLUICE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dg), pick.size() * cols * 4));
+  cuda::f32_to_bf16(ds, db, int64_t(src.size()), nullptr);
+  cuda::gather_rows_f32(ds, cols, dp, int64_t(pick.size()), dg, nullptr);
+  const auto b = to_host(db, src.size());
+  const auto g = to_host(dg, pick.size() * cols);
+  for (size_t i = 0; i < src.size(); ++i)
+    if (!std::isnan(src[i])) {
+      ASSERT_EQ(b[i], f32_to_bf16(src[i])) << i;
+    }
+  EXPECT_TRUE(std::isnan(bf16_to_f32(b[5])));
+  for (size_t j = 0; j < pick.size(); ++j)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float want = src[size_t(pick[j] * cols + c)], got = g[j * cols + size_t(c)];
+      if (!std::isnan(want)) {
+        ASSERT_EQ(got, want);
+      }
+    }
+  cudaFree(ds), cudaFree(dp), cudaFree(db), cudaFree(dg);
+}
+
+// The whole engine on the GPU: greedy tokens and logits against the CPU engine.
+TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    Policy p;
+    p.batch = 4;
+    p.attn_micro_batch = 8;
+    p.prefill_chunk = 16;
+    p.expert_batch = 5;
+    p.kv_block_size = 4;
+    p.kv_blocks = 64;
+    p.threads = 2;
+    p.precision = precision;
+    auto run = [&](BatchEngine& engine) {
+      std::map<std::pair<int64_t, int>, std::vector<float>> logits;
+      std::map<int64_t, std::vector<int>> tokens;
+      engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
+        logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
+      });
+      std::vector<Request> requests;
+      for (int i = 0; i < 6; ++i) {
+        Request r;
+        r.id = i;
+        for (int t = 0; t < 1 + 6 * i; ++t) r.prompt.push_back(3 + (t * 37 + i * 101) % 380);
+        r.max_new_tokens = 16;
+        requests.push_back(r);
+      }
+      engine.run(requests, [&](Completion&& c) { tokens[c.id] = c.tokens; });
+      return std::pair{tokens, logits};
+    };
+    BatchEngine cpu_engine(m, p);
+    DeviceOptions o;
+    o.kind = DeviceKind::kCuda;
+    o.gpu_mem = "256MiB";
+    o.settings.page_slots = 3;
+    o.settings.cpu_expert_max_tokens = 2;
+    BatchEngine gpu_engine(m, p, o);
+    const auto [want_tokens, want_logits] = run(cpu_engine);
+    const auto [got_tokens, got_logits] = run(gpu_engine);
+    int same_argmax = 0;
+    double worst = 0;
+    for (const auto& [key, row] : want_logits) {
+      const auto& got = got_logits.at(key);
+      double diff = 0, scale = 0;
+      for (size_t i = 0; i < row.size(); ++i) {
+        diff = std::max(diff, double(std::fabs(got[i] - row[i])));
+        scale = std::max(scale, double(std::fabs(row[i])));
+      }
+      worst = std::max(worst, diff / scale);
+      same_argmax += argmax(got) == argmax(row);
+    }
+    std::printf("%s: worst relative logit error %.3g, same argmax %d of %zu\n",
+                precision_name(precision), worst, same_argmax, want_logits.size());
+    // Different summation orders (cuBLASLt, warp reductions): the bf16 engine tests' tolerance.
+    EXPECT_LT(worst, 1e-2);
+    EXPECT_EQ(same_argmax, int(want_logits.size()));
+    if (precision == Precision::kF32) {
+      EXPECT_EQ(got_tokens, want_tokens);
+    }
+    EXPECT_GT(gpu_engine.stats().device_pages_copied, 3);
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,363 @@
+#include "runtime/planner/offload_cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sluice {
+
+size_t expert_weight_bytes(const ModelConfig& c) {
+  return 3 * size_t(c.hidden_size) * size_t(c.expert_intermediate_size) * 2;
+}
+
+int pages_per_expert(const ModelConfig& c, size_t page_bytes) {
+  if (page_bytes == 0) fail("offload plan: field 'page_bytes': expected > 0, got 0");
+  return int((expert_weight_bytes(c) + page_bytes - 1) / page_bytes);
+}
+
+bool layer_resident(int layer, int layers, int resident) {
+  if (resident < 0 || resident >= layers) return true;
+  // Evenly spaced: layer l is resident when the count floor(l·R/L) steps up at it, so the copy
+  // engine can run ahead while the GPU computes a resident layer.
+  return (int64_t(layer) + 1) * resident / layers > int64_t(layer) * resident / layers;
+}
+
+GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
+  const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
+  const size_t kvd = size_t(c.kv_dim()), E = size_t(c.num_experts), V = size_t(c.vocab_size);
+  const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
+  GpuMemoryUse m;
+  m.attention_weights = L * (2 * H * qd + 2 * H * kvd) * 2;
+  m.router_norms_head = L * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2;
+  const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
+  m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
+  const size_t kv_total = size_t(p.kv_blocks) * size_t(p.kv_block_size) * kv_bytes_per_token(c);
+  m.kv_cache = size_t(std::ceil((1 - o.cpu_attention_share) * double(kv_total)));
+  if (resident < c.num_layers)
+    m.page_slots =
+        size_t(o.prefetch_depth) * size_t(pages_per_expert(c, o.page_bytes)) * o.page_bytes;
+  // The largest step: a prefill chunk plus a decode token of every other sequence. Per token:
+  // residual, normed and attention-output rows (fp32), q/k/v (fp32), router logits, the k expert
+  // outputs (fp32); one expert's GEMM may take every token (bf16 input, fp32 gate and up,
+  // bf16 activation, fp32 down). Logits of the sampled rows; cuBLASLt's 32 MiB workspace.
+  const size_t T = size_t(p.prefill_chunk + p.batch);
+  const size_t per_token =
+      H * 4 * 3 + (qd + 2 * kvd) * 4 + E * 4 + k * H * 4 + H * 2 + I * 4 * 2 + I * 2 + H * 4;
+  m.step_buffers = T * per_token + size_t(p.batch) * V * 4 + (size_t(32) << 20);
+  return m;
+}
+
+ResourceUse resource_use(const TaskGraph& g) {
+  ResourceUse u;
+  u.step_seconds = g.critical_path_seconds();
+  for (const Task& t : g.tasks()) {
+    switch (t.resource) {
+      case Resource::kGpu:
+        u.gpu_busy += t.seconds;
+        break;
+      case Resource::kCpu:
+        u.cpu_busy += t.seconds;
+        break;
+      case Resource::kHostToDevice:
+        u.h2d_busy += t.seconds, u.h2d_bytes += t.bytes;
+        break;
+      case Resource::kDeviceToHost:
+        u.d2h_busy += t.seconds, u.d2h_bytes += t.bytes;
+        break;
+      case Resource::kDisk:
+        break;
+    }
+  }
+  if (u.step_seconds > 0)
+    for (double* f : {&u.gpu_busy, &u.cpu_busy, &u.h2d_busy, &u.d2h_busy}) *f /= u.step_seconds;
+  return u;
+}
+
+OffloadCostModel::OffloadCostModel(const HardwareProfile& profile, const ModelConfig& config,
+                                   const Policy& policy, const OffloadPlan& plan)
+    : cpu_(profile, config, policy), o_(plan) {
+  if (!profile.gpu)
+    fail("offload cost model: hardware profile: field 'gpu': expected a GPU section, got none");
+  const GpuProfile& g = *profile.gpu;
+  if (g.h2d_pinned_bytes_per_s <= 0 || g.d2h_pinned_bytes_per_s <= 0 || g.gemm.empty())
+    fail(
+        "offload cost model: hardware profile: field 'gpu': expected positive pinned H2D and D2H "
+        "bandwidths and GEMM curves, got H2D {} B/s, D2H {} B/s, {} curves",
+        g.h2d_pinned_bytes_per_s, g.d2h_pinned_bytes_per_s, g.gemm.size());
+  if (!o_.gpu) fail("offload cost model: offload plan field 'gpu': expected true");
+  if (o_.cpu_attention_share < 0 || o_.cpu_attention_share > 1)
+    fail("offload plan: field 'cpu_attention_share': expected in [0, 1], got {}",
+         o_.cpu_attention_share);
+  if (o_.resident_expert_layers > config.num_layers)
+    fail("offload plan: field 'resident_expert_layers': expected at most {} layers, got {}",
+         config.num_layers, o_.resident_expert_layers);
+  if (o_.page_bytes == 0 || o_.prefetch_depth < 1)
+    fail("offload plan: fields 'page_bytes', 'prefetch_depth': expected > 0, got {} and {}",
+         o_.page_bytes, o_.prefetch_depth);
+}
+
+double OffloadCostModel::gpu_memory_bytes_per_s() const {
+  return gpu().memory_bytes_per_s > 0 ? gpu().memory_bytes_per_s : kAssumedGpuMemoryBytesPerS;
+}
+
+double OffloadCostModel::gpu_gemm_seconds(double m, int64_t n, int64_t k) const {
+  return gpu().gemm_seconds(m, n, k);
+}
+
+double OffloadCostModel::h2d_seconds(double bytes, double copies) const {
+  return bytes / gpu().h2d_pinned_bytes_per_s + copies * kLaunchSeconds;
+}
+
+double OffloadCostModel::gpu_expert_probability(int T) const {
+  double p = 0;
+  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T))
+    if (m > o_.cpu_expert_max_tokens && m > 0) p += pm;
+  return p;
+}
+
+double OffloadCostModel::gpu_expert_seconds(int T) const {
+  const ModelConfig& c = config();
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+  const double bw = gpu_memory_bytes_per_s();
+  double s = 0;
+  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T)) {
+    if (m == 0 || m <= o_.cpu_expert_max_tokens) continue;
+    const double md = m;
+    // gate and up, down; gather, SiLU·mul and scatter-add as three kernels.
+    s += pm * (2 * gpu_gemm_seconds(md, I, H) + gpu_gemm_seconds(md, H, I) +
+               (md * double(H) * 4 + md * double(I) * 12 + md * double(H) * 12) / bw +
+               3 * kLaunchSeconds);
+  }
+  return s;
+}
+
+namespace {
+
+// Adds tasks with explicit dependencies; a dependency of -1 is "none".
+struct Builder {
+  TaskGraph g;
+  bool named;
+  int add(Task t, std::initializer_list<int> deps, const std::vector<int>& more = {}) {
+    for (int d : deps)
+      if (d >= 0) t.deps.push_back(d);
+    for (int d : more) t.deps.push_back(d);
+    if (!named) t.name.clear(), t.group.clear();
+    return g.add(std::move(t));
+  }
+};
+
+Task make_task(Resource r, std::string group, std::string name, double seconds, double bytes,
+               double flops, Bound bound) {
+  Task t;
+  t.resource = r;
+  t.group = std::move(group);
+  t.name = std::move(name);
+  t.seconds = seconds;
+  t.bytes = bytes;
+  t.flops = flops;
+  t.bound = bound;
+  return t;
+}
+
+}  // namespace
+
+TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
+  const ModelConfig& c = config();
+  const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), E = c.num_experts;
+  const int64_t I = c.expert_intermediate_size, V = c.vocab_size, K = c.experts_per_token;
+  const double w = o_.cpu_attention_share, bw = gpu_memory_bytes_per_s();
+  const double gpu_peak = std::max(gpu().gemm_peak_flops(), 1.0);
+  const double d2h_bw = gpu().d2h_pinned_bytes_per_s;
+  const int T = step.tokens(), S = step.sampled;
+  const int M = int(step.micro_batches.size());
+  Builder b{{}, named};
+  auto name = [&](const std::string& prefix, const char* what) {
+    return named ? prefix + what : std::string();
+  };
+  auto gpu_elementwise = [&](const char* group, std::string nm, double bytes) {
+    return make_task(Resource::kGpu, group, std::move(nm), bytes / bw + kLaunchSeconds, bytes,
+                     bytes / 4, Bound::kMemory);
+  };
+  auto gpu_gemm = [&](const char* group, std::string nm, double m, int64_t n, int64_t k) {
+    const double flops = 2.0 * m * double(n) * double(k);
+    const double bytes = 2.0 * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
+    return make_task(Resource::kGpu, group, std::move(nm), gpu_gemm_seconds(m, n, k), bytes, flops,
+                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
+  };
+  auto copy = [&](Resource r, const char* group, std::string nm, double bytes) {
+    const double rate = r == Resource::kHostToDevice ? gpu().h2d_pinned_bytes_per_s : d2h_bw;
+    return make_task(r, group, std::move(nm), bytes / rate + kLaunchSeconds, bytes, 0,
+                     Bound::kLink);
+  };
+
+  // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
+  int cpu_last = b.add(
+      cpu_.elementwise_task(name("", "embed"), "embedding, lm_head, sampling", double(T) * H * 6),
+      {});
+  int gpu_last = b.add(copy(Resource::kHostToDevice, "activation copies", name("", "embed_h2d"),
+                            double(T) * double(H) * 4),
+                       {cpu_last});
+  int weights_last = -1;                 // the weight copy engine's last copy
+  std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
+
+  const double q_gpu = gpu_expert_probability(T);
+  const double expert_seconds = gpu_expert_seconds(T);
+  double expert_flops = 0, expert_weight_reads = 0, cpu_rows = 0;
+  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T)) {
+    if (m == 0) continue;
+    if (m > o_.cpu_expert_max_tokens)
+      expert_flops += pm * 6.0 * m * double(H) * double(I),
+          expert_weight_reads += pm * double(expert_weight_bytes(c));
+    else
+      cpu_rows += pm * m;
+  }
+  Task cpu_expert;
+  if (o_.cpu_expert_max_tokens > 0) {
+    cpu_expert = make_task(Resource::kCpu, "CPU experts", "", 0, 0, 0, Bound::kMemory);
+    for (const Task& t : cpu_.expert_tasks(0, T, 1, o_.cpu_expert_max_tokens))
+      cpu_expert.seconds += t.seconds, cpu_expert.bytes += t.bytes, cpu_expert.flops += t.flops;
+  }
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    std::vector<int> in_end(static_cast<size_t>(M)), routing;
+    auto attention_in = [&](int i) {
+      const MicroBatchShape& mb = step.micro_batches[size_t(i)];
+      const double n = mb.tokens;
+      const std::string p = named ? fmt::format("layer{}.mb{}.", l, i) : std::string();
+      gpu_last = b.add(
+          gpu_elementwise("GPU norms, RoPE, routing", name(p, "attn_norm"), n * double(H) * 8),
+          {gpu_last});
+      gpu_last =
+          b.add(gpu_gemm("GPU attention projections", name(p, "q_proj"), n, qd, H), {gpu_last});
+      gpu_last =
+          b.add(gpu_gemm("GPU attention projections", name(p, "k_proj"), n, kvd, H), {gpu_last});
+      gpu_last =
+          b.add(gpu_gemm("GPU attention projections", name(p, "v_proj"), n, kvd, H), {gpu_last});
+      gpu_last = b.add(gpu_elementwise("GPU norms, RoPE, routing", name(p, "rope_kv_write"),
+                                       n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4)),
+                       {gpu_last});
+      if (w < 1) {
+        const double bytes = (1 - w) * mb.kv_positions * double(kvd) * 4;
+        const double flops = (1 - w) * 4.0 * mb.qk_pairs * double(qd);
+        const double memory = bytes / bw, compute = flops / (kGpuAttentionPeakFraction * gpu_peak);
+        gpu_last =
+            b.add(make_task(Resource::kGpu, "GPU attention (KV reads)", name(p, "gpu_attention"),
+                            std::max(memory, compute) + kLaunchSeconds, bytes, flops,
+                            compute > memory ? Bound::kCompute : Bound::kMemory),
+                  {gpu_last});
+      }
+      in_end[size_t(i)] = gpu_last;
+    };
+    auto attention_out = [&](int i) {
+      const MicroBatchShape& mb = step.micro_batches[size_t(i)];
+      const double n = mb.tokens;
+      const std::string p = named ? fmt::format("layer{}.mb{}.", l, i) : std::string();
+      int cpu_out = -1;
+      if (w > 0) {
+        const int down = b.add(copy(Resource::kDeviceToHost, "activation copies",
+                                    name(p, "qkv_d2h"), w * n * double(qd + 2 * kvd) * 2),
+                               {in_end[size_t(i)]});
+        Task att = cpu_.attention_task(
+            name(p, "cpu_attention"),
+            MicroBatchShape{int(std::lround(w * n)), w * mb.kv_positions, w * mb.qk_pairs});
+        att.group = "CPU attention (KV reads)";
+        cpu_last = b.add(std::move(att), {cpu_last, down});
+        cpu_out = b.add(copy(Resource::kHostToDevice, "activation copies", name(p, "attn_out_h2d"),
+                             w * n * double(qd) * 2),
+                        {cpu_last});
+      }
+      gpu_last = b.add(gpu_gemm("GPU attention projections", name(p, "o_proj"), n, H, qd),
+                       {gpu_last, cpu_out});
+      gpu_last =
+          b.add(gpu_elementwise("GPU norms, RoPE, routing", name(p, "ffn_norm"), n * double(H) * 8),
+                {gpu_last});
+      gpu_last =
+          b.add(gpu_gemm("GPU norms, RoPE, routing", name(p, "router"), n, E, H), {gpu_last});
+      gpu_last = b.add(gpu_elementwise("GPU norms, RoPE, routing", name(p, "top_k"),
+                                       n * double(E) * 4 + n * double(K) * 8),
+                       {gpu_last});
+      routing.push_back(b.add(copy(Resource::kDeviceToHost, "activation copies",
+                                   name(p, "routing_d2h"), n * double(K) * 8),
+                              {gpu_last}));
+    };
+    if (M > 0) attention_in(0);
+    for (int i = 0; i < M; ++i) {
+      if (i + 1 < M) attention_in(i + 1);
+      attention_out(i);
+    }
+
+    // Expert phase: the host waits for every micro-batch's routing, then enqueues the experts.
+    const bool resident = layer_resident(l, c.num_layers, o_.resident_expert_layers);
+    const int pages = pages_per_expert(c, o_.page_bytes);
+    for (int e = 0; e < E; ++e) {
+      const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
+      const std::vector<int> after_routing = e == 0 ? routing : std::vector<int>{};
+      if (q_gpu > 0) {
+        int copied = -1;
+        if (!resident) {
+          const size_t j = streamed_gpu_expert.size();
+          const int slot_free = j >= size_t(o_.prefetch_depth)
+                                    ? streamed_gpu_expert[j - size_t(o_.prefetch_depth)]
+                                    : -1;
+          const double bytes = q_gpu * double(expert_weight_bytes(c));
+          weights_last =
+              b.add(make_task(Resource::kHostToDevice, "expert weights", name(p, "pages_h2d"),
+                              h2d_seconds(bytes, q_gpu * pages), bytes, 0, Bound::kLink),
+                    {weights_last, slot_free});
+          copied = weights_last;
+        }
+        const double flops = expert_flops, bytes = expert_weight_reads;
+        gpu_last = b.add(
+            make_task(Resource::kGpu, "GPU expert GEMMs", name(p, "gpu"), expert_seconds, bytes,
+                      flops, flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory),
+            {gpu_last, copied}, after_routing);
+        if (!resident) streamed_gpu_expert.push_back(gpu_last);
+      }
+      if (o_.cpu_expert_max_tokens > 0) {
+        Task t = cpu_expert;
+        t.name = name(p, "cpu");
+        cpu_last = b.add(std::move(t), {cpu_last}, after_routing);
+      }
+    }
+    if (o_.cpu_expert_max_tokens > 0 && cpu_rows > 0) {
+      const double rows = cpu_rows * double(E);
+      const int up = b.add(copy(Resource::kHostToDevice, "activation copies",
+                                named ? fmt::format("layer{}.cpu_experts_h2d", l) : std::string(),
+                                rows * double(H) * 4),
+                           {cpu_last});
+      gpu_last =
+          b.add(gpu_elementwise("GPU norms, RoPE, routing",
+                                named ? fmt::format("layer{}.add_cpu_experts", l) : std::string(),
+                                rows * double(H) * 12),
+                {gpu_last, up});
+    }
+  }
+
+  if (S > 0) {
+    gpu_last = b.add(gpu_elementwise("embedding, lm_head, sampling", name("", "final_norm"),
+                                     double(S) * double(H) * 16),
+                     {gpu_last});
+    gpu_last =
+        b.add(gpu_gemm("embedding, lm_head, sampling", name("", "lm_head"), S, V, H), {gpu_last});
+    const int logits = b.add(copy(Resource::kDeviceToHost, "activation copies",
+                                  name("", "logits_d2h"), double(S) * double(V) * 4),
+                             {gpu_last});
+    b.add(cpu_.elementwise_task(name("", "sampling"), "embedding, lm_head, sampling",
+                                double(S) * double(V) * 8),
+          {cpu_last, logits});
+  }
+  return std::move(b.g);
+}
+
+TaskGraph OffloadCostModel::step_graph(const StepShape& step) const {
+  return build(step, true);
+}
+
+double OffloadCostModel::step_seconds(const StepShape& step) const {
+  return build(step, false).critical_path_seconds();
+}
+
+}  // namespace sluice

@@ -236,9 +236,10 @@ int run(const Options& o) {
   for (const PhaseBottleneck& b : plan.bottlenecks) fmt::print("           {}\n", b.sentence());
   fmt::print("\nrunners-up ({} policies evaluated)\n", plan.evaluated);
   for (const PlannedPolicy& r : plan.runners_up)
-    fmt::print("  {:7.1f} tokens/s end to end (prefill {:.1f}, decode {:.1f})  {}\n",
+    fmt::print("  {:7.1f} tokens/s end to end (prefill {:.1f}, decode {:.1f})  {}{}\n",
                r.prediction.total_tokens_per_s(), r.prediction.prefill_tokens_per_s(),
-               r.prediction.decode_tokens_per_s(), r.policy.describe());
+               r.prediction.decode_tokens_per_s(), r.policy.describe(),
+               r.offload.gpu ? " " + describe(r.offload) : "");
   if (!off.gpu) {
     fmt::print(
         "\noffload    CPU only: all weights resident in host memory, attention on the CPU "

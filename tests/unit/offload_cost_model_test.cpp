@@ -180,6 +180,31 @@ TEST(OffloadCostModel, PrefetchWindowBoundsHowFarCopiesRunAhead) {
   EXPECT_NEAR(two - four, 2 * copy, 1e-9 * two);
 }
 
+TEST(OffloadCostModel, StepSecondsIsTheGraphsTimeInEveryConfiguration) {
+  // The search's fast path (finish times only) against the named graph, with every branch on:
+  // a CPU attention share, GPU attention, resident and streamed layers, CPU experts, sampling.
+  const ModelConfig c = preset_config("mixtral-8x7b", 3);
+  OffloadPlan o = streamed(3);
+  o.cpu_attention_share = 0.5;
+  o.resident_expert_layers = 1;
+  o.cpu_expert_max_tokens = 4;
+  o.page_bytes = size_t(32) << 20;
+  StepShape s;
+  s.micro_batches = {{100, 900, 5000}, {37, 3000, 3000}, {5, 40, 40}};
+  s.sampled = 40;
+  for (double h2d : {1e9, 2e10, 1e12}) {
+    const OffloadCostModel m(synthetic_gpu_profile(h2d), c, small_policy(), o);
+    const TaskGraph g = m.step_graph(s);
+    EXPECT_NEAR(m.step_seconds(s), pipeline_step_seconds(g), 1e-12 * m.step_seconds(s)) << h2d;
+    EXPECT_GE(pipeline_step_seconds(g), g.critical_path_seconds());
+    const ResourceUse u = resource_use(g);
+    for (double busy : {u.gpu_busy, u.cpu_busy, u.h2d_busy, u.d2h_busy}) {
+      EXPECT_GT(busy, 0) << h2d;
+      EXPECT_LE(busy, 1 + 1e-12) << h2d;
+    }
+  }
+}
+
 TEST(OffloadCostModel, GpuMemoryByHand) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   Policy p = small_policy();

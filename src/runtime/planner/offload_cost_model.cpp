@@ -6,8 +6,18 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace sluice {
+
+std::string describe(const OffloadPlan& o) {
+  if (!o.gpu) return "cpu-only";
+  std::string page = human_bytes(double(o.page_bytes));
+  page.erase(std::remove(page.begin(), page.end(), ' '), page.end());
+  return fmt::format("omega={:.2f} resident={} page={} depth={} cpu_experts<={}",
+                     o.cpu_attention_share, o.resident_expert_layers, page, o.prefetch_depth,
+                     o.cpu_expert_max_tokens);
+}
 
 size_t expert_weight_bytes(const ModelConfig& c) {
   return 3 * size_t(c.hidden_size) * size_t(c.expert_intermediate_size) * 2;
@@ -50,9 +60,18 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   return m;
 }
 
+double pipeline_step_seconds(const TaskGraph& g) {
+  double h2d = 0, d2h = 0;
+  for (const Task& t : g.tasks()) {
+    if (t.resource == Resource::kHostToDevice) h2d += t.seconds;
+    if (t.resource == Resource::kDeviceToHost) d2h += t.seconds;
+  }
+  return std::max({g.critical_path_seconds(), h2d, d2h});
+}
+
 ResourceUse resource_use(const TaskGraph& g) {
   ResourceUse u;
-  u.step_seconds = g.critical_path_seconds();
+  u.step_seconds = pipeline_step_seconds(g);
   for (const Task& t : g.tasks()) {
     switch (t.resource) {
       case Resource::kGpu:
@@ -136,25 +155,51 @@ double OffloadCostModel::gpu_expert_seconds(int T) const {
 
 namespace {
 
-// Adds tasks with explicit dependencies; a dependency of -1 is "none".
-struct Builder {
-  TaskGraph g;
-  bool named;
-  int add(Task t, std::initializer_list<int> deps, const std::vector<int>& more = {}) {
+// Adds tasks with their dependencies (-1: none). Named, it builds the TaskGraph; otherwise it
+// only keeps finish times, the same dp as TaskGraph::finish_times without the tasks themselves
+// (the planner's search evaluates thousands of steps).
+class Builder {
+ public:
+  explicit Builder(bool named) : named_(named) {}
+  int add(const Task& t, std::initializer_list<int> deps, const std::vector<int>& more = {},
+          std::string name = {}) {
+    if (!named_) {
+      double start = 0;
+      for (int d : deps)
+        if (d >= 0) start = std::max(start, finish_[size_t(d)]);
+      for (int d : more) start = std::max(start, finish_[size_t(d)]);
+      finish_.push_back(start + t.seconds);
+      if (t.resource == Resource::kHostToDevice) h2d_ += t.seconds;
+      if (t.resource == Resource::kDeviceToHost) d2h_ += t.seconds;
+      return int(finish_.size()) - 1;
+    }
+    Task named_task = t;
+    named_task.name = std::move(name);
     for (int d : deps)
-      if (d >= 0) t.deps.push_back(d);
-    for (int d : more) t.deps.push_back(d);
-    if (!named) t.name.clear(), t.group.clear();
-    return g.add(std::move(t));
+      if (d >= 0) named_task.deps.push_back(d);
+    for (int d : more) named_task.deps.push_back(d);
+    return graph_.add(std::move(named_task));
   }
+  bool named() const { return named_; }
+  TaskGraph take_graph() { return std::move(graph_); }
+  // pipeline_step_seconds of what was added, without names.
+  double step_seconds() const {
+    const double path = finish_.empty() ? 0 : *std::max_element(finish_.begin(), finish_.end());
+    return std::max({path, h2d_, d2h_});
+  }
+
+ private:
+  bool named_;
+  TaskGraph graph_;
+  std::vector<double> finish_;
+  double h2d_ = 0, d2h_ = 0;
 };
 
-Task make_task(Resource r, std::string group, std::string name, double seconds, double bytes,
-               double flops, Bound bound) {
+Task make_task(Resource r, const char* group, double seconds, double bytes, double flops,
+               Bound bound) {
   Task t;
   t.resource = r;
-  t.group = std::move(group);
-  t.name = std::move(name);
+  t.group = group;
   t.seconds = seconds;
   t.bytes = bytes;
   t.flops = flops;
@@ -162,49 +207,86 @@ Task make_task(Resource r, std::string group, std::string name, double seconds, 
   return t;
 }
 
+// The tasks of one micro-batch, the same in every layer (the names are added per layer).
+struct MicroBatchTasks {
+  std::vector<std::pair<const char*, Task>> in, out;  // GPU, in stream order
+  bool cpu_share = false;
+  Task qkv_d2h, cpu_attention, out_h2d, routing_d2h;
+};
+
 }  // namespace
 
-TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
+template <typename B>
+void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   const ModelConfig& c = config();
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), E = c.num_experts;
   const int64_t I = c.expert_intermediate_size, V = c.vocab_size, K = c.experts_per_token;
   const double w = o_.cpu_attention_share, bw = gpu_memory_bytes_per_s();
   const double gpu_peak = std::max(gpu().gemm_peak_flops(), 1.0);
-  const double d2h_bw = gpu().d2h_pinned_bytes_per_s;
+  const double h2d_bw = gpu().h2d_pinned_bytes_per_s, d2h_bw = gpu().d2h_pinned_bytes_per_s;
   const int T = step.tokens(), S = step.sampled;
   const int M = int(step.micro_batches.size());
-  Builder b{{}, named};
+  const bool named = b.named();
+  auto gpu_elementwise = [&](const char* group, double bytes) {
+    return make_task(Resource::kGpu, group, bytes / bw + kLaunchSeconds, bytes, bytes / 4,
+                     Bound::kMemory);
+  };
+  auto gpu_gemm = [&](const char* group, double m, int64_t n, int64_t k) {
+    const double flops = 2.0 * m * double(n) * double(k);
+    const double bytes = 2.0 * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
+    return make_task(Resource::kGpu, group, gpu_gemm_seconds(m, n, k), bytes, flops,
+                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
+  };
+  auto copy = [&](Resource r, const char* group, double bytes) {
+    return make_task(r, group,
+                     bytes / (r == Resource::kHostToDevice ? h2d_bw : d2h_bw) + kLaunchSeconds,
+                     bytes, 0, Bound::kLink);
+  };
   auto name = [&](const std::string& prefix, const char* what) {
     return named ? prefix + what : std::string();
   };
-  auto gpu_elementwise = [&](const char* group, std::string nm, double bytes) {
-    return make_task(Resource::kGpu, group, std::move(nm), bytes / bw + kLaunchSeconds, bytes,
-                     bytes / 4, Bound::kMemory);
-  };
-  auto gpu_gemm = [&](const char* group, std::string nm, double m, int64_t n, int64_t k) {
-    const double flops = 2.0 * m * double(n) * double(k);
-    const double bytes = 2.0 * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
-    return make_task(Resource::kGpu, group, std::move(nm), gpu_gemm_seconds(m, n, k), bytes, flops,
-                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
-  };
-  auto copy = [&](Resource r, const char* group, std::string nm, double bytes) {
-    const double rate = r == Resource::kHostToDevice ? gpu().h2d_pinned_bytes_per_s : d2h_bw;
-    return make_task(r, group, std::move(nm), bytes / rate + kLaunchSeconds, bytes, 0,
-                     Bound::kLink);
-  };
 
-  // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
-  int cpu_last = b.add(
-      cpu_.elementwise_task(name("", "embed"), "embedding, lm_head, sampling", double(T) * H * 6),
-      {});
-  int gpu_last = b.add(copy(Resource::kHostToDevice, "activation copies", name("", "embed_h2d"),
-                            double(T) * double(H) * 4),
-                       {cpu_last});
-  int weights_last = -1;                 // the weight copy engine's last copy
-  std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
+  // Per micro-batch tasks, computed once for all layers.
+  std::vector<MicroBatchTasks> mbs(static_cast<size_t>(M));
+  for (int i = 0; i < M; ++i) {
+    const MicroBatchShape& mb = step.micro_batches[size_t(i)];
+    const double n = mb.tokens;
+    MicroBatchTasks& t = mbs[size_t(i)];
+    t.in.push_back({"attn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    t.in.push_back({"q_proj", gpu_gemm("GPU attention projections", n, qd, H)});
+    t.in.push_back({"k_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    t.in.push_back({"v_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    t.in.push_back(
+        {"rope_kv_write", gpu_elementwise("GPU norms, RoPE, routing",
+                                          n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4))});
+    if (w < 1) {
+      const double bytes = (1 - w) * mb.kv_positions * double(kvd) * 4;
+      const double flops = (1 - w) * 4.0 * mb.qk_pairs * double(qd);
+      const double memory = bytes / bw, compute = flops / (kGpuAttentionPeakFraction * gpu_peak);
+      t.in.push_back(
+          {"gpu_attention", make_task(Resource::kGpu, "GPU attention (KV reads)",
+                                      std::max(memory, compute) + kLaunchSeconds, bytes, flops,
+                                      compute > memory ? Bound::kCompute : Bound::kMemory)});
+    }
+    t.cpu_share = w > 0;
+    if (t.cpu_share) {
+      t.qkv_d2h =
+          copy(Resource::kDeviceToHost, "activation copies", w * n * double(qd + 2 * kvd) * 2);
+      t.cpu_attention = cpu_.attention_task(
+          "", MicroBatchShape{int(std::lround(w * n)), w * mb.kv_positions, w * mb.qk_pairs});
+      t.cpu_attention.group = "CPU attention (KV reads)";
+      t.out_h2d = copy(Resource::kHostToDevice, "activation copies", w * n * double(qd) * 2);
+    }
+    t.out.push_back({"o_proj", gpu_gemm("GPU attention projections", n, H, qd)});
+    t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    t.out.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
+    t.out.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
+                                              n * double(E) * 4 + n * double(K) * 8)});
+    t.routing_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
+  }
 
+  // Per expert tasks, the same for every expert and layer in expectation.
   const double q_gpu = gpu_expert_probability(T);
-  const double expert_seconds = gpu_expert_seconds(T);
   double expert_flops = 0, expert_weight_reads = 0, cpu_rows = 0;
   for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T)) {
     if (m == 0) continue;
@@ -214,74 +296,58 @@ TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
     else
       cpu_rows += pm * m;
   }
-  Task cpu_expert;
-  if (o_.cpu_expert_max_tokens > 0) {
-    cpu_expert = make_task(Resource::kCpu, "CPU experts", "", 0, 0, 0, Bound::kMemory);
+  const int pages = pages_per_expert(c, o_.page_bytes);
+  const double copied_bytes = q_gpu * double(expert_weight_bytes(c));
+  const Task expert_copy =
+      make_task(Resource::kHostToDevice, "expert weights", h2d_seconds(copied_bytes, q_gpu * pages),
+                copied_bytes, 0, Bound::kLink);
+  const Task gpu_expert = make_task(
+      Resource::kGpu, "GPU expert GEMMs", gpu_expert_seconds(T), expert_weight_reads, expert_flops,
+      expert_flops / gpu_peak > expert_weight_reads / bw ? Bound::kCompute : Bound::kMemory);
+  Task cpu_expert = make_task(Resource::kCpu, "CPU experts", 0, 0, 0, Bound::kMemory);
+  if (o_.cpu_expert_max_tokens > 0)
     for (const Task& t : cpu_.expert_tasks(0, T, 1, o_.cpu_expert_max_tokens))
       cpu_expert.seconds += t.seconds, cpu_expert.bytes += t.bytes, cpu_expert.flops += t.flops;
-  }
+  const double cpu_expert_rows = cpu_rows * double(E);
+  const Task cpu_experts_h2d =
+      copy(Resource::kHostToDevice, "activation copies", cpu_expert_rows * double(H) * 4);
+  const Task add_cpu_experts =
+      gpu_elementwise("GPU norms, RoPE, routing", cpu_expert_rows * double(H) * 12);
+
+  // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
+  int cpu_last =
+      b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
+            {}, {}, name("", "embed"));
+  int gpu_last =
+      b.add(copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
+            {cpu_last}, {}, name("", "embed_h2d"));
+  int weights_last = -1;                 // the weight copy engine's last copy
+  std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
 
   for (int l = 0; l < c.num_layers; ++l) {
     std::vector<int> in_end(static_cast<size_t>(M)), routing;
+    auto prefix = [&](int i) { return named ? fmt::format("layer{}.mb{}.", l, i) : std::string(); };
     auto attention_in = [&](int i) {
-      const MicroBatchShape& mb = step.micro_batches[size_t(i)];
-      const double n = mb.tokens;
-      const std::string p = named ? fmt::format("layer{}.mb{}.", l, i) : std::string();
-      gpu_last = b.add(
-          gpu_elementwise("GPU norms, RoPE, routing", name(p, "attn_norm"), n * double(H) * 8),
-          {gpu_last});
-      gpu_last =
-          b.add(gpu_gemm("GPU attention projections", name(p, "q_proj"), n, qd, H), {gpu_last});
-      gpu_last =
-          b.add(gpu_gemm("GPU attention projections", name(p, "k_proj"), n, kvd, H), {gpu_last});
-      gpu_last =
-          b.add(gpu_gemm("GPU attention projections", name(p, "v_proj"), n, kvd, H), {gpu_last});
-      gpu_last = b.add(gpu_elementwise("GPU norms, RoPE, routing", name(p, "rope_kv_write"),
-                                       n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4)),
-                       {gpu_last});
-      if (w < 1) {
-        const double bytes = (1 - w) * mb.kv_positions * double(kvd) * 4;
-        const double flops = (1 - w) * 4.0 * mb.qk_pairs * double(qd);
-        const double memory = bytes / bw, compute = flops / (kGpuAttentionPeakFraction * gpu_peak);
-        gpu_last =
-            b.add(make_task(Resource::kGpu, "GPU attention (KV reads)", name(p, "gpu_attention"),
-                            std::max(memory, compute) + kLaunchSeconds, bytes, flops,
-                            compute > memory ? Bound::kCompute : Bound::kMemory),
-                  {gpu_last});
-      }
+      const std::string p = prefix(i);
+      for (const auto& [what, t] : mbs[size_t(i)].in)
+        gpu_last = b.add(t, {gpu_last}, {}, name(p, what));
       in_end[size_t(i)] = gpu_last;
     };
     auto attention_out = [&](int i) {
-      const MicroBatchShape& mb = step.micro_batches[size_t(i)];
-      const double n = mb.tokens;
-      const std::string p = named ? fmt::format("layer{}.mb{}.", l, i) : std::string();
+      const MicroBatchTasks& t = mbs[size_t(i)];
+      const std::string p = prefix(i);
       int cpu_out = -1;
-      if (w > 0) {
-        const int down = b.add(copy(Resource::kDeviceToHost, "activation copies",
-                                    name(p, "qkv_d2h"), w * n * double(qd + 2 * kvd) * 2),
-                               {in_end[size_t(i)]});
-        Task att = cpu_.attention_task(
-            name(p, "cpu_attention"),
-            MicroBatchShape{int(std::lround(w * n)), w * mb.kv_positions, w * mb.qk_pairs});
-        att.group = "CPU attention (KV reads)";
-        cpu_last = b.add(std::move(att), {cpu_last, down});
-        cpu_out = b.add(copy(Resource::kHostToDevice, "activation copies", name(p, "attn_out_h2d"),
-                             w * n * double(qd) * 2),
-                        {cpu_last});
+      if (t.cpu_share) {
+        const int down = b.add(t.qkv_d2h, {in_end[size_t(i)]}, {}, name(p, "qkv_d2h"));
+        cpu_last = b.add(t.cpu_attention, {cpu_last, down}, {}, name(p, "cpu_attention"));
+        cpu_out = b.add(t.out_h2d, {cpu_last}, {}, name(p, "attn_out_h2d"));
       }
-      gpu_last = b.add(gpu_gemm("GPU attention projections", name(p, "o_proj"), n, H, qd),
-                       {gpu_last, cpu_out});
-      gpu_last =
-          b.add(gpu_elementwise("GPU norms, RoPE, routing", name(p, "ffn_norm"), n * double(H) * 8),
-                {gpu_last});
-      gpu_last =
-          b.add(gpu_gemm("GPU norms, RoPE, routing", name(p, "router"), n, E, H), {gpu_last});
-      gpu_last = b.add(gpu_elementwise("GPU norms, RoPE, routing", name(p, "top_k"),
-                                       n * double(E) * 4 + n * double(K) * 8),
-                       {gpu_last});
-      routing.push_back(b.add(copy(Resource::kDeviceToHost, "activation copies",
-                                   name(p, "routing_d2h"), n * double(K) * 8),
-                              {gpu_last}));
+      bool first = true;
+      for (const auto& [what, task] : t.out) {
+        gpu_last = b.add(task, {gpu_last, first ? cpu_out : -1}, {}, name(p, what));
+        first = false;
+      }
+      routing.push_back(b.add(t.routing_d2h, {gpu_last}, {}, name(p, "routing_d2h")));
     };
     if (M > 0) attention_in(0);
     for (int i = 0; i < M; ++i) {
@@ -291,73 +357,57 @@ TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
 
     // Expert phase: the host waits for every micro-batch's routing, then enqueues the experts.
     const bool resident = layer_resident(l, c.num_layers, o_.resident_expert_layers);
-    const int pages = pages_per_expert(c, o_.page_bytes);
     for (int e = 0; e < E; ++e) {
       const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
-      const std::vector<int> after_routing = e == 0 ? routing : std::vector<int>{};
+      const std::vector<int>& after_routing = e == 0 ? routing : std::vector<int>{};
       if (q_gpu > 0) {
         int copied = -1;
         if (!resident) {
-          const size_t j = streamed_gpu_expert.size();
-          const int slot_free = j >= size_t(o_.prefetch_depth)
-                                    ? streamed_gpu_expert[j - size_t(o_.prefetch_depth)]
-                                    : -1;
-          const double bytes = q_gpu * double(expert_weight_bytes(c));
-          weights_last =
-              b.add(make_task(Resource::kHostToDevice, "expert weights", name(p, "pages_h2d"),
-                              h2d_seconds(bytes, q_gpu * pages), bytes, 0, Bound::kLink),
-                    {weights_last, slot_free});
+          const size_t j = streamed_gpu_expert.size(), depth = size_t(o_.prefetch_depth);
+          const int slot_free = j >= depth ? streamed_gpu_expert[j - depth] : -1;
+          weights_last = b.add(expert_copy, {weights_last, slot_free}, {}, name(p, "pages_h2d"));
           copied = weights_last;
         }
-        const double flops = expert_flops, bytes = expert_weight_reads;
-        gpu_last = b.add(
-            make_task(Resource::kGpu, "GPU expert GEMMs", name(p, "gpu"), expert_seconds, bytes,
-                      flops, flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory),
-            {gpu_last, copied}, after_routing);
+        gpu_last = b.add(gpu_expert, {gpu_last, copied}, after_routing, name(p, "gpu"));
         if (!resident) streamed_gpu_expert.push_back(gpu_last);
       }
-      if (o_.cpu_expert_max_tokens > 0) {
-        Task t = cpu_expert;
-        t.name = name(p, "cpu");
-        cpu_last = b.add(std::move(t), {cpu_last}, after_routing);
-      }
+      if (o_.cpu_expert_max_tokens > 0)
+        cpu_last = b.add(cpu_expert, {cpu_last}, after_routing, name(p, "cpu"));
     }
     if (o_.cpu_expert_max_tokens > 0 && cpu_rows > 0) {
-      const double rows = cpu_rows * double(E);
-      const int up = b.add(copy(Resource::kHostToDevice, "activation copies",
-                                named ? fmt::format("layer{}.cpu_experts_h2d", l) : std::string(),
-                                rows * double(H) * 4),
-                           {cpu_last});
-      gpu_last =
-          b.add(gpu_elementwise("GPU norms, RoPE, routing",
-                                named ? fmt::format("layer{}.add_cpu_experts", l) : std::string(),
-                                rows * double(H) * 12),
-                {gpu_last, up});
+      const std::string p = named ? fmt::format("layer{}.", l) : std::string();
+      const int up = b.add(cpu_experts_h2d, {cpu_last}, {}, name(p, "cpu_experts_h2d"));
+      gpu_last = b.add(add_cpu_experts, {gpu_last, up}, {}, name(p, "add_cpu_experts"));
     }
   }
 
   if (S > 0) {
-    gpu_last = b.add(gpu_elementwise("embedding, lm_head, sampling", name("", "final_norm"),
-                                     double(S) * double(H) * 16),
-                     {gpu_last});
-    gpu_last =
-        b.add(gpu_gemm("embedding, lm_head, sampling", name("", "lm_head"), S, V, H), {gpu_last});
-    const int logits = b.add(copy(Resource::kDeviceToHost, "activation copies",
-                                  name("", "logits_d2h"), double(S) * double(V) * 4),
-                             {gpu_last});
-    b.add(cpu_.elementwise_task(name("", "sampling"), "embedding, lm_head, sampling",
-                                double(S) * double(V) * 8),
-          {cpu_last, logits});
+    gpu_last = b.add(gpu_elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
+                     {gpu_last}, {}, name("", "final_norm"));
+    gpu_last = b.add(gpu_gemm("embedding, lm_head, sampling", S, V, H), {gpu_last}, {},
+                     name("", "lm_head"));
+    const int logits =
+        b.add(copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
+              {gpu_last}, {}, name("", "logits_d2h"));
+    b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(S) * double(V) * 8),
+          {cpu_last, logits}, {}, name("", "sampling"));
   }
-  return std::move(b.g);
+}
+
+TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
+  Builder b(named);
+  build_into(step, b);
+  return b.take_graph();
+}
+
+double OffloadCostModel::step_seconds(const StepShape& step) const {
+  Builder b(false);
+  build_into(step, b);
+  return b.step_seconds();
 }
 
 TaskGraph OffloadCostModel::step_graph(const StepShape& step) const {
   return build(step, true);
-}
-
-double OffloadCostModel::step_seconds(const StepShape& step) const {
-  return build(step, false).critical_path_seconds();
 }
 
 }  // namespace sluice

@@ -27,10 +27,11 @@
 //
 // Assumed, not measured (the constants below say where each comes from): the launch cost of a
 // copy and of an elementwise kernel, GPU attention's FLOP rate, and the device memory bandwidth
-// when the profile predates its measurement. Not modelled: the two copy engines sharing the
-// link's bandwidth (activation copies are small next to weight pages), copies that start before
-// the step does (the first layer's pages are not prefetched during the previous step), and the
-// embedding lookup (on the host, rows copied to the device).
+// when the profile predates its measurement. The weight copy engine and the activation transfer
+// queue share the link, which the graph's edges do not say: the step time is the larger of the
+// critical path and, for each direction of the link, the sum of its copies' times. Not modelled:
+// copies that start before the step does (the first layer's pages are not prefetched during
+// the previous step); the embedding lookup runs on the host and its rows are copied over.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +54,9 @@ struct OffloadPlan {
   int prefetch_depth = 0;           // experts whose pages the slot pool holds at once
   int cpu_expert_max_tokens = 0;    // experts with 1..this many tokens run on the CPU; 0: none
 };
+
+// "omega=0.50 resident=5 page=112.00MiB depth=3 cpu_experts<=16"
+std::string describe(const OffloadPlan& o);
 
 // Assumptions of the model, each a constant with its source.
 // Device memory bandwidth when the profile has none: the HBM3 spec of an H100 SXM is 3.35 TB/s
@@ -84,6 +88,10 @@ struct GpuMemoryUse {
 };
 GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o);
 
+// The step time of a pipeline graph: its critical path, but at least the busy time of each
+// direction of the PCIe link (its copies share the link whichever queue they are on).
+double pipeline_step_seconds(const TaskGraph& g);
+
 // Time of each resource and the link traffic in one step, from its graph.
 struct ResourceUse {
   double step_seconds = 0;
@@ -99,7 +107,7 @@ class OffloadCostModel {
 
   // Every task of the step (all layers) with names and groups, for reports and tests.
   TaskGraph step_graph(const StepShape& step) const;
-  // Its critical path (the same graph, built without names).
+  // pipeline_step_seconds of that graph (computed without building it).
   double step_seconds(const StepShape& step) const;
 
   const ModelConfig& config() const { return cpu_.config(); }
@@ -119,6 +127,8 @@ class OffloadCostModel {
 
  private:
   TaskGraph build(const StepShape& step, bool named) const;
+  template <typename B>
+  void build_into(const StepShape& step, B& builder) const;
 
   CpuCostModel cpu_;
   OffloadPlan o_;

@@ -94,8 +94,10 @@ std::string PhaseBottleneck::sentence() const {
 
 namespace {
 
-PhaseBottleneck bottleneck_of(const TaskGraph& g, const std::string& phase, const StepShape& step) {
-  const double total = g.critical_path_seconds();
+PhaseBottleneck bottleneck_of(const TaskGraph& g, const std::string& phase, const StepShape& step,
+                              bool pipeline) {
+  const double path = g.critical_path_seconds();
+  const double total = pipeline ? pipeline_step_seconds(g) : path;
   std::map<std::string, double> by_group, compute_by_group;
   std::map<std::string, Resource> resource_of;
   for (int v : g.critical_path()) {
@@ -111,6 +113,21 @@ PhaseBottleneck bottleneck_of(const TaskGraph& g, const std::string& phase, cons
   for (const auto& [group, s] : by_group)
     if (s > b.fraction * total) b.group = group, b.fraction = s / total;
   b.bound = compute_by_group[b.group] > 0.5 * by_group[b.group] ? Bound::kCompute : Bound::kMemory;
+  if (total > path) {
+    // A direction of the link is busier than the critical path: all the copies on it are the
+    // bottleneck, not the path.
+    double h2d = 0, d2h = 0;
+    for (const Task& t : g.tasks()) {
+      if (t.resource == Resource::kHostToDevice) h2d += t.seconds;
+      if (t.resource == Resource::kDeviceToHost) d2h += t.seconds;
+    }
+    const Resource busiest = h2d >= d2h ? Resource::kHostToDevice : Resource::kDeviceToHost;
+    by_group.clear(), b.fraction = 0, b.group.clear();
+    for (const Task& t : g.tasks())
+      if (t.resource == busiest) by_group[t.group] += t.seconds, resource_of[t.group] = t.resource;
+    for (const auto& [group, s] : by_group)
+      if (s > b.fraction * total) b.group = group, b.fraction = s / total;
+  }
   b.resource = resource_of[b.group];
   if (b.resource == Resource::kHostToDevice || b.resource == Resource::kDeviceToHost)
     b.bound = Bound::kLink;
@@ -138,8 +155,8 @@ std::vector<PhaseBottleneck> explain(const CpuCostModel& model,
   std::optional<StepShape> prefill, decode;
   representative_steps(model.policy(), model.config(), work, &prefill, &decode);
   std::vector<PhaseBottleneck> out;
-  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill));
-  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode));
+  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, false));
+  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, false));
   return out;
 }
 
@@ -148,8 +165,8 @@ std::vector<PhaseBottleneck> explain(const OffloadCostModel& model,
   std::optional<StepShape> prefill, decode;
   representative_steps(model.policy(), model.config(), work, &prefill, &decode);
   std::vector<PhaseBottleneck> out;
-  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill));
-  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode));
+  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, true));
+  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, true));
   return out;
 }
 

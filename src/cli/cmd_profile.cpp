@@ -81,6 +81,10 @@ int run(const Options& o) {
   set_gpu_profiler(gpu::measure_gpu_profile);
 #endif
   std::optional<HardwareProfile> p = o.refresh ? std::nullopt : load_cached_profile(o.threads);
+  if (p && !p->gpu) {
+    // Cached before a GPU (or this build's CUDA backend) was there: add the GPU half only.
+    if ((p->gpu = measure_gpu())) save_profile(*p);
+  }
   if (!p) {
     p = measure_profile([&](const std::string& what) {
       if (!o.json) fmt::print(stderr, "measuring {}...\n", what);

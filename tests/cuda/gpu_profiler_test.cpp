@@ -31,7 +31,9 @@ TEST(GpuProfiler, MeasuresSaneValues) {
     ASSERT_FALSE(c.points.empty()) << c.name;
     for (size_t i = 0; i < c.points.size(); ++i) {
       EXPECT_GT(c.points[i].seconds, 0) << c.name;
-      if (i > 0) EXPECT_GE(c.points[i].seconds, c.points[i - 1].seconds) << c.name;
+      if (i > 0) {
+        EXPECT_GE(c.points[i].seconds, c.points[i - 1].seconds) << c.name;
+      }
     }
     // A bf16 GEMM can neither beat ~2 PFLOP/s dense nor read its weights faster than 10 TB/s.
     for (const auto& pt : c.points) {

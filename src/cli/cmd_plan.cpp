@@ -24,14 +24,24 @@ namespace sluice::cli {
 namespace {
 
 struct Options {
-  std::string model_dir, preset, input, host_mem, gpu_mem, svg;
+  std::string model_dir, preset, input, host_mem, gpu_mem, svg, profile;
   int layers = 0, prompt_len = 128, gen_len = 128, requests = 0;
   bool json = false;
   Policy policy;
 };
 
+nlohmann::json offload_json(const OffloadPlan& o) {
+  return {{"gpu", o.gpu},
+          {"cpu_attention_share", o.cpu_attention_share},
+          {"resident_expert_layers", o.resident_expert_layers},
+          {"page_bytes", o.page_bytes},
+          {"prefetch_depth", o.prefetch_depth},
+          {"cpu_expert_max_tokens", o.cpu_expert_max_tokens}};
+}
+
 nlohmann::json prediction_json(const PlannedPolicy& p) {
   return {{"policy", p.policy.to_json()},
+          {"offload", offload_json(p.offload)},
           {"predicted_prefill_tokens_per_s", p.prediction.prefill_tokens_per_s()},
           {"predicted_decode_tokens_per_s", p.prediction.decode_tokens_per_s()},
           {"predicted_total_tokens_per_s", p.prediction.total_tokens_per_s()},
@@ -55,6 +65,54 @@ std::string convert_to_png(const std::string& svg) {
       std::system(("convert " + quoted_svg + " " + quoted_png + " 2>/dev/null").c_str()) == 0)
     return png;
   return "";
+}
+
+HardwareProfile load_profile_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("plan: --profile {}: cannot open the file", path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: expected the JSON of `sluice profile --json`, got a parse error ({})", path,
+         e.what());
+  }
+  return profile_from_json(j, path);
+}
+
+void print_offload(const Plan& plan, const HardwareProfile& hw, const ModelConfig& c,
+                   const MemoryLimits& limits) {
+  const OffloadPlan& o = plan.offload;
+  const GpuProfile& gp = *hw.gpu;
+  const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
+  fmt::print("\noffload    GPU pipeline on {} (H2D pinned {:.1f} GB/s measured)\n", gp.name,
+             gp.h2d_pinned_bytes_per_s / 1e9);
+  fmt::print("           omega {:.2f}: the CPU runs attention for {:.0f}% of the sequences\n",
+             o.cpu_attention_share, 100 * o.cpu_attention_share);
+  fmt::print("           experts of {} of {} layers resident on the GPU, the rest streamed\n",
+             resident, c.num_layers);
+  fmt::print("           pages of {} ({} per expert), prefetch depth {} experts ({} slots)\n",
+             human_bytes(double(o.page_bytes)), pages_per_expert(c, o.page_bytes), o.prefetch_depth,
+             o.prefetch_depth * pages_per_expert(c, o.page_bytes));
+  if (o.cpu_expert_max_tokens > 0)
+    fmt::print("           experts with at most {} tokens in a step run on the CPU\n",
+               o.cpu_expert_max_tokens);
+  const GpuMemoryUse& g = plan.chosen.gpu_memory;
+  fmt::print(
+      "gpu memory {} of {}: attention weights {} + router, norms, lm_head {} + resident experts "
+      "{} + KV share {} + page slots {} + step buffers {}\n",
+      human_bytes(double(g.total())), human_bytes(double(limits.gpu_bytes)),
+      human_bytes(double(g.attention_weights)), human_bytes(double(g.router_norms_head)),
+      human_bytes(double(g.resident_experts)), human_bytes(double(g.kv_cache)),
+      human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)));
+  for (const PhaseBottleneck& b : plan.bottlenecks) {
+    const double rate = b.use.step_seconds > 0 ? b.use.h2d_bytes / b.use.step_seconds : 0;
+    fmt::print(
+        "{:<10} PCIe H2D {:.1f} GB/s ({:.0f}% of measured); busy: GPU {:.0f}%, CPU {:.0f}%, "
+        "PCIe H2D {:.0f}%, D2H {:.0f}%\n",
+        b.phase, rate / 1e9, 100 * rate / gp.h2d_pinned_bytes_per_s, 100 * b.use.gpu_busy,
+        100 * b.use.cpu_busy, 100 * b.use.h2d_busy, 100 * b.use.d2h_busy);
+  }
 }
 
 int run(const Options& o) {
@@ -81,18 +139,28 @@ int run(const Options& o) {
       o.host_mem.empty() ? available_memory_bytes() : parse_bytes(o.host_mem, "--host-mem");
   limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
 
-  const HardwareProfile hw = planner_profile(o.policy.threads);
+  const HardwareProfile hw =
+      o.profile.empty() ? planner_profile(o.policy.threads) : load_profile_file(o.profile);
   const Plan plan = plan_policy(hw, c, o.policy, work, limits);
   const CpuCostModel model(hw, c, plan.chosen.policy);
+  const OffloadPlan& off = plan.offload;
   const std::string name = o.preset.empty() ? o.model_dir : o.preset;
 
   std::string png;
   if (!o.svg.empty()) {
     std::ofstream out(o.svg);
     if (!out) fail("plan: --svg {}: cannot write", o.svg);
+    const auto points =
+        off.gpu ? roofline_points(
+                      [&](const StepShape& s) {
+                        return OffloadCostModel(hw, c, plan.chosen.policy, off).step_graph(s);
+                      },
+                      plan.bottlenecks)
+                : roofline_points(model, plan.bottlenecks);
     out << roofline_svg(
-        hw, roofline_points(model, plan.bottlenecks),
-        fmt::format("{} ({} layers): {}", name, c.num_layers, plan.chosen.policy.describe()));
+        hw, points,
+        fmt::format("{} ({} layers): {}", name, c.num_layers, plan.chosen.policy.describe()),
+        off.gpu);
     out.close();
     png = convert_to_png(o.svg);
   }
@@ -107,9 +175,35 @@ int run(const Options& o) {
     for (const PhaseBottleneck& b : plan.bottlenecks)
       j["bottlenecks"].push_back({{"phase", b.phase},
                                   {"group", b.group},
+                                  {"resource", resource_name(b.resource)},
                                   {"bound", bound_name(b.bound)},
                                   {"fraction", b.fraction},
                                   {"text", b.sentence()}});
+    if (off.gpu) {
+      const GpuMemoryUse& g = plan.chosen.gpu_memory;
+      j["gpu_name"] = hw.gpu->name;
+      j["gpu_memory_limit_bytes"] = limits.gpu_bytes;
+      j["gpu_memory_bytes"] = {{"attention_weights", g.attention_weights},
+                               {"router_norms_head", g.router_norms_head},
+                               {"resident_experts", g.resident_experts},
+                               {"kv_cache", g.kv_cache},
+                               {"page_slots", g.page_slots},
+                               {"step_buffers", g.step_buffers},
+                               {"total", g.total()}};
+      j["phases"] = nlohmann::json::array();
+      for (const PhaseBottleneck& b : plan.bottlenecks) {
+        const double rate = b.use.step_seconds > 0 ? b.use.h2d_bytes / b.use.step_seconds : 0;
+        j["phases"].push_back({{"phase", b.phase},
+                               {"step_seconds", b.use.step_seconds},
+                               {"h2d_bytes", b.use.h2d_bytes},
+                               {"h2d_bytes_per_s", rate},
+                               {"h2d_fraction_of_measured", rate / hw.gpu->h2d_pinned_bytes_per_s},
+                               {"gpu_busy", b.use.gpu_busy},
+                               {"cpu_busy", b.use.cpu_busy},
+                               {"h2d_busy", b.use.h2d_busy},
+                               {"d2h_busy", b.use.d2h_busy}});
+      }
+    }
     j["runners_up"] = nlohmann::json::array();
     for (const PlannedPolicy& r : plan.runners_up) j["runners_up"].push_back(prediction_json(r));
     if (!o.svg.empty()) j["svg"] = o.svg;
@@ -142,17 +236,17 @@ int run(const Options& o) {
   for (const PhaseBottleneck& b : plan.bottlenecks) fmt::print("           {}\n", b.sentence());
   fmt::print("\nrunners-up ({} policies evaluated)\n", plan.evaluated);
   for (const PlannedPolicy& r : plan.runners_up)
-    fmt::print("  {:7.1f} tokens/s end to end (prefill {:.1f}, decode {:.1f})  {}\n",
+    fmt::print("  {:7.1f} tokens/s end to end (prefill {:.1f}, decode {:.1f})  {}{}\n",
                r.prediction.total_tokens_per_s(), r.prediction.prefill_tokens_per_s(),
-               r.prediction.decode_tokens_per_s(), r.policy.describe());
-  fmt::print(
-      "\noffload    CPU only: all weights resident in host memory, attention on the CPU "
-      "(omega = 1), no paging or prefetch\n");
-  if (limits.gpu_bytes > 0)
+               r.prediction.decode_tokens_per_s(), r.policy.describe(),
+               r.offload.gpu ? " " + describe(r.offload) : "");
+  if (!off.gpu) {
     fmt::print(
-        "           --gpu-mem {} noted, but the GPU pipeline is not in the cost model yet: "
-        "this plan is for the CPU engine\n",
-        human_bytes(double(limits.gpu_bytes)));
+        "\noffload    CPU only: all weights resident in host memory, attention on the CPU "
+        "(omega = 1), no paging or prefetch (give --gpu-mem to plan the GPU pipeline)\n");
+  } else {
+    print_offload(plan, hw, c, limits);
+  }
   if (!o.svg.empty())
     fmt::print("roofline   {}{}\n", o.svg,
                png.empty() ? " (no PNG: rsvg-convert or ImageMagick convert missing or failed)"
@@ -181,7 +275,11 @@ RegisterCommand reg(
        sub.add_option("--host-mem", o->host_mem,
                       "Host memory for weights, KV and activations (default: available)");
        sub.add_option("--gpu-mem", o->gpu_mem,
-                      "GPU memory (recorded; the GPU pipeline is not planned yet)");
+                      "GPU memory for the offload pipeline (plans the GPU pipeline; needs a "
+                      "profile with a GPU)");
+       sub.add_option("--profile", o->profile,
+                      "Plan with this hardware profile (JSON of `sluice profile --json`) instead "
+                      "of this machine's");
        sub.add_flag("--json", o->json,
                     "Print the chosen policy and predictions as one JSON object");
        sub.add_option("--svg", o->svg,

@@ -7,6 +7,9 @@
 
 #include "cli/command.h"
 #include "runtime/planner/profiler.h"
+#if SLUICE_HAS_CUDA
+#include "runtime/gpu/gpu_profiler.h"
+#endif
 
 namespace sluice::cli {
 namespace {
@@ -49,21 +52,39 @@ void print_table(const HardwareProfile& p) {
     }
   }
   if (!p.gpu) {
-    fmt::print("\nGPU         none (no CUDA backend registered a GPU profile)\n");
+    fmt::print("\nGPU         none (no GPU found, or sluice was built without the CUDA backend)\n");
   } else {
     const GpuProfile& g = *p.gpu;
     fmt::print(
         "\nGPU {}: H2D pinned {:.1f} GB/s, pageable {:.1f} GB/s; D2H pinned {:.1f} GB/s, "
-        "pageable {:.1f} GB/s; {:.1f} GiB free\n",
+        "pageable {:.1f} GB/s; device memory {:.0f} GB/s; {:.1f} GiB free\n",
         g.name, g.h2d_pinned_bytes_per_s / 1e9, g.h2d_pageable_bytes_per_s / 1e9,
         g.d2h_pinned_bytes_per_s / 1e9, g.d2h_pageable_bytes_per_s / 1e9,
-        double(g.memory_free_bytes) / double(1 << 30));
+        g.memory_bytes_per_s / 1e9, double(g.memory_free_bytes) / double(1 << 30));
+    for (const GemmCurve& c : g.gemm) {
+      fmt::print("\nGPU GEMM {} {}x{}, bf16 (cuBLASLt), weights read from device memory\n", c.name,
+                 c.n, c.k);
+      fmt::print("{:>6} {:>10} {:>10} {:>10}\n", "m", "ms", "TFLOP/s", "W GB/s");
+      for (const auto& pt : c.points)
+        fmt::print("{:>6} {:>10.4f} {:>10.1f} {:>10.0f}\n", pt.m, pt.seconds * 1e3,
+                   2.0 * double(pt.m) * double(c.n) * double(c.k) / pt.seconds / 1e12,
+                   2.0 * double(c.n) * double(c.k) / pt.seconds / 1e9);
+    }
   }
 }
 
 int run(const Options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
+#if SLUICE_HAS_CUDA
+  // Registered here, in code the binary certainly runs, rather than by a static object in the
+  // library that the linker could drop. Without a GPU it returns no GPU section, quietly.
+  set_gpu_profiler(gpu::measure_gpu_profile);
+#endif
   std::optional<HardwareProfile> p = o.refresh ? std::nullopt : load_cached_profile(o.threads);
+  if (p && !p->gpu) {
+    // Cached before a GPU (or this build's CUDA backend) was there: add the GPU half only.
+    if ((p->gpu = measure_gpu())) save_profile(*p);
+  }
   if (!p) {
     p = measure_profile([&](const std::string& what) {
       if (!o.json) fmt::print(stderr, "measuring {}...\n", what);

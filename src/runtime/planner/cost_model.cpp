@@ -94,7 +94,8 @@ std::vector<std::pair<int, double>> CpuCostModel::tokens_per_expert_distribution
   return out;
 }
 
-std::vector<Task> CpuCostModel::expert_tasks(int expert, int T) const {
+std::vector<Task> CpuCostModel::expert_tasks(int expert, int T, int min_tokens,
+                                             int max_tokens) const {
   const int64_t H = c_.hidden_size, I = c_.expert_intermediate_size;
   const bool f32 = p_.precision == Precision::kF32;
   const std::string prefix = fmt::format("expert{}.", expert);
@@ -112,7 +113,7 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T) const {
   for (Task& t : expected) t.flops = t.bytes = t.seconds = 0;
   const int be = p_.expert_batch;
   for (auto [m, pm] : tokens_per_expert_distribution(T)) {
-    if (m == 0) continue;
+    if (m == 0 || m < min_tokens || m > max_tokens) continue;
     std::vector<Task> full, rest;
     if (m / be > 0) full = chunk(be);
     if (m % be > 0) rest = chunk(m % be);

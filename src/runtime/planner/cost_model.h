@@ -20,6 +20,7 @@
 // of the GPU pipeline.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -60,8 +61,11 @@ class CpuCostModel {
   Task elementwise_task(const std::string& name, const std::string& group, double bytes) const;
   Task attention_task(const std::string& name, const MicroBatchShape& mb) const;
   // Expected tasks of one expert over a step of T tokens (gather, gate, up, SiLU·mul, down,
-  // scatter-add), each with expected bytes, FLOPs and seconds.
-  std::vector<Task> expert_tasks(int expert, int step_tokens) const;
+  // scatter-add), each with expected bytes, FLOPs and seconds. Only the outcomes where the expert
+  // gets between `min_tokens` and `max_tokens` tokens count (the GPU pipeline runs experts with
+  // few tokens on the CPU); an expert with no token costs nothing.
+  std::vector<Task> expert_tasks(int expert, int step_tokens, int min_tokens = 1,
+                                 int max_tokens = std::numeric_limits<int>::max()) const;
   // P(an expert gets m of T tokens) under uniform top-k routing.
   std::vector<std::pair<int, double>> tokens_per_expert_distribution(int step_tokens) const;
 

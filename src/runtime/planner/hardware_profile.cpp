@@ -22,10 +22,11 @@ double GemmCurve::seconds_at(double m) const {
   return last.seconds * m / double(last.m);
 }
 
-const GemmCurve& HardwareProfile::curve_for(int64_t n, int64_t k, const std::string& act) const {
+const GemmCurve& nearest_curve(const std::vector<GemmCurve>& curves, int64_t n, int64_t k,
+                               const std::string& act, const char* what) {
   const GemmCurve* best = nullptr;
   double best_distance = 0;
-  for (const GemmCurve& c : cpu_gemm) {
+  for (const GemmCurve& c : curves) {
     if (c.activations != act) continue;
     // Size first; of equal sizes, the same aspect (an exact shape match gives 0).
     const double d = std::abs(std::log(double(n * k) / double(c.n * c.k))) +
@@ -33,8 +34,25 @@ const GemmCurve& HardwareProfile::curve_for(int64_t n, int64_t k, const std::str
     if (!best || d < best_distance) best = &c, best_distance = d;
   }
   if (!best)
-    fail("hardware profile: field 'cpu_gemm': expected a curve with {} activations, got none", act);
+    fail("hardware profile: field '{}': expected a curve with {} activations, got none", what, act);
   return *best;
+}
+
+const GemmCurve& HardwareProfile::curve_for(int64_t n, int64_t k, const std::string& act) const {
+  return nearest_curve(cpu_gemm, n, k, act, "cpu_gemm");
+}
+
+double GpuProfile::gemm_seconds(double m, int64_t n, int64_t k) const {
+  const GemmCurve& c = nearest_curve(gemm, n, k, "bf16", "gpu.gemm");
+  return c.seconds_at(m) * double(n * k) / double(c.n * c.k);
+}
+
+double GpuProfile::gemm_peak_flops() const {
+  double best = 0;
+  for (const GemmCurve& c : gemm)
+    for (const auto& pt : c.points)
+      best = std::max(best, 2.0 * double(pt.m) * double(c.n) * double(c.k) / pt.seconds);
+  return best;
 }
 
 double HardwareProfile::gemm_seconds(double m, int64_t n, int64_t k, const std::string& act) const {
@@ -108,6 +126,7 @@ nlohmann::json to_json(const HardwareProfile& p) {
                 {"h2d_pageable_bytes_per_s", g.h2d_pageable_bytes_per_s},
                 {"d2h_pinned_bytes_per_s", g.d2h_pinned_bytes_per_s},
                 {"d2h_pageable_bytes_per_s", g.d2h_pageable_bytes_per_s},
+                {"memory_bytes_per_s", g.memory_bytes_per_s},
                 {"memory_free_bytes", g.memory_free_bytes},
                 {"gemm", gemm}};
   }
@@ -146,6 +165,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
     gp.h2d_pageable_bytes_per_s = g.value("h2d_pageable_bytes_per_s", 0.0);
     gp.d2h_pinned_bytes_per_s = g.value("d2h_pinned_bytes_per_s", 0.0);
     gp.d2h_pageable_bytes_per_s = g.value("d2h_pageable_bytes_per_s", 0.0);
+    gp.memory_bytes_per_s = g.value("memory_bytes_per_s", 0.0);
     gp.memory_free_bytes = g.value("memory_free_bytes", size_t(0));
     if (g.contains("gemm"))
       for (const auto& c : g["gemm"]) gp.gemm.push_back(curve_from_json(c, source));

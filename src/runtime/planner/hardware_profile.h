@@ -28,13 +28,26 @@ struct GemmCurve {
   double seconds_at(double m) const;
 };
 
+// Of `curves` with these activations, the one whose weight size n·k is closest to the asked
+// shape (of equal sizes, the one with the closest n); fails naming `what` when there is none.
+const GemmCurve& nearest_curve(const std::vector<GemmCurve>& curves, int64_t n, int64_t k,
+                               const std::string& activations, const char* what);
+
 // Measured by the CUDA backend when there is a GPU; absent (JSON null) otherwise.
 struct GpuProfile {
   std::string name;
   double h2d_pinned_bytes_per_s = 0, h2d_pageable_bytes_per_s = 0;
   double d2h_pinned_bytes_per_s = 0, d2h_pageable_bytes_per_s = 0;
+  // Device memory bandwidth from a device-to-device copy (read + write bytes); 0 when the
+  // profile predates it.
+  double memory_bytes_per_s = 0;
   size_t memory_free_bytes = 0;
-  std::vector<GemmCurve> gemm;  // GPU GEMM time versus m
+  std::vector<GemmCurve> gemm;  // GPU bf16 GEMM time versus m (cuBLASLt)
+
+  // Predicted time of one GPU GEMM: the nearest curve's time, scaled by the weight size ratio.
+  double gemm_seconds(double m, int64_t n, int64_t k) const;
+  // The best FLOP rate any measured point reached (the GPU's practical GEMM peak).
+  double gemm_peak_flops() const;
 };
 
 struct HardwareProfile {

@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <map>
 
 #include "core/error.h"
@@ -36,6 +38,12 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   return m;
 }
 
+HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
+  HostMemoryUse m = host_memory_use(c, p);
+  if (o.gpu) m.kv_cache = size_t(std::ceil(o.cpu_attention_share * double(m.kv_cache)));
+  return m;
+}
+
 std::vector<WorkloadRequest> uniform_workload(int requests, int prompt_tokens, int new_tokens) {
   return std::vector<WorkloadRequest>(size_t(std::max(0, requests)),
                                       WorkloadRequest{prompt_tokens, new_tokens});
@@ -46,7 +54,31 @@ Prediction predict(const HardwareProfile& hw, const ModelConfig& c, const Policy
   return predict_workload(CpuCostModel(hw, c, policy), workload);
 }
 
+Prediction predict(const HardwareProfile& hw, const ModelConfig& c, const Policy& policy,
+                   const OffloadPlan& offload, const std::vector<WorkloadRequest>& workload) {
+  if (!offload.gpu) return predict(hw, c, policy, workload);
+  const OffloadCostModel model(hw, c, policy, offload);
+  return predict_workload(
+      policy, c, [&](const StepShape& s) { return model.step_seconds(s); }, workload);
+}
+
 std::string PhaseBottleneck::sentence() const {
+  const std::string tail = fmt::format(": {:.0f}% of step time ({:.1f} ms per step of {} tokens)",
+                                       100 * fraction, 1e3 * step_seconds, step.tokens());
+  switch (resource) {
+    case Resource::kHostToDevice:
+      return fmt::format("{} is bound by PCIe host-to-device bandwidth while streaming {}{}", phase,
+                         group, tail);
+    case Resource::kDeviceToHost:
+      return fmt::format("{} is bound by PCIe device-to-host bandwidth in {}{}", phase, group,
+                         tail);
+    case Resource::kGpu:
+      return fmt::format("{} is bound by GPU {} in {}{}", phase,
+                         bound == Bound::kCompute ? "compute" : "memory bandwidth", group, tail);
+    case Resource::kCpu:
+    case Resource::kDisk:
+      break;
+  }
   const char* what = bound == Bound::kCompute ? "GEMM compute" : "DRAM bandwidth";
   if (group.rfind("attention (KV", 0) == 0 && bound == Bound::kMemory) what = "DRAM bandwidth";
   if (bound == Bound::kLink) what = "link bandwidth";
@@ -62,14 +94,16 @@ std::string PhaseBottleneck::sentence() const {
 
 namespace {
 
-PhaseBottleneck bottleneck_of(const CpuCostModel& model, const std::string& phase,
-                              const StepShape& step) {
-  const TaskGraph g = model.step_graph(step);
-  const double total = g.critical_path_seconds();
+PhaseBottleneck bottleneck_of(const TaskGraph& g, const std::string& phase, const StepShape& step,
+                              bool pipeline) {
+  const double path = g.critical_path_seconds();
+  const double total = pipeline ? pipeline_step_seconds(g) : path;
   std::map<std::string, double> by_group, compute_by_group;
+  std::map<std::string, Resource> resource_of;
   for (int v : g.critical_path()) {
     const Task& t = g.tasks()[size_t(v)];
     by_group[t.group] += t.seconds;
+    resource_of[t.group] = t.resource;
     if (t.bound == Bound::kCompute) compute_by_group[t.group] += t.seconds;
   }
   PhaseBottleneck b;
@@ -79,7 +113,39 @@ PhaseBottleneck bottleneck_of(const CpuCostModel& model, const std::string& phas
   for (const auto& [group, s] : by_group)
     if (s > b.fraction * total) b.group = group, b.fraction = s / total;
   b.bound = compute_by_group[b.group] > 0.5 * by_group[b.group] ? Bound::kCompute : Bound::kMemory;
+  if (total > path) {
+    // A direction of the link is busier than the critical path: all the copies on it are the
+    // bottleneck, not the path.
+    double h2d = 0, d2h = 0;
+    for (const Task& t : g.tasks()) {
+      if (t.resource == Resource::kHostToDevice) h2d += t.seconds;
+      if (t.resource == Resource::kDeviceToHost) d2h += t.seconds;
+    }
+    const Resource busiest = h2d >= d2h ? Resource::kHostToDevice : Resource::kDeviceToHost;
+    by_group.clear(), b.fraction = 0, b.group.clear();
+    for (const Task& t : g.tasks())
+      if (t.resource == busiest) by_group[t.group] += t.seconds, resource_of[t.group] = t.resource;
+    for (const auto& [group, s] : by_group)
+      if (s > b.fraction * total) b.group = group, b.fraction = s / total;
+  }
+  b.resource = resource_of[b.group];
+  if (b.resource == Resource::kHostToDevice || b.resource == Resource::kDeviceToHost)
+    b.bound = Bound::kLink;
+  b.use = resource_use(g);
   return b;
+}
+
+// The largest prefill step and the largest pure decode step of the workload's schedule.
+void representative_steps(const Policy& policy, const ModelConfig& c,
+                          const std::vector<WorkloadRequest>& work,
+                          std::optional<StepShape>* prefill, std::optional<StepShape>* decode) {
+  replay_schedule(
+      policy, c.max_position_embeddings, c.sliding_window, work, [&](const StepShape& s) {
+        if (s.prefill_tokens > 0 && (!*prefill || s.prefill_tokens > (*prefill)->prefill_tokens))
+          *prefill = s;
+        if (s.prefill_tokens == 0 && (!*decode || s.decode_tokens > (*decode)->decode_tokens))
+          *decode = s;
+      });
 }
 
 }  // namespace
@@ -87,17 +153,20 @@ PhaseBottleneck bottleneck_of(const CpuCostModel& model, const std::string& phas
 std::vector<PhaseBottleneck> explain(const CpuCostModel& model,
                                      const std::vector<WorkloadRequest>& work) {
   std::optional<StepShape> prefill, decode;
-  const ModelConfig& c = model.config();
-  replay_schedule(
-      model.policy(), c.max_position_embeddings, c.sliding_window, work, [&](const StepShape& s) {
-        if (s.prefill_tokens > 0 && (!prefill || s.prefill_tokens > prefill->prefill_tokens))
-          prefill = s;
-        if (s.prefill_tokens == 0 && (!decode || s.decode_tokens > decode->decode_tokens))
-          decode = s;
-      });
+  representative_steps(model.policy(), model.config(), work, &prefill, &decode);
   std::vector<PhaseBottleneck> out;
-  if (prefill) out.push_back(bottleneck_of(model, "prefill", *prefill));
-  if (decode) out.push_back(bottleneck_of(model, "decode", *decode));
+  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, false));
+  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, false));
+  return out;
+}
+
+std::vector<PhaseBottleneck> explain(const OffloadCostModel& model,
+                                     const std::vector<WorkloadRequest>& work) {
+  std::optional<StepShape> prefill, decode;
+  representative_steps(model.policy(), model.config(), work, &prefill, &decode);
+  std::vector<PhaseBottleneck> out;
+  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, true));
+  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, true));
   return out;
 }
 
@@ -115,15 +184,19 @@ std::vector<WorkloadRequest> sample_workload(const std::vector<WorkloadRequest>&
   return s;
 }
 
-struct SearchSpace {
-  std::vector<int> batch, attn, expert, chunk;
-};
-
 std::vector<int> powers_of_two(int lo, int hi) {
   std::vector<int> v;
   for (int x = lo; x <= hi; x *= 2) v.push_back(x);
   return v;
 }
+
+// The searched dimensions, as integers: policy fields first, then the offload plan (fixed to the
+// CPU engine's values when there is no GPU limit).
+enum Dim { kBatch, kAttn, kExpert, kChunk, kOmegaQuarters, kResident, kPage, kDepth, kCpuExpert };
+constexpr int kDims = 9;
+using Key = std::array<int, kDims>;
+
+constexpr int kMinPrefetchDepth = 2;  // double buffering: one expert computes, the next arrives
 
 }  // namespace
 
@@ -132,6 +205,13 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   if (workload.empty()) fail("planner: the workload has no requests");
   if (requested.kv_block_size <= 0)
     fail("planner: policy field 'kv_block_size': expected > 0, got {}", requested.kv_block_size);
+  const bool gpu = limits.gpu_bytes > 0;
+  if (gpu && !hw.gpu)
+    fail(
+        "planner: a GPU memory limit ({}) was given, but the hardware profile ({}) has no GPU "
+        "section: no GPU was measured on this machine. Run `sluice profile --refresh` where the "
+        "GPU is, and plan with that profile (--profile FILE)",
+        human_bytes(double(limits.gpu_bytes)), hw.source);
   int longest = 0;
   for (const WorkloadRequest& r : workload)
     longest =
@@ -143,6 +223,22 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   Policy base = requested;
   if (base.threads <= 0) base.threads = omp_get_num_procs();
 
+  // Page sizes: one expert weight matrix, or fixed 16, 32 and 64 MiB pages.
+  const size_t matrix_bytes = expert_weight_bytes(c) / 3;
+  const std::vector<size_t> page_sizes = {matrix_bytes, size_t(16) << 20, size_t(32) << 20,
+                                          size_t(64) << 20};
+  auto offload_of = [&](const Key& k) {
+    OffloadPlan o;
+    if (!gpu) return o;
+    o.gpu = true;
+    o.cpu_attention_share = k[kOmegaQuarters] / 4.0;
+    o.resident_expert_layers = k[kResident];
+    o.page_bytes = page_sizes[size_t(k[kPage])];
+    o.prefetch_depth = k[kDepth];
+    o.cpu_expert_max_tokens = k[kCpuExpert];
+    return o;
+  };
+
   // What the smallest policy needs: it must fit, or nothing does.
   Policy smallest = base;
   smallest.batch = base.batch > 0 ? base.batch : 1;
@@ -150,7 +246,8 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   smallest.expert_batch = base.expert_batch > 0 ? base.expert_batch : 16;
   smallest.prefill_chunk = base.prefill_chunk > 0 ? base.prefill_chunk : 16;
   smallest.kv_blocks = base.kv_blocks > 0 ? base.kv_blocks : blocks_per_seq * smallest.batch;
-  const HostMemoryUse least = host_memory_use(c, smallest);
+  const Key least_key = {0, 0, 0, 0, 4, 0, 0, kMinPrefetchDepth, 0};
+  const HostMemoryUse least = host_memory_use(c, smallest, offload_of(least_key));
   if (least.total() > limits.host_bytes)
     fail(
         "planner: needs at least {} host memory for weights ({}) + minimum KV ({}) + "
@@ -158,6 +255,18 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
         human_bytes(double(least.total())), human_bytes(double(least.weights)),
         human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
         human_bytes(double(limits.host_bytes)));
+  if (gpu) {
+    const GpuMemoryUse g = gpu_memory_use(c, smallest, offload_of(least_key));
+    if (g.total() > limits.gpu_bytes)
+      fail(
+          "planner: needs at least {} GPU memory for resident attention weights ({}), router, "
+          "norms and lm_head ({}) + {} experts' page slots ({}) + step buffers ({}); got {}. "
+          "Give more with --gpu-mem",
+          human_bytes(double(g.total())), human_bytes(double(g.attention_weights)),
+          human_bytes(double(g.router_norms_head)), kMinPrefetchDepth,
+          human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)),
+          human_bytes(double(limits.gpu_bytes)));
+  }
   if (base.kv_blocks > 0 && base.kv_blocks < blocks_per_seq)
     fail(
         "planner: policy field 'kv_blocks': {} blocks of {} tokens cannot hold one sequence of {} "
@@ -167,32 +276,56 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   auto fixed_or = [](int requested_value, std::vector<int> values) {
     return requested_value > 0 ? std::vector<int>{requested_value} : values;
   };
-  SearchSpace space;
+  std::array<std::vector<int>, kDims> dims;
   std::vector<int> batches = powers_of_two(1, std::min(requests, 1024));
   if (requests <= 1024 && batches.back() != requests) batches.push_back(requests);
-  space.batch = fixed_or(base.batch, batches);
-  space.attn = fixed_or(base.attn_micro_batch, powers_of_two(16, 2048));
-  space.expert = fixed_or(base.expert_batch, powers_of_two(16, 4096));
-  space.chunk = fixed_or(base.prefill_chunk, powers_of_two(16, 4096));
+  dims[kBatch] = fixed_or(base.batch, batches);
+  dims[kAttn] = fixed_or(base.attn_micro_batch, powers_of_two(16, 2048));
+  dims[kExpert] = fixed_or(base.expert_batch, powers_of_two(16, 4096));
+  dims[kChunk] = fixed_or(base.prefill_chunk, powers_of_two(16, 4096));
+  if (gpu) {
+    dims[kOmegaQuarters] = {4, 3, 2, 1, 0};
+    std::vector<int> resident = {0};
+    for (int r = 1; r < c.num_layers; r *= 2) resident.push_back(r);
+    resident.push_back(c.num_layers);
+    dims[kResident] = resident;
+    dims[kPage] = {0, 1, 2, 3};
+    dims[kDepth] = {kMinPrefetchDepth, 3, 4};
+    dims[kCpuExpert] = {0, 4, 16};
+  } else {
+    dims[kOmegaQuarters] = {4};
+    dims[kResident] = {-1};
+    dims[kPage] = {0};
+    dims[kDepth] = {0};
+    dims[kCpuExpert] = {0};
+  }
 
   double scale = 1;
-  const size_t sample_cap = size_t(std::max(512, 2 * space.batch.back()));
+  const size_t sample_cap = size_t(std::max(512, 2 * dims[kBatch].back()));
   const std::vector<WorkloadRequest> sim = sample_workload(workload, sample_cap, &scale);
 
-  std::map<std::tuple<int, int, int, int>, PlannedPolicy> evaluated;
-  auto evaluate = [&](int B, int ba, int be, int chunk) -> const PlannedPolicy* {
-    auto key = std::make_tuple(B, ba, be, chunk);
+  auto policy_of = [&](const Key& k) {
+    Policy p = base;
+    p.batch = k[kBatch], p.attn_micro_batch = k[kAttn], p.expert_batch = k[kExpert];
+    p.prefill_chunk = k[kChunk];
+    if (p.kv_blocks <= 0) p.kv_blocks = p.batch * blocks_per_seq;
+    p.batch = std::min(p.batch, p.kv_blocks / blocks_per_seq);
+    return p;
+  };
+  std::map<Key, PlannedPolicy> evaluated;
+  auto evaluate = [&](const Key& key) -> const PlannedPolicy* {
     if (auto it = evaluated.find(key); it != evaluated.end())
       return it->second.prediction.total_seconds > 0 ? &it->second : nullptr;
     PlannedPolicy& pp = evaluated[key];
-    Policy p = base;
-    p.batch = B, p.attn_micro_batch = ba, p.expert_batch = be, p.prefill_chunk = chunk;
-    if (p.kv_blocks <= 0) p.kv_blocks = B * blocks_per_seq;
-    p.batch = std::min(p.batch, p.kv_blocks / blocks_per_seq);
-    pp.policy = p;
-    pp.memory = host_memory_use(c, p);
+    pp.policy = policy_of(key);
+    pp.offload = offload_of(key);
+    pp.memory = host_memory_use(c, pp.policy, pp.offload);
     if (pp.memory.total() > limits.host_bytes) return nullptr;  // total_seconds stays 0
-    pp.prediction = predict(hw, c, p, sim);
+    if (gpu) {
+      pp.gpu_memory = gpu_memory_use(c, pp.policy, pp.offload);
+      if (pp.gpu_memory.total() > limits.gpu_bytes) return nullptr;
+    }
+    pp.prediction = predict(hw, c, pp.policy, pp.offload, sim);
     pp.prediction.total_seconds *= scale;
     pp.prediction.prefill_seconds *= scale;
     pp.prediction.decode_seconds *= scale;
@@ -202,6 +335,14 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     return &pp;
   };
   auto value = [](const PlannedPolicy* p) { return p ? p->prediction.total_tokens_per_s() : -1.0; };
+  // The most resident layers that fit the GPU with the other dimensions as in `k`.
+  auto most_resident = [&](Key k) {
+    for (int r = c.num_layers; r > 0; --r) {
+      k[kResident] = r;
+      if (gpu_memory_use(c, policy_of(k), offload_of(k)).total() <= limits.gpu_bytes) return r;
+    }
+    return 0;
+  };
 
   // Coordinate descent from the old defaults (or the nearest allowed values).
   auto nearest = [](const std::vector<int>& v, int want) {
@@ -210,21 +351,26 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
       if (std::abs(x - want) < std::abs(best - want)) best = x;
     return best;
   };
-  int cur[4] = {nearest(space.batch, 256), nearest(space.attn, 256), nearest(space.expert, 1024),
-                nearest(space.chunk, 512)};
-  const std::vector<int>* dims[4] = {&space.batch, &space.attn, &space.expert, &space.chunk};
+  Key cur;
+  for (int d = 0; d < kDims; ++d) cur[size_t(d)] = dims[size_t(d)].front();
+  cur[kBatch] = nearest(dims[kBatch], 256);
+  cur[kAttn] = nearest(dims[kAttn], 256);
+  cur[kExpert] = nearest(dims[kExpert], 1024);
+  cur[kChunk] = nearest(dims[kChunk], 512);
   // The start may not fit memory: fall back to the smallest values, which do (checked above).
-  if (!evaluate(cur[0], cur[1], cur[2], cur[3]))
-    for (int d = 0; d < 4; ++d) cur[d] = dims[d]->front();
+  if (!evaluate(cur))
+    for (int d = 0; d < kDims; ++d) cur[size_t(d)] = dims[size_t(d)].front();
   for (int round = 0; round < 4; ++round) {
     bool changed = false;
-    for (int d = 0; d < 4; ++d) {
-      double best = value(evaluate(cur[0], cur[1], cur[2], cur[3]));
-      for (int x : *dims[d]) {
-        int trial[4] = {cur[0], cur[1], cur[2], cur[3]};
-        trial[d] = x;
-        const double v = value(evaluate(trial[0], trial[1], trial[2], trial[3]));
-        if (v > best * (1 + 1e-9)) best = v, cur[d] = x, changed = true;
+    for (int d = 0; d < kDims; ++d) {
+      std::vector<int> values = dims[size_t(d)];
+      if (gpu && d == kResident) values.push_back(most_resident(cur));
+      double best = value(evaluate(cur));
+      for (int x : values) {
+        Key trial = cur;
+        trial[size_t(d)] = x;
+        const double v = value(evaluate(trial));
+        if (v > best * (1 + 1e-9)) best = v, cur[size_t(d)] = x, changed = true;
       }
     }
     if (!changed) break;
@@ -234,8 +380,9 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   for (const auto& [key, pp] : evaluated)
     if (pp.prediction.total_seconds > 0) ranked.push_back(&pp);
   if (ranked.empty())
-    fail("planner: no policy fits {} of host memory for this workload",
-         human_bytes(double(limits.host_bytes)));
+    fail("planner: no policy fits {} of host memory{} for this workload",
+         human_bytes(double(limits.host_bytes)),
+         gpu ? " and " + human_bytes(double(limits.gpu_bytes)) + " of GPU memory" : "");
   // Best first. Policies within 0.1% of each other are the same to the model: of those tied
   // with the best, the one that needs the least memory is chosen.
   auto same = [&](const PlannedPolicy* x, const PlannedPolicy* y) {
@@ -244,11 +391,13 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   std::stable_sort(
       ranked.begin(), ranked.end(),
       [&](const PlannedPolicy* x, const PlannedPolicy* y) { return value(x) > value(y); });
+  auto memory = [](const PlannedPolicy* p) { return p->memory.total() + p->gpu_memory.total(); };
   for (size_t i = 1; i < ranked.size() && same(ranked[i], ranked[0]); ++i)
-    if (ranked[i]->memory.total() < ranked[0]->memory.total()) std::swap(ranked[i], ranked[0]);
+    if (memory(ranked[i]) < memory(ranked[0])) std::swap(ranked[i], ranked[0]);
   Plan plan;
   plan.evaluated = int(ranked.size());
   plan.chosen = *ranked.front();
+  plan.offload = plan.chosen.offload;
   // Runners-up: the next best with a different prediction (equal ones differ only in fields
   // that change nothing here, such as b_e above the most tokens an expert gets).
   const PlannedPolicy* last = ranked.front();
@@ -257,7 +406,9 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     plan.runners_up.push_back(*ranked[i]);
     last = ranked[i];
   }
-  plan.bottlenecks = explain(CpuCostModel(hw, c, plan.chosen.policy), sim);
+  plan.bottlenecks =
+      gpu ? explain(OffloadCostModel(hw, c, plan.chosen.policy, plan.chosen.offload), sim)
+          : explain(CpuCostModel(hw, c, plan.chosen.policy), sim);
   return plan;
 }
 

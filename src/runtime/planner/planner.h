@@ -4,10 +4,13 @@
 // Searched: B (powers of two up to 1024, and the request count), b_a, b_e and the prefill chunk,
 // by coordinate descent over powers of two from the old fixed defaults until no single change
 // helps; KV blocks follow from B (every admitted sequence reserves its whole length). Fields the
-// caller sets (non-zero) are kept. The GPU fields (CPU share of attention ω, resident weights,
-// page size, prefetch depth) are carried in OffloadPlan for the CUDA pipeline; on a CPU-only
-// machine every weight is resident in host memory and attention is all on the CPU, so they are
-// fixed, not searched.
+// caller sets (non-zero) are kept. With a GPU memory limit (and a GPU in the profile) the search
+// also covers the offload plan of the GPU pipeline (offload_cost_model.h): the CPU share of
+// attention ω, how many layers' experts stay resident on the GPU, the page size, the prefetch
+// depth and the most tokens an expert may have to run on the CPU; GPU memory (resident weights,
+// the GPU's KV share, page slots, step buffers) must fit the limit, host memory the weights, the
+// CPU's KV share and the activations. Without one, every weight is resident in host memory and
+// attention is all on the CPU.
 #pragma once
 
 #include <optional>
@@ -17,17 +20,11 @@
 #include "model/config.h"
 #include "runtime/planner/cost_model.h"
 #include "runtime/planner/hardware_profile.h"
+#include "runtime/planner/offload_cost_model.h"
 #include "runtime/planner/workload_sim.h"
 #include "runtime/policy.h"
 
 namespace sluice {
-
-struct OffloadPlan {
-  double cpu_attention_share = 1.0;  // ω
-  int resident_expert_layers = -1;   // layers whose experts stay in fast memory; -1: all
-  size_t page_bytes = 0;             // 0: no paging
-  int prefetch_depth = 0;
-};
 
 struct MemoryLimits {
   size_t host_bytes = 0;  // weights + KV cache + activations must fit
@@ -40,28 +37,34 @@ struct HostMemoryUse {
 };
 size_t model_weight_bytes(const ModelConfig& c);  // as the engine holds them (bf16)
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p);
+// With the GPU pipeline the host holds only the CPU's share ω of the KV cache.
+HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o);
 
 // Why a phase takes the time it does, from a representative step's task graph.
 struct PhaseBottleneck {
-  std::string phase;  // "decode", "prefill"
-  std::string group;  // task group with the most time
+  std::string phase;                   // "decode", "prefill"
+  std::string group;                   // task group with the most time
+  Resource resource = Resource::kCpu;  // where that group runs
   Bound bound = Bound::kMemory;
   double fraction = 0;  // of the step's critical path
   double step_seconds = 0;
   StepShape step;
+  ResourceUse use;               // busy fractions and link traffic of the step (GPU pipeline)
   std::string sentence() const;  // "decode is bound by GEMM compute in the expert GEMMs: 81% ..."
 };
 
 struct PlannedPolicy {
   Policy policy;
+  OffloadPlan offload;
   Prediction prediction;
   HostMemoryUse memory;
+  GpuMemoryUse gpu_memory;  // zero for the CPU engine
 };
 
 struct Plan {
   PlannedPolicy chosen;
   std::vector<PlannedPolicy> runners_up;  // next best distinct policies, best first
-  OffloadPlan offload;
+  OffloadPlan offload;                    // chosen.offload
   std::vector<PhaseBottleneck> bottlenecks;
   int evaluated = 0;
 };
@@ -70,14 +73,20 @@ struct Plan {
 // step) and their bottlenecks.
 std::vector<PhaseBottleneck> explain(const CpuCostModel& model,
                                      const std::vector<WorkloadRequest>& work);
+std::vector<PhaseBottleneck> explain(const OffloadCostModel& model,
+                                     const std::vector<WorkloadRequest>& work);
 
 // Fills the zero fields of `requested`; fails, saying what would fit, when no policy fits.
+// limits.gpu_bytes > 0 plans for the GPU pipeline and needs hw.gpu.
 Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
                  const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits);
 
 // Prediction for a policy as given (every field resolved).
 Prediction predict(const HardwareProfile& hw, const ModelConfig& c, const Policy& policy,
                    const std::vector<WorkloadRequest>& workload);
+// With the GPU pipeline's model when offload.gpu is set.
+Prediction predict(const HardwareProfile& hw, const ModelConfig& c, const Policy& policy,
+                   const OffloadPlan& offload, const std::vector<WorkloadRequest>& workload);
 
 std::vector<WorkloadRequest> uniform_workload(int requests, int prompt_tokens, int new_tokens);
 

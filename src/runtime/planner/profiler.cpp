@@ -208,6 +208,10 @@ void set_gpu_profiler(GpuProfiler profiler) {
   gpu_profiler() = std::move(profiler);
 }
 
+std::optional<GpuProfile> measure_gpu() {
+  return gpu_profiler() ? gpu_profiler()() : std::nullopt;
+}
+
 HardwareProfile measure_profile(const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& what) {
     if (progress) progress(what);
@@ -258,8 +262,8 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   say("elementwise passes (SiLU·mul)");
   p.elementwise_bytes_per_s = measure_elementwise_bandwidth();
   if (gpu_profiler()) {
-    say("GPU");
-    p.gpu = gpu_profiler()();
+    say("GPU (PCIe copies, device memory, cuBLASLt GEMM curves)");
+    p.gpu = measure_gpu();
   }
   return p;
 }

@@ -39,6 +39,8 @@ std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& d
 // function here; without one, profiles have no GPU section.
 using GpuProfiler = std::function<std::optional<GpuProfile>()>;
 void set_gpu_profiler(GpuProfiler profiler);
+// The registered profiler's measurement; nullopt when none is registered or there is no GPU.
+std::optional<GpuProfile> measure_gpu();
 
 // The cached profile of this machine for `threads` OpenMP threads (0: all cores), if any.
 std::optional<HardwareProfile> load_cached_profile(int threads = 0);

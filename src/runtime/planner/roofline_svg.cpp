@@ -6,17 +6,25 @@
 #include <cmath>
 #include <map>
 
+#include "runtime/planner/offload_cost_model.h"
+
 namespace sluice {
 
 std::vector<RooflinePoint> roofline_points(const CpuCostModel& model,
                                            const std::vector<PhaseBottleneck>& phases) {
+  return roofline_points([&](const StepShape& s) { return model.step_graph(s); }, phases);
+}
+
+std::vector<RooflinePoint> roofline_points(
+    const std::function<TaskGraph(const StepShape&)>& step_graph,
+    const std::vector<PhaseBottleneck>& phases) {
   std::vector<RooflinePoint> out;
   for (const PhaseBottleneck& ph : phases) {
     struct Sum {
       double flops = 0, bytes = 0, seconds = 0;
     };
     std::map<std::string, Sum> groups;
-    const TaskGraph graph = model.step_graph(ph.step);
+    const TaskGraph graph = step_graph(ph.step);
     for (const Task& t : graph.tasks()) {
       Sum& s = groups[t.group];
       s.flops += t.flops, s.bytes += t.bytes, s.seconds += t.seconds;
@@ -47,11 +55,14 @@ std::string escape(const std::string& s) {
 }  // namespace
 
 std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePoint>& points,
-                         const std::string& title) {
+                         const std::string& title, bool gpu_ceilings) {
+  gpu_ceilings = gpu_ceilings && hw.gpu && hw.gpu->gemm_peak_flops() > 0;
+  const double top_rate =
+      gpu_ceilings ? std::max(hw.gemm_peak_flops, hw.gpu->gemm_peak_flops()) : hw.gemm_peak_flops;
   const double W = 900, Hgt = 600, left = 80, right = 330, top = 50, bottom = 60;
   const double pw = W - left - right, ph = Hgt - top - bottom;
   double x_lo = -2, x_hi = 4;
-  const double y_hi = std::ceil(std::log10(hw.gemm_peak_flops * 2));
+  const double y_hi = std::ceil(std::log10(top_rate * 2));
   const double y_lo = y_hi - 6;
   auto X = [&](double ai) { return left + (std::log10(ai) - x_lo) / (x_hi - x_lo) * pw; };
   auto Y = [&](double r) {
@@ -98,6 +109,29 @@ std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePo
       X(ai0 * 10) + 4, Y(ai0 * 10 * hw.dram_bytes_per_s) - 6,
       std::atan2(Y(ai0) - Y(ai0 * 10), X(ai0 * 10) - X(ai0)) * 180 / M_PI, X(ai0 * 10) + 4,
       Y(ai0 * 10 * hw.dram_bytes_per_s) - 6, hw.dram_bytes_per_s / 1e9);
+  if (gpu_ceilings) {
+    // GPU: min(GEMM peak, intensity × device memory bandwidth), and the PCIe slope that bounds
+    // work on weights streamed from the host.
+    const GpuProfile& g = *hw.gpu;
+    const double peak = g.gemm_peak_flops();
+    const double mem = g.memory_bytes_per_s > 0 ? g.memory_bytes_per_s : kAssumedGpuMemoryBytesPerS;
+    const double gpu_ridge = peak / mem;
+    s += fmt::format(
+        "<polyline fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"2\" stroke-dasharray=\"6 3\" "
+        "points=\"{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}\"/>\n",
+        X(ai0), Y(ai0 * mem), X(gpu_ridge), Y(peak), X(ai1), Y(peak));
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#2ca02c\">GPU GEMM {:.0f} TFLOP/s, memory "
+        "{:.0f} GB/s</text>\n",
+        X(std::min(gpu_ridge, ai1)) - 260, Y(peak) - 6, peak / 1e12, mem / 1e9);
+    const double h2d = g.h2d_pinned_bytes_per_s;
+    s += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#9467bd\" "
+        "stroke-width=\"2\" stroke-dasharray=\"2 3\"/>\n<text x=\"{:.1f}\" y=\"{:.1f}\" "
+        "fill=\"#9467bd\">PCIe H2D {:.1f} GB/s</text>\n",
+        X(ai0), Y(ai0 * h2d), X(ai1), Y(std::min(ai1 * h2d, peak)), X(ai0 * 100),
+        Y(ai0 * 100 * h2d) + 14, h2d / 1e9);
+  }
   // Points, numbered, with a legend on the right.
   for (size_t i = 0; i < points.size(); ++i) {
     const RooflinePoint& p = points[i];

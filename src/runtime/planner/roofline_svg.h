@@ -3,6 +3,7 @@
 // the representative prefill and decode steps placed at its intensity and predicted rate.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,13 @@ struct RooflinePoint {
 
 std::vector<RooflinePoint> roofline_points(const CpuCostModel& model,
                                            const std::vector<PhaseBottleneck>& phases);
+// The same from any model's step graphs (the GPU pipeline's: its points mix GPU and CPU tasks).
+std::vector<RooflinePoint> roofline_points(
+    const std::function<TaskGraph(const StepShape&)>& step_graph,
+    const std::vector<PhaseBottleneck>& phases);
+// With `gpu_ceilings` (and a GPU in the profile), the GPU's GEMM peak, device memory and PCIe
+// host-to-device slopes are drawn too, dashed.
 std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePoint>& points,
-                         const std::string& title);
+                         const std::string& title, bool gpu_ceilings = false);
 
 }  // namespace sluice

@@ -69,11 +69,18 @@ void replay_schedule(const Policy& p, int max_positions, int window,
 
 Prediction predict_workload(const CpuCostModel& model,
                             const std::vector<WorkloadRequest>& requests) {
+  return predict_workload(
+      model.policy(), model.config(), [&](const StepShape& s) { return model.step_seconds(s); },
+      requests);
+}
+
+Prediction predict_workload(const Policy& policy, const ModelConfig& c,
+                            const std::function<double(const StepShape&)>& step_seconds,
+                            const std::vector<WorkloadRequest>& requests) {
   Prediction out;
-  const ModelConfig& c = model.config();
-  replay_schedule(model.policy(), c.max_position_embeddings, c.sliding_window, requests,
+  replay_schedule(policy, c.max_position_embeddings, c.sliding_window, requests,
                   [&](const StepShape& step) {
-                    const double s = model.step_seconds(step);
+                    const double s = step_seconds(step);
                     const double T = step.prefill_tokens + step.decode_tokens;
                     out.prefill_seconds += s * step.prefill_tokens / T;
                     out.decode_seconds += s * step.decode_tokens / T;

@@ -44,5 +44,9 @@ void replay_schedule(const Policy& policy, int max_positions, int sliding_window
 
 Prediction predict_workload(const CpuCostModel& model,
                             const std::vector<WorkloadRequest>& requests);
+// The same with any step-time model (the GPU offload pipeline's, for one).
+Prediction predict_workload(const Policy& policy, const ModelConfig& config,
+                            const std::function<double(const StepShape&)>& step_seconds,
+                            const std::vector<WorkloadRequest>& requests);
 
 }  // namespace sluice

@@ -1,0 +1,413 @@
+#include "runtime/planner/offload_cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace sluice {
+
+std::string describe(const OffloadPlan& o) {
+  if (!o.gpu) return "cpu-only";
+  std::string page = human_bytes(double(o.page_bytes));
+  page.erase(std::remove(page.begin(), page.end(), ' '), page.end());
+  return fmt::format("omega={:.2f} resident={} page={} depth={} cpu_experts<={}",
+                     o.cpu_attention_share, o.resident_expert_layers, page, o.prefetch_depth,
+                     o.cpu_expert_max_tokens);
+}
+
+size_t expert_weight_bytes(const ModelConfig& c) {
+  return 3 * size_t(c.hidden_size) * size_t(c.expert_intermediate_size) * 2;
+}
+
+int pages_per_expert(const ModelConfig& c, size_t page_bytes) {
+  if (page_bytes == 0) fail("offload plan: field 'page_bytes': expected > 0, got 0");
+  return int((expert_weight_bytes(c) + page_bytes - 1) / page_bytes);
+}
+
+bool layer_resident(int layer, int layers, int resident) {
+  if (resident < 0 || resident >= layers) return true;
+  // Evenly spaced: layer l is resident when the count floor(l·R/L) steps up at it, so the copy
+  // engine can run ahead while the GPU computes a resident layer.
+  return (int64_t(layer) + 1) * resident / layers > int64_t(layer) * resident / layers;
+}
+
+GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
+  const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
+  const size_t kvd = size_t(c.kv_dim()), E = size_t(c.num_experts), V = size_t(c.vocab_size);
+  const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
+  GpuMemoryUse m;
+  m.attention_weights = L * (2 * H * qd + 2 * H * kvd) * 2;
+  m.router_norms_head = L * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2;
+  const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
+  m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
+  const size_t kv_total = size_t(p.kv_blocks) * size_t(p.kv_block_size) * kv_bytes_per_token(c);
+  m.kv_cache = size_t(std::ceil((1 - o.cpu_attention_share) * double(kv_total)));
+  if (resident < c.num_layers)
+    m.page_slots =
+        size_t(o.prefetch_depth) * size_t(pages_per_expert(c, o.page_bytes)) * o.page_bytes;
+  // The largest step: a prefill chunk plus a decode token of every other sequence. Per token:
+  // residual, normed and attention-output rows (fp32), q/k/v (fp32), router logits, the k expert
+  // outputs (fp32); one expert's GEMM may take every token (bf16 input, fp32 gate and up,
+  // bf16 activation, fp32 down). Logits of the sampled rows; cuBLASLt's 32 MiB workspace.
+  const size_t T = size_t(p.prefill_chunk + p.batch);
+  const size_t per_token =
+      H * 4 * 3 + (qd + 2 * kvd) * 4 + E * 4 + k * H * 4 + H * 2 + I * 4 * 2 + I * 2 + H * 4;
+  m.step_buffers = T * per_token + size_t(p.batch) * V * 4 + (size_t(32) << 20);
+  return m;
+}
+
+double pipeline_step_seconds(const TaskGraph& g) {
+  double h2d = 0, d2h = 0;
+  for (const Task& t : g.tasks()) {
+    if (t.resource == Resource::kHostToDevice) h2d += t.seconds;
+    if (t.resource == Resource::kDeviceToHost) d2h += t.seconds;
+  }
+  return std::max({g.critical_path_seconds(), h2d, d2h});
+}
+
+ResourceUse resource_use(const TaskGraph& g) {
+  ResourceUse u;
+  u.step_seconds = pipeline_step_seconds(g);
+  for (const Task& t : g.tasks()) {
+    switch (t.resource) {
+      case Resource::kGpu:
+        u.gpu_busy += t.seconds;
+        break;
+      case Resource::kCpu:
+        u.cpu_busy += t.seconds;
+        break;
+      case Resource::kHostToDevice:
+        u.h2d_busy += t.seconds, u.h2d_bytes += t.bytes;
+        break;
+      case Resource::kDeviceToHost:
+        u.d2h_busy += t.seconds, u.d2h_bytes += t.bytes;
+        break;
+      case Resource::kDisk:
+        break;
+    }
+  }
+  if (u.step_seconds > 0)
+    for (double* f : {&u.gpu_busy, &u.cpu_busy, &u.h2d_busy, &u.d2h_busy}) *f /= u.step_seconds;
+  return u;
+}
+
+OffloadCostModel::OffloadCostModel(const HardwareProfile& profile, const ModelConfig& config,
+                                   const Policy& policy, const OffloadPlan& plan)
+    : cpu_(profile, config, policy), o_(plan) {
+  if (!profile.gpu)
+    fail("offload cost model: hardware profile: field 'gpu': expected a GPU section, got none");
+  const GpuProfile& g = *profile.gpu;
+  if (g.h2d_pinned_bytes_per_s <= 0 || g.d2h_pinned_bytes_per_s <= 0 || g.gemm.empty())
+    fail(
+        "offload cost model: hardware profile: field 'gpu': expected positive pinned H2D and D2H "
+        "bandwidths and GEMM curves, got H2D {} B/s, D2H {} B/s, {} curves",
+        g.h2d_pinned_bytes_per_s, g.d2h_pinned_bytes_per_s, g.gemm.size());
+  if (!o_.gpu) fail("offload cost model: offload plan field 'gpu': expected true");
+  if (o_.cpu_attention_share < 0 || o_.cpu_attention_share > 1)
+    fail("offload plan: field 'cpu_attention_share': expected in [0, 1], got {}",
+         o_.cpu_attention_share);
+  if (o_.resident_expert_layers > config.num_layers)
+    fail("offload plan: field 'resident_expert_layers': expected at most {} layers, got {}",
+         config.num_layers, o_.resident_expert_layers);
+  if (o_.page_bytes == 0 || o_.prefetch_depth < 1)
+    fail("offload plan: fields 'page_bytes', 'prefetch_depth': expected > 0, got {} and {}",
+         o_.page_bytes, o_.prefetch_depth);
+}
+
+double OffloadCostModel::gpu_memory_bytes_per_s() const {
+  return gpu().memory_bytes_per_s > 0 ? gpu().memory_bytes_per_s : kAssumedGpuMemoryBytesPerS;
+}
+
+double OffloadCostModel::gpu_gemm_seconds(double m, int64_t n, int64_t k) const {
+  return gpu().gemm_seconds(m, n, k);
+}
+
+double OffloadCostModel::h2d_seconds(double bytes, double copies) const {
+  return bytes / gpu().h2d_pinned_bytes_per_s + copies * kLaunchSeconds;
+}
+
+double OffloadCostModel::gpu_expert_probability(int T) const {
+  double p = 0;
+  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T))
+    if (m > o_.cpu_expert_max_tokens && m > 0) p += pm;
+  return p;
+}
+
+double OffloadCostModel::gpu_expert_seconds(int T) const {
+  const ModelConfig& c = config();
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+  const double bw = gpu_memory_bytes_per_s();
+  double s = 0;
+  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T)) {
+    if (m == 0 || m <= o_.cpu_expert_max_tokens) continue;
+    const double md = m;
+    // gate and up, down; gather, SiLU·mul and scatter-add as three kernels.
+    s += pm * (2 * gpu_gemm_seconds(md, I, H) + gpu_gemm_seconds(md, H, I) +
+               (md * double(H) * 4 + md * double(I) * 12 + md * double(H) * 12) / bw +
+               3 * kLaunchSeconds);
+  }
+  return s;
+}
+
+namespace {
+
+// Adds tasks with their dependencies (-1: none). Named, it builds the TaskGraph; otherwise it
+// only keeps finish times, the same dp as TaskGraph::finish_times without the tasks themselves
+// (the planner's search evaluates thousands of steps).
+class Builder {
+ public:
+  explicit Builder(bool named) : named_(named) {}
+  int add(const Task& t, std::initializer_list<int> deps, const std::vector<int>& more = {},
+          std::string name = {}) {
+    if (!named_) {
+      double start = 0;
+      for (int d : deps)
+        if (d >= 0) start = std::max(start, finish_[size_t(d)]);
+      for (int d : more) start = std::max(start, finish_[size_t(d)]);
+      finish_.push_back(start + t.seconds);
+      if (t.resource == Resource::kHostToDevice) h2d_ += t.seconds;
+      if (t.resource == Resource::kDeviceToHost) d2h_ += t.seconds;
+      return int(finish_.size()) - 1;
+    }
+    Task named_task = t;
+    named_task.name = std::move(name);
+    for (int d : deps)
+      if (d >= 0) named_task.deps.push_back(d);
+    for (int d : more) named_task.deps.push_back(d);
+    return graph_.add(std::move(named_task));
+  }
+  bool named() const { return named_; }
+  TaskGraph take_graph() { return std::move(graph_); }
+  // pipeline_step_seconds of what was added, without names.
+  double step_seconds() const {
+    const double path = finish_.empty() ? 0 : *std::max_element(finish_.begin(), finish_.end());
+    return std::max({path, h2d_, d2h_});
+  }
+
+ private:
+  bool named_;
+  TaskGraph graph_;
+  std::vector<double> finish_;
+  double h2d_ = 0, d2h_ = 0;
+};
+
+Task make_task(Resource r, const char* group, double seconds, double bytes, double flops,
+               Bound bound) {
+  Task t;
+  t.resource = r;
+  t.group = group;
+  t.seconds = seconds;
+  t.bytes = bytes;
+  t.flops = flops;
+  t.bound = bound;
+  return t;
+}
+
+// The tasks of one micro-batch, the same in every layer (the names are added per layer).
+struct MicroBatchTasks {
+  std::vector<std::pair<const char*, Task>> in, out;  // GPU, in stream order
+  bool cpu_share = false;
+  Task qkv_d2h, cpu_attention, out_h2d, routing_d2h;
+};
+
+}  // namespace
+
+template <typename B>
+void OffloadCostModel::build_into(const StepShape& step, B& b) const {
+  const ModelConfig& c = config();
+  const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), E = c.num_experts;
+  const int64_t I = c.expert_intermediate_size, V = c.vocab_size, K = c.experts_per_token;
+  const double w = o_.cpu_attention_share, bw = gpu_memory_bytes_per_s();
+  const double gpu_peak = std::max(gpu().gemm_peak_flops(), 1.0);
+  const double h2d_bw = gpu().h2d_pinned_bytes_per_s, d2h_bw = gpu().d2h_pinned_bytes_per_s;
+  const int T = step.tokens(), S = step.sampled;
+  const int M = int(step.micro_batches.size());
+  const bool named = b.named();
+  auto gpu_elementwise = [&](const char* group, double bytes) {
+    return make_task(Resource::kGpu, group, bytes / bw + kLaunchSeconds, bytes, bytes / 4,
+                     Bound::kMemory);
+  };
+  auto gpu_gemm = [&](const char* group, double m, int64_t n, int64_t k) {
+    const double flops = 2.0 * m * double(n) * double(k);
+    const double bytes = 2.0 * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
+    return make_task(Resource::kGpu, group, gpu_gemm_seconds(m, n, k), bytes, flops,
+                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
+  };
+  auto copy = [&](Resource r, const char* group, double bytes) {
+    return make_task(r, group,
+                     bytes / (r == Resource::kHostToDevice ? h2d_bw : d2h_bw) + kLaunchSeconds,
+                     bytes, 0, Bound::kLink);
+  };
+  auto name = [&](const std::string& prefix, const char* what) {
+    return named ? prefix + what : std::string();
+  };
+
+  // Per micro-batch tasks, computed once for all layers.
+  std::vector<MicroBatchTasks> mbs(static_cast<size_t>(M));
+  for (int i = 0; i < M; ++i) {
+    const MicroBatchShape& mb = step.micro_batches[size_t(i)];
+    const double n = mb.tokens;
+    MicroBatchTasks& t = mbs[size_t(i)];
+    t.in.push_back({"attn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    t.in.push_back({"q_proj", gpu_gemm("GPU attention projections", n, qd, H)});
+    t.in.push_back({"k_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    t.in.push_back({"v_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    t.in.push_back(
+        {"rope_kv_write", gpu_elementwise("GPU norms, RoPE, routing",
+                                          n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4))});
+    if (w < 1) {
+      const double bytes = (1 - w) * mb.kv_positions * double(kvd) * 4;
+      const double flops = (1 - w) * 4.0 * mb.qk_pairs * double(qd);
+      const double memory = bytes / bw, compute = flops / (kGpuAttentionPeakFraction * gpu_peak);
+      t.in.push_back(
+          {"gpu_attention", make_task(Resource::kGpu, "GPU attention (KV reads)",
+                                      std::max(memory, compute) + kLaunchSeconds, bytes, flops,
+                                      compute > memory ? Bound::kCompute : Bound::kMemory)});
+    }
+    t.cpu_share = w > 0;
+    if (t.cpu_share) {
+      t.qkv_d2h =
+          copy(Resource::kDeviceToHost, "activation copies", w * n * double(qd + 2 * kvd) * 2);
+      t.cpu_attention = cpu_.attention_task(
+          "", MicroBatchShape{int(std::lround(w * n)), w * mb.kv_positions, w * mb.qk_pairs});
+      t.cpu_attention.group = "CPU attention (KV reads)";
+      t.out_h2d = copy(Resource::kHostToDevice, "activation copies", w * n * double(qd) * 2);
+    }
+    t.out.push_back({"o_proj", gpu_gemm("GPU attention projections", n, H, qd)});
+    t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    t.out.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
+    t.out.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
+                                              n * double(E) * 4 + n * double(K) * 8)});
+    t.routing_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
+  }
+
+  // Per expert tasks, the same for every expert and layer in expectation.
+  const double q_gpu = gpu_expert_probability(T);
+  double expert_flops = 0, expert_weight_reads = 0, cpu_rows = 0;
+  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T)) {
+    if (m == 0) continue;
+    if (m > o_.cpu_expert_max_tokens)
+      expert_flops += pm * 6.0 * m * double(H) * double(I),
+          expert_weight_reads += pm * double(expert_weight_bytes(c));
+    else
+      cpu_rows += pm * m;
+  }
+  const int pages = pages_per_expert(c, o_.page_bytes);
+  const double copied_bytes = q_gpu * double(expert_weight_bytes(c));
+  const Task expert_copy =
+      make_task(Resource::kHostToDevice, "expert weights", h2d_seconds(copied_bytes, q_gpu * pages),
+                copied_bytes, 0, Bound::kLink);
+  const Task gpu_expert = make_task(
+      Resource::kGpu, "GPU expert GEMMs", gpu_expert_seconds(T), expert_weight_reads, expert_flops,
+      expert_flops / gpu_peak > expert_weight_reads / bw ? Bound::kCompute : Bound::kMemory);
+  Task cpu_expert = make_task(Resource::kCpu, "CPU experts", 0, 0, 0, Bound::kMemory);
+  if (o_.cpu_expert_max_tokens > 0)
+    for (const Task& t : cpu_.expert_tasks(0, T, 1, o_.cpu_expert_max_tokens))
+      cpu_expert.seconds += t.seconds, cpu_expert.bytes += t.bytes, cpu_expert.flops += t.flops;
+  const double cpu_expert_rows = cpu_rows * double(E);
+  const Task cpu_experts_h2d =
+      copy(Resource::kHostToDevice, "activation copies", cpu_expert_rows * double(H) * 4);
+  const Task add_cpu_experts =
+      gpu_elementwise("GPU norms, RoPE, routing", cpu_expert_rows * double(H) * 12);
+
+  // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
+  int cpu_last =
+      b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
+            {}, {}, name("", "embed"));
+  int gpu_last =
+      b.add(copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
+            {cpu_last}, {}, name("", "embed_h2d"));
+  int weights_last = -1;                 // the weight copy engine's last copy
+  std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    std::vector<int> in_end(static_cast<size_t>(M)), routing;
+    auto prefix = [&](int i) { return named ? fmt::format("layer{}.mb{}.", l, i) : std::string(); };
+    auto attention_in = [&](int i) {
+      const std::string p = prefix(i);
+      for (const auto& [what, t] : mbs[size_t(i)].in)
+        gpu_last = b.add(t, {gpu_last}, {}, name(p, what));
+      in_end[size_t(i)] = gpu_last;
+    };
+    auto attention_out = [&](int i) {
+      const MicroBatchTasks& t = mbs[size_t(i)];
+      const std::string p = prefix(i);
+      int cpu_out = -1;
+      if (t.cpu_share) {
+        const int down = b.add(t.qkv_d2h, {in_end[size_t(i)]}, {}, name(p, "qkv_d2h"));
+        cpu_last = b.add(t.cpu_attention, {cpu_last, down}, {}, name(p, "cpu_attention"));
+        cpu_out = b.add(t.out_h2d, {cpu_last}, {}, name(p, "attn_out_h2d"));
+      }
+      bool first = true;
+      for (const auto& [what, task] : t.out) {
+        gpu_last = b.add(task, {gpu_last, first ? cpu_out : -1}, {}, name(p, what));
+        first = false;
+      }
+      routing.push_back(b.add(t.routing_d2h, {gpu_last}, {}, name(p, "routing_d2h")));
+    };
+    if (M > 0) attention_in(0);
+    for (int i = 0; i < M; ++i) {
+      if (i + 1 < M) attention_in(i + 1);
+      attention_out(i);
+    }
+
+    // Expert phase: the host waits for every micro-batch's routing, then enqueues the experts.
+    const bool resident = layer_resident(l, c.num_layers, o_.resident_expert_layers);
+    for (int e = 0; e < E; ++e) {
+      const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
+      const std::vector<int>& after_routing = e == 0 ? routing : std::vector<int>{};
+      if (q_gpu > 0) {
+        int copied = -1;
+        if (!resident) {
+          const size_t j = streamed_gpu_expert.size(), depth = size_t(o_.prefetch_depth);
+          const int slot_free = j >= depth ? streamed_gpu_expert[j - depth] : -1;
+          weights_last = b.add(expert_copy, {weights_last, slot_free}, {}, name(p, "pages_h2d"));
+          copied = weights_last;
+        }
+        gpu_last = b.add(gpu_expert, {gpu_last, copied}, after_routing, name(p, "gpu"));
+        if (!resident) streamed_gpu_expert.push_back(gpu_last);
+      }
+      if (o_.cpu_expert_max_tokens > 0)
+        cpu_last = b.add(cpu_expert, {cpu_last}, after_routing, name(p, "cpu"));
+    }
+    if (o_.cpu_expert_max_tokens > 0 && cpu_rows > 0) {
+      const std::string p = named ? fmt::format("layer{}.", l) : std::string();
+      const int up = b.add(cpu_experts_h2d, {cpu_last}, {}, name(p, "cpu_experts_h2d"));
+      gpu_last = b.add(add_cpu_experts, {gpu_last, up}, {}, name(p, "add_cpu_experts"));
+    }
+  }
+
+  if (S > 0) {
+    gpu_last = b.add(gpu_elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
+                     {gpu_last}, {}, name("", "final_norm"));
+    gpu_last = b.add(gpu_gemm("embedding, lm_head, sampling", S, V, H), {gpu_last}, {},
+                     name("", "lm_head"));
+    const int logits =
+        b.add(copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
+              {gpu_last}, {}, name("", "logits_d2h"));
+    b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(S) * double(V) * 8),
+          {cpu_last, logits}, {}, name("", "sampling"));
+  }
+}
+
+TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
+  Builder b(named);
+  build_into(step, b);
+  return b.take_graph();
+}
+
+double OffloadCostModel::step_seconds(const StepShape& step) const {
+  Builder b(false);
+  build_into(step, b);
+  return b.step_seconds();
+}
+
+TaskGraph OffloadCostModel::step_graph(const StepShape& step) const {
+  return build(step, true);
+}
+
+}  // namespace sluice

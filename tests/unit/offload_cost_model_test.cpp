@@ -1,0 +1,297 @@
+// The GPU offload pipeline's cost model against hand arithmetic (expert page bytes, a copy-bound
+// critical path, the prefetch window), GPU memory accounting, and the planner's search over the
+// offload plan, all with a synthetic GPU profile whose numbers make the arithmetic easy.
+#include "runtime/planner/offload_cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "model/presets.h"
+#include "runtime/planner/planner.h"
+
+namespace sluice {
+namespace {
+
+// GPU GEMM curve that follows the roofline max(weight bytes / bw, FLOPs / peak) exactly, with
+// its corner at m = peak / bw (both points 1 and the corner are weight bound).
+GemmCurve roofline_curve(const char* name, int64_t n, int64_t k, double bw, double peak) {
+  const double w = 2.0 * double(n) * double(k);
+  const int64_t ridge = int64_t(peak / bw);
+  return GemmCurve{name,
+                   "bf16",
+                   n,
+                   k,
+                   {{1, w / bw}, {ridge, w / bw}, {8192, 2.0 * 8192 * double(n * k) / peak}}};
+}
+
+// CPU: 1e11 B/s DRAM, 1e12 FLOP/s. GPU: 1e12 B/s device memory, 1e14 FLOP/s, PCIe 2e10 B/s.
+HardwareProfile synthetic_gpu_profile(double h2d = 2e10) {
+  HardwareProfile p = quick_profile(1e11, 1e12);
+  p.attention_bytes_per_s = 5e10;
+  p.attention_flops = 2e11;
+  p.elementwise_bytes_per_s = 1e11;
+  GpuProfile g;
+  g.name = "synthetic GPU";
+  g.h2d_pinned_bytes_per_s = h2d;
+  g.d2h_pinned_bytes_per_s = 2e10;
+  g.h2d_pageable_bytes_per_s = g.d2h_pageable_bytes_per_s = 1e10;
+  g.memory_bytes_per_s = 1e12;
+  g.memory_free_bytes = size_t(80) << 30;
+  g.gemm = {roofline_curve("expert", 14336, 4096, 1e12, 1e14),
+            roofline_curve("expert_down", 4096, 14336, 1e12, 1e14),
+            roofline_curve("attention", 4096, 4096, 1e12, 1e14)};
+  p.gpu = g;
+  return p;
+}
+
+Policy small_policy() {
+  Policy p;
+  p.batch = 64, p.attn_micro_batch = 64, p.expert_batch = 256, p.prefill_chunk = 64;
+  p.kv_blocks = 64;
+  return p;
+}
+
+OffloadPlan streamed(int depth = 2) {
+  OffloadPlan o;
+  o.gpu = true;
+  o.cpu_attention_share = 1.0;
+  o.resident_expert_layers = 0;
+  o.page_bytes = size_t(14336) * 4096 * 2;  // one expert matrix
+  o.prefetch_depth = depth;
+  return o;
+}
+
+StepShape decode_step(int tokens, double kv_positions, int sampled = 0) {
+  StepShape s;
+  s.micro_batches = {MicroBatchShape{tokens, kv_positions, kv_positions}};
+  s.decode_tokens = tokens;
+  s.sampled = sampled;
+  return s;
+}
+
+double sum_of(const TaskGraph& g, const std::string& group, double Task::*field) {
+  double s = 0;
+  for (const Task& t : g.tasks())
+    if (t.group == group) s += t.*field;
+  return s;
+}
+
+const double kExpertBytes = 3.0 * 14336 * 4096 * 2;
+
+TEST(OffloadCostModel, DecodeCopiesOnlyExpertsThatGetATokenFromNonResidentLayers) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  EXPECT_EQ(expert_weight_bytes(c), size_t(kExpertBytes));
+  // 8 decode tokens, top-2 of 8: an expert is idle with probability (3/4)^8.
+  const double busy = 1 - std::pow(0.75, 8);
+  OffloadPlan o = streamed();
+  const OffloadCostModel all_streamed(synthetic_gpu_profile(), c, small_policy(), o);
+  const TaskGraph g = all_streamed.step_graph(decode_step(8, 800));
+  EXPECT_NEAR(sum_of(g, "expert weights", &Task::bytes), 4 * 8 * busy * kExpertBytes,
+              1e-9 * kExpertBytes);
+  // Two of four layers resident (layers 1 and 3, evenly spaced): half the copies.
+  o.resident_expert_layers = 2;
+  EXPECT_FALSE(layer_resident(0, 4, 2));
+  EXPECT_TRUE(layer_resident(1, 4, 2));
+  EXPECT_FALSE(layer_resident(2, 4, 2));
+  EXPECT_TRUE(layer_resident(3, 4, 2));
+  const OffloadCostModel half(synthetic_gpu_profile(), c, small_policy(), o);
+  EXPECT_NEAR(sum_of(half.step_graph(decode_step(8, 800)), "expert weights", &Task::bytes),
+              2 * 8 * busy * kExpertBytes, 1e-9 * kExpertBytes);
+  // Experts with at most 2 tokens run on the CPU and are never copied: P(m > 2) of each.
+  o.resident_expert_layers = 0;
+  o.cpu_expert_max_tokens = 2;
+  const double p_gpu =
+      1 - std::pow(0.75, 8) - 8 * 0.25 * std::pow(0.75, 7) - 28 * 0.0625 * std::pow(0.75, 6);
+  const OffloadCostModel cpu_small(synthetic_gpu_profile(), c, small_policy(), o);
+  EXPECT_NEAR(cpu_small.gpu_expert_probability(8), p_gpu, 1e-12);
+  const TaskGraph gc = cpu_small.step_graph(decode_step(8, 800));
+  EXPECT_NEAR(sum_of(gc, "expert weights", &Task::bytes), 4 * 8 * p_gpu * kExpertBytes,
+              1e-9 * kExpertBytes);
+  EXPECT_GT(sum_of(gc, "CPU experts", &Task::seconds), 0);
+  // The CPU's attention share moves q/k/v down and the output up: ω·n·(4096 + 2·1024) and
+  // ω·n·4096 bf16 values, plus the embedding rows (fp32) up and the routing pairs down.
+  EXPECT_NEAR(sum_of(g, "activation copies", &Task::bytes),
+              4 * (8 * 6144 * 2 + 8 * 4096 * 2 + 8 * 2 * 8) + 8 * 4096 * 4, 1e-6);
+}
+
+TEST(OffloadCostModel, PcieBoundStepIsTheCopyChain) {
+  // A slow link (1 GB/s): every other resource idles while the weights stream.
+  const ModelConfig c = preset_config("mixtral-8x7b", 2);
+  const OffloadCostModel m(synthetic_gpu_profile(1e9), c, small_policy(), streamed());
+  const StepShape step = decode_step(4, 400);
+  const TaskGraph g = m.step_graph(step);
+  const double q = 1 - std::pow(0.75, 4);
+  const double copy = q * kExpertBytes / 1e9 + q * 3 * kLaunchSeconds;
+  EXPECT_DOUBLE_EQ(m.h2d_seconds(q * kExpertBytes, q * 3), copy);
+  // The copies start at once (nothing gates the prefetch of the first experts) and run back to
+  // back; only the last expert's GEMM follows the last copy.
+  const double want = 2 * 8 * copy + m.gpu_expert_seconds(4);
+  EXPECT_NEAR(g.critical_path_seconds(), want, 1e-9 * want);
+  EXPECT_NEAR(m.step_seconds(step), want, 1e-9 * want);
+  int copies_on_path = 0;
+  for (int v : g.critical_path())
+    if (g.tasks()[size_t(v)].group == "expert weights") ++copies_on_path;
+  EXPECT_EQ(copies_on_path, 16);
+  // The planner names it.
+  const std::vector<PhaseBottleneck> why =
+      explain(m, std::vector<WorkloadRequest>(4, WorkloadRequest{8, 4}));
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_EQ(why[1].phase, "decode");
+  EXPECT_EQ(why[1].resource, Resource::kHostToDevice);
+  EXPECT_NE(why[1].sentence().find("decode is bound by PCIe host-to-device bandwidth while "
+                                   "streaming expert weights: "),
+            std::string::npos)
+      << why[1].sentence();
+  EXPECT_GT(why[1].fraction, 0.9);
+  EXPECT_GT(why[1].use.h2d_busy, 0.9);
+}
+
+TEST(OffloadCostModel, PrefetchWindowBoundsHowFarCopiesRunAhead) {
+  // One layer whose attention (all on the GPU, ω = 0, over a long KV) takes longer than four
+  // expert copies. With depth d the first d experts arrive during attention; each later copy
+  // waits for a slot, freed when the expert d places earlier finishes. Copy c > GEMM g, so:
+  //   step = A + 2g + (E - d)·c, A = when the routing reaches the host.
+  const ModelConfig c = preset_config("mixtral-8x7b", 1);
+  const StepShape step = decode_step(64, 4e7);
+  auto step_for_depth = [&](int depth, double* A, double* copy, double* gemm) {
+    OffloadPlan o = streamed(depth);
+    o.cpu_attention_share = 0;
+    const OffloadCostModel m(synthetic_gpu_profile(), c, small_policy(), o);
+    const TaskGraph g = m.step_graph(step);
+    const std::vector<double> finish = g.finish_times();
+    for (size_t i = 0; i < g.tasks().size(); ++i)
+      if (g.tasks()[i].name == "layer0.mb0.routing_d2h") *A = finish[i];
+    const double q = m.gpu_expert_probability(64);
+    *copy = m.h2d_seconds(q * kExpertBytes, q * 3);
+    *gemm = m.gpu_expert_seconds(64);
+    return g.critical_path_seconds();
+  };
+  double A = 0, copy = 0, gemm = 0;
+  const double two = step_for_depth(2, &A, &copy, &gemm);
+  ASSERT_GT(A, 4 * copy);  // the window, not the link, limits the run-ahead
+  ASSERT_GT(copy, gemm);   // and the link is the slower stage afterwards
+  EXPECT_NEAR(two, A + 2 * gemm + 6 * copy, 1e-9 * two);
+  const double four = step_for_depth(4, &A, &copy, &gemm);
+  EXPECT_NEAR(four, A + 2 * gemm + 4 * copy, 1e-9 * four);
+  EXPECT_NEAR(two - four, 2 * copy, 1e-9 * two);
+}
+
+TEST(OffloadCostModel, StepSecondsIsTheGraphsTimeInEveryConfiguration) {
+  // The search's fast path (finish times only) against the named graph, with every branch on:
+  // a CPU attention share, GPU attention, resident and streamed layers, CPU experts, sampling.
+  const ModelConfig c = preset_config("mixtral-8x7b", 3);
+  OffloadPlan o = streamed(3);
+  o.cpu_attention_share = 0.5;
+  o.resident_expert_layers = 1;
+  o.cpu_expert_max_tokens = 4;
+  o.page_bytes = size_t(32) << 20;
+  StepShape s;
+  s.micro_batches = {{100, 900, 5000}, {37, 3000, 3000}, {5, 40, 40}};
+  s.sampled = 40;
+  for (double h2d : {1e9, 2e10, 1e12}) {
+    const OffloadCostModel m(synthetic_gpu_profile(h2d), c, small_policy(), o);
+    const TaskGraph g = m.step_graph(s);
+    EXPECT_NEAR(m.step_seconds(s), pipeline_step_seconds(g), 1e-12 * m.step_seconds(s)) << h2d;
+    EXPECT_GE(pipeline_step_seconds(g), g.critical_path_seconds());
+    const ResourceUse u = resource_use(g);
+    for (double busy : {u.gpu_busy, u.cpu_busy, u.h2d_busy, u.d2h_busy}) {
+      EXPECT_GT(busy, 0) << h2d;
+      EXPECT_LE(busy, 1 + 1e-12) << h2d;
+    }
+  }
+}
+
+TEST(OffloadCostModel, GpuMemoryByHand) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  Policy p = small_policy();
+  p.kv_block_size = 16;
+  OffloadPlan o = streamed(3);
+  o.cpu_attention_share = 0.25;
+  o.resident_expert_layers = 1;
+  o.page_bytes = size_t(16) << 20;
+  const GpuMemoryUse m = gpu_memory_use(c, p, o);
+  const double H = 4096, kvd = 1024, L = 4;
+  EXPECT_EQ(m.attention_weights, size_t(L * (2 * H * H + 2 * H * kvd) * 2));
+  EXPECT_EQ(m.resident_experts, size_t(8 * kExpertBytes));
+  // 336 MiB experts in 16 MiB pages: 21 pages each, 3 experts' worth of slots.
+  EXPECT_EQ(pages_per_expert(c, o.page_bytes), 21);
+  EXPECT_EQ(m.page_slots, size_t(3) * 21 * (size_t(16) << 20));
+  // The GPU holds 3/4 of 64 blocks × 16 tokens × (4 layers × 2 × 1024 × 2 bytes).
+  EXPECT_EQ(m.kv_cache, size_t(0.75 * 64 * 16 * 4 * 2 * 1024 * 2));
+  // Every layer resident: no page slots.
+  o.resident_expert_layers = 4;
+  EXPECT_EQ(gpu_memory_use(c, p, o).page_slots, 0u);
+}
+
+TEST(OffloadPlanner, PrefersMoreResidentLayersWhenMemoryAllows) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  const HardwareProfile hw = synthetic_gpu_profile(1e10);
+  const auto work = uniform_workload(32, 64, 16);
+  const Plan big = plan_policy(hw, c, Policy{}, work, {size_t(256) << 30, size_t(64) << 30});
+  const Plan small = plan_policy(hw, c, Policy{}, work, {size_t(256) << 30, size_t(8) << 30});
+  ASSERT_TRUE(big.offload.gpu);
+  EXPECT_EQ(big.offload.resident_expert_layers, 4);  // 4 × 2.6 GiB of experts fit in 64 GiB
+  EXPECT_LT(small.offload.resident_expert_layers, big.offload.resident_expert_layers);
+  EXPECT_LE(small.chosen.gpu_memory.total(), size_t(8) << 30);
+  EXPECT_LE(big.chosen.gpu_memory.total(), size_t(64) << 30);
+  EXPECT_GT(big.chosen.prediction.total_tokens_per_s(),
+            small.chosen.prediction.total_tokens_per_s());
+  EXPECT_EQ(big.offload.cpu_attention_share, big.chosen.offload.cpu_attention_share);
+}
+
+TEST(OffloadPlanner, TooLittleGpuMemoryNamesTheMinimum) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 32);
+  const HardwareProfile hw = synthetic_gpu_profile();
+  const auto work = uniform_workload(8, 64, 8);
+  // The minimum: ω = 1 (no KV on the GPU), no resident experts, two experts' pages of one
+  // matrix each, the smallest step (B = 1, chunk 16).
+  Policy least;
+  least.batch = 1, least.attn_micro_batch = 16, least.expert_batch = 16, least.prefill_chunk = 16;
+  least.kv_blocks = (64 + 8 + 15) / 16;
+  const size_t need = gpu_memory_use(c, least, streamed(2)).total();
+  try {
+    plan_policy(hw, c, Policy{}, work, {size_t(256) << 30, size_t(1) << 30});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("needs at least " + human_bytes(double(need)) + " GPU memory"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("2 experts' page slots"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("got 1.00 GiB"), std::string::npos) << msg;
+  }
+  // Just enough plans.
+  EXPECT_NO_THROW(plan_policy(hw, c, Policy{}, work, {size_t(256) << 30, need}));
+  // No GPU in the profile: a clear error, not a CPU plan.
+  HardwareProfile cpu_only = hw;
+  cpu_only.gpu.reset();
+  EXPECT_THROW(
+      {
+        try {
+          plan_policy(cpu_only, c, Policy{}, work, {size_t(256) << 30, size_t(24) << 30});
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("has no GPU section"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+TEST(OffloadPlanner, GpuProfileJsonRoundTrip) {
+  const HardwareProfile p = synthetic_gpu_profile();
+  const HardwareProfile q = profile_from_json(to_json(p), "gpu.json");
+  ASSERT_TRUE(q.gpu);
+  EXPECT_EQ(q.gpu->name, "synthetic GPU");
+  EXPECT_DOUBLE_EQ(q.gpu->memory_bytes_per_s, 1e12);
+  EXPECT_DOUBLE_EQ(q.gpu->h2d_pinned_bytes_per_s, 2e10);
+  EXPECT_DOUBLE_EQ(q.gpu->gemm_seconds(100, 4096, 4096), p.gpu->gemm_seconds(100, 4096, 4096));
+  EXPECT_DOUBLE_EQ(q.gpu->gemm_peak_flops(), 1e14);
+}
+
+}  // namespace
+}  // namespace sluice

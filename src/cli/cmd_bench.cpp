@@ -56,10 +56,11 @@ int run(Options o) {
   // beside the measurement.
   const HardwareProfile hw = planner_profile(o.policy.threads);
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
-  const Policy policy =
-      plan_policy(hw, c, o.policy, work, MemoryLimits{host_memory_bytes(o.host_mem, c), 0})
-          .chosen.policy;
-  const Prediction predicted = predict(hw, c, policy, work);
+  DeviceOptions device = o.device;
+  const EnginePlan plan =
+      plan_for_workload(hw, c, o.policy, device, work, host_memory_bytes(o.host_mem, c));
+  const Policy& policy = plan.policy;
+  const Prediction predicted = predict(hw, c, policy, plan.offload, work);
   omp_set_num_threads(policy.threads);
 
   std::mt19937 rng(uint32_t(o.seed));
@@ -75,7 +76,7 @@ int run(Options o) {
     requests.push_back(std::move(r));
   }
 
-  BatchEngine engine(model, policy, o.device);
+  BatchEngine engine(model, policy, device);
   // CPU time this process got, split between prefill and decode by each step's token mix as the
   // engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
   // share of its cores the run really had.
@@ -120,6 +121,7 @@ int run(Options o) {
     j["prompt_len"] = o.prompt_len;
     j["gen_len"] = o.gen_len;
     j["policy"] = policy.to_json();
+    if (plan.offload.gpu) j["offload_plan"] = describe(plan.offload);
     j["predicted_prefill_tokens_per_s"] = predicted.prefill_tokens_per_s();
     j["predicted_decode_tokens_per_s"] = predicted.decode_tokens_per_s();
     j["predicted_total_tokens_per_s"] = predicted.total_tokens_per_s();
@@ -146,7 +148,8 @@ int run(Options o) {
              policy.threads, ceilings.dram_bytes_per_s / 1e9, ceilings.gemm_flops / 1e9);
   fmt::print("workload   {} requests, prompt {}, generate {}{}\n", o.requests, o.prompt_len,
              o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
-  fmt::print("policy     {}\n\n", policy.describe());
+  fmt::print("policy     {}{}\n\n", policy.describe(),
+             plan.offload.gpu ? "\n           offload " + describe(plan.offload) : "");
   print_report(r, s, ceilings);
   fmt::print(
       "predicted  prefill {:.1f}, decode {:.1f}, end to end {:.1f} tokens/s ({} profile; "

@@ -113,11 +113,12 @@ int run(const Options& o) {
     max_prompt = std::max(max_prompt, int(r.prompt.size()));
     requests.push_back(std::move(r));
   }
-  const EnginePlan plan = plan_for_requests(model.config, o.policy, requests,
+  DeviceOptions device = o.device;
+  const EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests,
                                             host_memory_bytes(o.host_mem, model.config));
   const Policy& policy = plan.policy;
   omp_set_num_threads(policy.threads);
-  BatchEngine engine(model, policy, o.device);
+  BatchEngine engine(model, policy, device);
   std::vector<Completion> results(requests.size());
   auto t0 = std::chrono::steady_clock::now();
   engine.run(std::move(requests), [&](Completion&& c) { results[size_t(c.id)] = std::move(c); });

@@ -245,13 +245,14 @@ class Job {
   void run_engine(std::vector<Request> requests, ResultsFile& results) {
     requests = fail_requests_larger_than_the_kv_cache(std::move(requests), results);
     if (requests.empty()) return;
+    DeviceOptions device = o_.device;
     const EnginePlan plan = plan_for_requests(
-        model_.config, o_.policy, requests,
+        model_.config, o_.policy, device, requests,
         o_.host_memory_bytes > 0 ? o_.host_memory_bytes : default_host_memory(model_.config));
     const Policy& policy = plan.policy;
     omp_set_num_threads(policy.threads);
     fmt::print(stderr, "run: policy {}\n", plan.describe());
-    BatchEngine engine(model_, policy, o_.device);
+    BatchEngine engine(model_, policy, device);
     JobProgress progress(stderr, o_.live_progress, o_.log_seconds);
     progress.start(int64_t(requests.size()));
     engine.set_step_observer(

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "engine/throughput_report.h"
 #include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
@@ -88,21 +89,66 @@ size_t default_host_memory(const ModelConfig& c) {
 
 std::string EnginePlan::describe() const {
   return fmt::format(
-      "{} (planned with the {} profile: predicted prefill {:.1f}, decode {:.1f}, end to end "
+      "{}{} (planned with the {} profile: predicted prefill {:.1f}, decode {:.1f}, end to end "
       "{:.1f} tokens/s)",
-      policy.describe(), profile_source == "quick" ? "quick" : "measured",
+      policy.describe(), offload.gpu ? " offload " + sluice::describe(offload) : "", profile_source,
       prediction.prefill_tokens_per_s(), prediction.decode_tokens_per_s(),
       prediction.total_tokens_per_s());
 }
 
-EnginePlan plan_for_requests(const ModelConfig& c, const Policy& requested,
+OffloadConstraints executor_constraints(const OffloadSettings& s) {
+  OffloadConstraints fixed;
+  fixed.cpu_attention_share = 1.0;
+  fixed.resident_expert_layers = 0;
+  fixed.expert_matrix_pages = true;
+  if (s.page_slots > 0) fixed.prefetch_depth = std::max(1, s.page_slots / 3);
+  if (s.cpu_expert_max_tokens > 0) fixed.cpu_expert_max_tokens = s.cpu_expert_max_tokens;
+  return fixed;
+}
+
+EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
+                             const Policy& requested, DeviceOptions& device,
                              const std::vector<Request>& requests, size_t host_memory_bytes) {
   std::vector<WorkloadRequest> work;
   work.reserve(requests.size());
   for (const Request& r : requests) work.push_back({int(r.prompt.size()), r.max_new_tokens});
-  const HardwareProfile hw = planner_profile(requested.threads);
-  const Plan plan = plan_policy(hw, c, requested, work, MemoryLimits{host_memory_bytes, 0});
-  return {plan.chosen.policy, plan.chosen.prediction, hw.source};
+  return plan_for_workload(hw, c, requested, device, work, host_memory_bytes);
+}
+
+EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
+                             const Policy& requested, DeviceOptions& device,
+                             const std::vector<WorkloadRequest>& work, size_t host_memory_bytes) {
+  MemoryLimits limits{host_memory_bytes, 0};
+  if (device.kind != DeviceKind::kCpu) {
+    if (!hw.gpu) {
+      if (device.kind == DeviceKind::kCuda)
+        fmt::print(
+            stderr,
+            "warning: the hardware profile ({}) has no GPU section, so the policy is planned "
+            "for the CPU engine; run `sluice profile --refresh` on this machine to plan the "
+            "GPU pipeline\n",
+            hw.source);
+    } else {
+      limits.gpu_bytes = device.gpu_mem.empty() ? size_t(0.9 * double(hw.gpu->memory_free_bytes))
+                                                : parse_bytes(device.gpu_mem, "--gpu-mem");
+    }
+  }
+  const Plan plan =
+      plan_policy(hw, c, requested, work, limits, executor_constraints(device.settings));
+  const OffloadPlan& o = plan.chosen.offload;
+  if (o.gpu) {
+    // One expert is gate, up and down: 3 pages of one matrix each.
+    if (device.settings.page_slots <= 0) device.settings.page_slots = 3 * o.prefetch_depth;
+    if (device.settings.cpu_expert_max_tokens <= 0)
+      device.settings.cpu_expert_max_tokens = o.cpu_expert_max_tokens;
+  }
+  return {plan.chosen.policy, o, plan.chosen.prediction, hw.source};
+}
+
+EnginePlan plan_for_requests(const ModelConfig& c, const Policy& requested, DeviceOptions& device,
+                             const std::vector<Request>& requests, size_t host_memory_bytes) {
+  return plan_for_requests(planner_profile(requested.threads), c, requested, device, requests,
+                           host_memory_bytes);
 }
 
 }  // namespace sluice

@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_device.h"
 #include "engine/request.h"
 #include "model/config.h"
 #include "runtime/planner/hardware_profile.h"
+#include "runtime/planner/planner.h"
 #include "runtime/planner/workload_sim.h"
 #include "runtime/policy.h"
 
@@ -24,16 +26,34 @@ HardwareProfile planner_profile(int threads);
 size_t default_host_memory(const ModelConfig& c);
 
 struct EnginePlan {
-  Policy policy;  // every field resolved
+  Policy policy;        // every field resolved
+  OffloadPlan offload;  // offload.gpu: planned for the GPU pipeline
   Prediction prediction;
-  std::string profile_source;    // "quick" or the cached profile's path
-  std::string describe() const;  // "B=… (planned for N requests: predicted … tokens/s …)"
+  std::string profile_source;    // HardwareProfile::source: "measured", "quick", ...
+  std::string describe() const;  // "B=… (planned with the … profile: predicted … tokens/s)"
 };
+
+// What the offload executor (engine/offload_executor.h) can run, as planner constraints:
+// attention all on the CPU (ω = 1), no resident experts, pages of one expert matrix; and the
+// page slots and CPU-expert threshold when the user set them.
+OffloadConstraints executor_constraints(const OffloadSettings& settings);
 
 // The planner's policy for exactly these requests (their prompt lengths and generation limits),
 // within `host_memory_bytes` for weights, KV cache and activations; the non-zero fields of
 // `requested` are kept. Fails, saying what would fit, when nothing does.
-EnginePlan plan_for_requests(const ModelConfig& c, const Policy& requested,
+//
+// With an offload device and a GPU in the profile, the plan is for the GPU pipeline within
+// --gpu-mem (default: 90% of the GPU's free memory, as the CUDA backend takes), and the
+// executor's settings the user left at 0 (page slots, CPU-expert threshold) are filled from it.
+// Without a GPU profile the policy is planned for the CPU engine (for CUDA, with a warning).
+EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
+                             const Policy& requested, DeviceOptions& device,
+                             const std::vector<Request>& requests, size_t host_memory_bytes);
+EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
+                             const Policy& requested, DeviceOptions& device,
+                             const std::vector<WorkloadRequest>& work, size_t host_memory_bytes);
+// The same with planner_profile(requested.threads).
+EnginePlan plan_for_requests(const ModelConfig& c, const Policy& requested, DeviceOptions& device,
                              const std::vector<Request>& requests, size_t host_memory_bytes);
 
 }  // namespace sluice

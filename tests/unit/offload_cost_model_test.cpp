@@ -12,40 +12,16 @@
 #include "core/units.h"
 #include "model/presets.h"
 #include "runtime/planner/planner.h"
+#include "synthetic_profile.h"
 
 namespace sluice {
 namespace {
 
-// GPU GEMM curve that follows the roofline max(weight bytes / bw, FLOPs / peak) exactly, with
-// its corner at m = peak / bw (both points 1 and the corner are weight bound).
-GemmCurve roofline_curve(const char* name, int64_t n, int64_t k, double bw, double peak) {
-  const double w = 2.0 * double(n) * double(k);
-  const int64_t ridge = int64_t(peak / bw);
-  return GemmCurve{name,
-                   "bf16",
-                   n,
-                   k,
-                   {{1, w / bw}, {ridge, w / bw}, {8192, 2.0 * 8192 * double(n * k) / peak}}};
-}
-
 // CPU: 1e11 B/s DRAM, 1e12 FLOP/s. GPU: 1e12 B/s device memory, 1e14 FLOP/s, PCIe 2e10 B/s.
 HardwareProfile synthetic_gpu_profile(double h2d = 2e10) {
-  HardwareProfile p = quick_profile(1e11, 1e12);
-  p.attention_bytes_per_s = 5e10;
-  p.attention_flops = 2e11;
-  p.elementwise_bytes_per_s = 1e11;
-  GpuProfile g;
-  g.name = "synthetic GPU";
-  g.h2d_pinned_bytes_per_s = h2d;
-  g.d2h_pinned_bytes_per_s = 2e10;
-  g.h2d_pageable_bytes_per_s = g.d2h_pageable_bytes_per_s = 1e10;
-  g.memory_bytes_per_s = 1e12;
-  g.memory_free_bytes = size_t(80) << 30;
-  g.gemm = {roofline_curve("expert", 14336, 4096, 1e12, 1e14),
-            roofline_curve("expert_down", 4096, 14336, 1e12, 1e14),
-            roofline_curve("attention", 4096, 4096, 1e12, 1e14)};
-  p.gpu = g;
-  return p;
+  testing::SyntheticGpu gpu;
+  gpu.h2d = h2d;
+  return testing::synthetic_gpu_profile(gpu);
 }
 
 Policy small_policy() {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/planner/hardware_profile.h"
+#include "synthetic_profile.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -18,33 +19,12 @@ std::string sluice(const std::string& args) {
   return std::string(SLUICE_BINARY) + " " + args;
 }
 
-GemmCurve roofline_curve(const char* name, int64_t n, int64_t k, double bw, double peak) {
-  const double w = 2.0 * double(n) * double(k);
-  return GemmCurve{
-      name,
-      "bf16",
-      n,
-      k,
-      {{1, w / bw}, {int64_t(peak / bw), w / bw}, {8192, 16384.0 * double(n * k) / peak}}};
-}
-
 // A GPU machine in round numbers: 100 GB/s DRAM and 1 TFLOP/s on the CPU; 25 GB/s PCIe,
 // 2.5 TB/s device memory and 600 TFLOP/s on the GPU.
 std::string write_profile(const TempDir& dir, bool with_gpu) {
-  HardwareProfile p = quick_profile(1e11, 1e12);
-  p.source = "synthetic";
-  if (with_gpu) {
-    GpuProfile g;
-    g.name = "synthetic GPU";
-    g.h2d_pinned_bytes_per_s = g.d2h_pinned_bytes_per_s = 2.5e10;
-    g.h2d_pageable_bytes_per_s = g.d2h_pageable_bytes_per_s = 1e10;
-    g.memory_bytes_per_s = 2.5e12;
-    g.memory_free_bytes = size_t(80) << 30;
-    g.gemm = {roofline_curve("expert", 14336, 4096, 2.5e12, 6e14),
-              roofline_curve("expert_down", 4096, 14336, 2.5e12, 6e14),
-              roofline_curve("attention", 4096, 4096, 2.5e12, 6e14)};
-    p.gpu = g;
-  }
+  HardwareProfile p =
+      testing::synthetic_gpu_profile({2.5e10, 2.5e10, 2.5e12, 6e14, size_t(80) << 30});
+  if (!with_gpu) p.gpu.reset();
   const std::string path = (dir / (with_gpu ? "gpu.json" : "cpu.json")).string();
   std::ofstream(path) << to_json(p).dump();
   return path;

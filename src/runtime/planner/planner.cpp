@@ -201,7 +201,8 @@ constexpr int kMinPrefetchDepth = 2;  // double buffering: one expert computes, 
 }  // namespace
 
 Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
-                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits) {
+                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits,
+                 const OffloadConstraints& fixed) {
   if (workload.empty()) fail("planner: the workload has no requests");
   if (requested.kv_block_size <= 0)
     fail("planner: policy field 'kv_block_size': expected > 0, got {}", requested.kv_block_size);
@@ -239,34 +240,6 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     return o;
   };
 
-  // What the smallest policy needs: it must fit, or nothing does.
-  Policy smallest = base;
-  smallest.batch = base.batch > 0 ? base.batch : 1;
-  smallest.attn_micro_batch = base.attn_micro_batch > 0 ? base.attn_micro_batch : 16;
-  smallest.expert_batch = base.expert_batch > 0 ? base.expert_batch : 16;
-  smallest.prefill_chunk = base.prefill_chunk > 0 ? base.prefill_chunk : 16;
-  smallest.kv_blocks = base.kv_blocks > 0 ? base.kv_blocks : blocks_per_seq * smallest.batch;
-  const Key least_key = {0, 0, 0, 0, 4, 0, 0, kMinPrefetchDepth, 0};
-  const HostMemoryUse least = host_memory_use(c, smallest, offload_of(least_key));
-  if (least.total() > limits.host_bytes)
-    fail(
-        "planner: needs at least {} host memory for weights ({}) + minimum KV ({}) + "
-        "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
-        human_bytes(double(least.total())), human_bytes(double(least.weights)),
-        human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
-        human_bytes(double(limits.host_bytes)));
-  if (gpu) {
-    const GpuMemoryUse g = gpu_memory_use(c, smallest, offload_of(least_key));
-    if (g.total() > limits.gpu_bytes)
-      fail(
-          "planner: needs at least {} GPU memory for resident attention weights ({}), router, "
-          "norms and lm_head ({}) + {} experts' page slots ({}) + step buffers ({}); got {}. "
-          "Give more with --gpu-mem",
-          human_bytes(double(g.total())), human_bytes(double(g.attention_weights)),
-          human_bytes(double(g.router_norms_head)), kMinPrefetchDepth,
-          human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)),
-          human_bytes(double(limits.gpu_bytes)));
-  }
   if (base.kv_blocks > 0 && base.kv_blocks < blocks_per_seq)
     fail(
         "planner: policy field 'kv_blocks': {} blocks of {} tokens cannot hold one sequence of {} "
@@ -284,14 +257,21 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   dims[kExpert] = fixed_or(base.expert_batch, powers_of_two(16, 4096));
   dims[kChunk] = fixed_or(base.prefill_chunk, powers_of_two(16, 4096));
   if (gpu) {
-    dims[kOmegaQuarters] = {4, 3, 2, 1, 0};
+    auto fixed_or_values = [](const std::optional<int>& f, std::vector<int> values) {
+      return f ? std::vector<int>{*f} : values;
+    };
+    const std::optional<int> quarters =
+        fixed.cpu_attention_share
+            ? std::optional<int>(int(std::lround(*fixed.cpu_attention_share * 4)))
+            : std::nullopt;
+    dims[kOmegaQuarters] = fixed_or_values(quarters, {4, 3, 2, 1, 0});
     std::vector<int> resident = {0};
     for (int r = 1; r < c.num_layers; r *= 2) resident.push_back(r);
     resident.push_back(c.num_layers);
-    dims[kResident] = resident;
-    dims[kPage] = {0, 1, 2, 3};
-    dims[kDepth] = {kMinPrefetchDepth, 3, 4};
-    dims[kCpuExpert] = {0, 4, 16};
+    dims[kResident] = fixed_or_values(fixed.resident_expert_layers, resident);
+    dims[kPage] = fixed.expert_matrix_pages ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3};
+    dims[kDepth] = fixed_or_values(fixed.prefetch_depth, {kMinPrefetchDepth, 3, 4});
+    dims[kCpuExpert] = fixed_or_values(fixed.cpu_expert_max_tokens, {0, 4, 16});
   } else {
     dims[kOmegaQuarters] = {4};
     dims[kResident] = {-1};
@@ -300,6 +280,41 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     dims[kCpuExpert] = {0};
   }
 
+  // What the smallest policy needs: it must fit, or nothing does.
+  Policy smallest = base;
+  smallest.batch = base.batch > 0 ? base.batch : 1;
+  smallest.attn_micro_batch = base.attn_micro_batch > 0 ? base.attn_micro_batch : 16;
+  smallest.expert_batch = base.expert_batch > 0 ? base.expert_batch : 16;
+  smallest.prefill_chunk = base.prefill_chunk > 0 ? base.prefill_chunk : 16;
+  smallest.kv_blocks = base.kv_blocks > 0 ? base.kv_blocks : blocks_per_seq * smallest.batch;
+  // The least GPU memory: the largest CPU share of attention (ω = 1: no GPU KV), the fewest
+  // resident experts and the shallowest prefetch allowed, with pages of one expert matrix.
+  Key least_key = {0, 0, 0, 0, 4, 0, 0, kMinPrefetchDepth, 0};
+  if (gpu)
+    for (int d : {kOmegaQuarters, kResident, kPage, kDepth, kCpuExpert})
+      least_key[size_t(d)] =
+          d == kOmegaQuarters ? *std::max_element(dims[size_t(d)].begin(), dims[size_t(d)].end())
+                              : *std::min_element(dims[size_t(d)].begin(), dims[size_t(d)].end());
+  const HostMemoryUse least = host_memory_use(c, smallest, offload_of(least_key));
+  if (least.total() > limits.host_bytes)
+    fail(
+        "planner: needs at least {} host memory for weights ({}) + minimum KV ({}) + "
+        "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
+        human_bytes(double(least.total())), human_bytes(double(least.weights)),
+        human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
+        human_bytes(double(limits.host_bytes)));
+  if (gpu) {
+    const GpuMemoryUse g = gpu_memory_use(c, smallest, offload_of(least_key));
+    if (g.total() > limits.gpu_bytes)
+      fail(
+          "planner: needs at least {} GPU memory for resident attention weights ({}), router, "
+          "norms and lm_head ({}) + {} experts' page slots ({}) + step buffers ({}); got {}. "
+          "Give more with --gpu-mem",
+          human_bytes(double(g.total())), human_bytes(double(g.attention_weights)),
+          human_bytes(double(g.router_norms_head)), least_key[kDepth],
+          human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)),
+          human_bytes(double(limits.gpu_bytes)));
+  }
   double scale = 1;
   const size_t sample_cap = size_t(std::max(512, 2 * dims[kBatch].back()));
   const std::vector<WorkloadRequest> sim = sample_workload(workload, sample_cap, &scale);
@@ -364,7 +379,8 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     bool changed = false;
     for (int d = 0; d < kDims; ++d) {
       std::vector<int> values = dims[size_t(d)];
-      if (gpu && d == kResident) values.push_back(most_resident(cur));
+      if (gpu && d == kResident && !fixed.resident_expert_layers)
+        values.push_back(most_resident(cur));
       double best = value(evaluate(cur));
       for (int x : values) {
         Key trial = cur;

@@ -31,6 +31,16 @@ struct MemoryLimits {
   size_t gpu_bytes = 0;   // 0: no GPU
 };
 
+// Offload-plan fields the executor fixes (what it can run, or what the user set); the unset ones
+// are searched.
+struct OffloadConstraints {
+  std::optional<double> cpu_attention_share;  // ω, in quarters
+  std::optional<int> resident_expert_layers;
+  bool expert_matrix_pages = false;  // pages of one expert weight matrix only
+  std::optional<int> prefetch_depth;
+  std::optional<int> cpu_expert_max_tokens;
+};
+
 struct HostMemoryUse {
   size_t weights = 0, kv_cache = 0, activations = 0;
   size_t total() const { return weights + kv_cache + activations; }
@@ -79,7 +89,8 @@ std::vector<PhaseBottleneck> explain(const OffloadCostModel& model,
 // Fills the zero fields of `requested`; fails, saying what would fit, when no policy fits.
 // limits.gpu_bytes > 0 plans for the GPU pipeline and needs hw.gpu.
 Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
-                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits);
+                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits,
+                 const OffloadConstraints& fixed = {});
 
 // Prediction for a policy as given (every field resolved).
 Prediction predict(const HardwareProfile& hw, const ModelConfig& c, const Policy& policy,

@@ -1,0 +1,95 @@
+// How the engine commands plan: the planner's policy for the actual requests, and, for an offload
+// device with a GPU in the profile, a GPU pipeline plan the offload executor can run, whose page
+// slots and CPU-expert threshold reach the executor's settings.
+#include "engine/engine_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/presets.h"
+#include "synthetic_profile.h"
+#include "test_util.h"
+
+namespace sluice {
+namespace {
+
+std::vector<Request> requests(int n, int prompt, int generate) {
+  std::vector<Request> out{size_t(n)};
+  for (int i = 0; i < n; ++i) {
+    out[size_t(i)].id = i;
+    out[size_t(i)].prompt.assign(size_t(prompt), 5);
+    out[size_t(i)].max_new_tokens = generate;
+  }
+  return out;
+}
+
+constexpr size_t kHost = size_t(256) << 30;
+
+TEST(EnginePlan, CpuDevicePlansTheCpuEngineForTheRequests) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 2);
+  DeviceOptions device;
+  const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                            requests(5, 40, 8), kHost);
+  EXPECT_FALSE(plan.offload.gpu);
+  EXPECT_LE(plan.policy.batch, 5);
+  EXPECT_GT(plan.prediction.decode_tokens_per_s(), 0);
+  EXPECT_EQ(device.settings.page_slots, 0);  // untouched
+}
+
+TEST(EnginePlan, OffloadDevicePlansWhatTheExecutorRunsAndFillsItsSettings) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  DeviceOptions device;
+  device.kind = DeviceKind::kStandin;
+  device.gpu_mem = "24GiB";
+  const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                            requests(64, 128, 32), kHost);
+  ASSERT_TRUE(plan.offload.gpu);
+  EXPECT_EQ(plan.offload.cpu_attention_share, 1.0);
+  EXPECT_EQ(plan.offload.resident_expert_layers, 0);
+  EXPECT_EQ(plan.offload.page_bytes, size_t(2) * c.hidden_size * c.expert_intermediate_size);
+  EXPECT_GE(plan.offload.prefetch_depth, 2);
+  EXPECT_EQ(device.settings.page_slots, 3 * plan.offload.prefetch_depth);
+  EXPECT_EQ(device.settings.cpu_expert_max_tokens, plan.offload.cpu_expert_max_tokens);
+  EXPECT_NE(plan.describe().find(" offload omega=1.00 resident=0 "), std::string::npos)
+      << plan.describe();
+}
+
+TEST(EnginePlan, SettingsTheUserGaveAreKept) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  DeviceOptions device;
+  device.kind = DeviceKind::kStandin;
+  device.gpu_mem = "24GiB";
+  device.settings.page_slots = 9;
+  device.settings.cpu_expert_max_tokens = 5;
+  const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                            requests(64, 128, 32), kHost);
+  ASSERT_TRUE(plan.offload.gpu);
+  EXPECT_EQ(plan.offload.prefetch_depth, 3);
+  EXPECT_EQ(plan.offload.cpu_expert_max_tokens, 5);
+  EXPECT_EQ(device.settings.page_slots, 9);
+  EXPECT_EQ(device.settings.cpu_expert_max_tokens, 5);
+}
+
+TEST(EnginePlan, TooLittleGpuMemoryNamesTheMinimum) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  DeviceOptions device;
+  device.kind = DeviceKind::kStandin;
+  device.gpu_mem = "1GiB";
+  EXPECT_ERROR_MENTIONS(plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                          requests(8, 64, 8), kHost),
+                        "planner: needs at least", "GPU memory", "got 1.00 GiB");
+}
+
+TEST(EnginePlan, OffloadDeviceWithoutAGpuProfilePlansTheCpuEngine) {
+  HardwareProfile hw = testing::synthetic_gpu_profile();
+  hw.gpu.reset();
+  DeviceOptions device;
+  device.kind = DeviceKind::kStandin;
+  const EnginePlan plan = plan_for_requests(hw, preset_config("mixtral-8x7b", 1), Policy{}, device,
+                                            requests(4, 16, 4), kHost);
+  EXPECT_FALSE(plan.offload.gpu);
+  EXPECT_EQ(device.settings.page_slots, 0);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
@@ -15,7 +16,6 @@
 #include "engine/engine_plan.h"
 #include "model/config.h"
 #include "model/presets.h"
-#include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/roofline_svg.h"
 #include "runtime/planner/workload_file.h"
@@ -135,13 +135,17 @@ int run(const Options& o) {
     work = uniform_workload(o.requests > 0 ? o.requests : 256, o.prompt_len, o.gen_len);
   }
   MemoryLimits limits;
-  limits.host_bytes =
-      o.host_mem.empty() ? available_memory_bytes() : parse_bytes(o.host_mem, "--host-mem");
+  limits.host_bytes = host_memory_bytes(o.host_mem, c);
   limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
 
   const HardwareProfile hw =
       o.profile.empty() ? planner_profile(o.policy.threads) : load_profile_file(o.profile);
-  const Plan plan = plan_policy(hw, c, o.policy, work, limits);
+  // What the engine runs: the offload executor's constraints. The cost model's best with every
+  // offload feature is shown beside it, to say what those features would be worth.
+  const Plan plan =
+      plan_policy(hw, c, o.policy, work, limits, executor_constraints(OffloadSettings{}));
+  std::optional<Plan> unconstrained;
+  if (limits.gpu_bytes > 0) unconstrained = plan_policy(hw, c, o.policy, work, limits);
   const CpuCostModel model(hw, c, plan.chosen.policy);
   const OffloadPlan& off = plan.offload;
   const std::string name = o.preset.empty() ? o.model_dir : o.preset;
@@ -206,6 +210,9 @@ int run(const Options& o) {
     }
     j["runners_up"] = nlohmann::json::array();
     for (const PlannedPolicy& r : plan.runners_up) j["runners_up"].push_back(prediction_json(r));
+    if (unconstrained)
+      j["with_all_offload_features"] = {{"offload", describe(unconstrained->chosen.offload)},
+                                        {"prediction", prediction_json(unconstrained->chosen)}};
     if (!o.svg.empty()) j["svg"] = o.svg;
     if (!png.empty()) j["png"] = png;
     fmt::print("{}\n", j.dump());
@@ -246,6 +253,14 @@ int run(const Options& o) {
         "(omega = 1), no paging or prefetch (give --gpu-mem to plan the GPU pipeline)\n");
   } else {
     print_offload(plan, hw, c, limits);
+    const PlannedPolicy& u = unconstrained->chosen;
+    fmt::print(
+        "           the offload executor runs attention on the CPU (omega 1) and streams every "
+        "expert in pages of one weight matrix; with a GPU share of attention, resident experts "
+        "and other page sizes the model predicts {:.1f} tokens/s end to end (decode {:.1f}) with "
+        "{} and {}\n",
+        u.prediction.total_tokens_per_s(), u.prediction.decode_tokens_per_s(), u.policy.describe(),
+        describe(u.offload));
   }
   if (!o.svg.empty())
     fmt::print("roofline   {}{}\n", o.svg,
@@ -272,8 +287,6 @@ RegisterCommand reg(
        sub.add_option("--input", o->input, "Prompts file (JSONL or text lines) to plan for");
        sub.add_option("--requests", o->requests, "Number of requests (default 256, or the file's)")
            ->check(CLI::NonNegativeNumber);
-       sub.add_option("--host-mem", o->host_mem,
-                      "Host memory for weights, KV and activations (default: available)");
        sub.add_option("--gpu-mem", o->gpu_mem,
                       "GPU memory for the offload pipeline (plans the GPU pipeline; needs a "
                       "profile with a GPU)");
@@ -285,6 +298,7 @@ RegisterCommand reg(
        sub.add_option("--svg", o->svg,
                       "Write the roofline picture here (and a PNG if a converter exists)");
        add_policy_options(sub, o->policy);
+       add_host_memory_option(sub, o->host_mem);
        return std::function<int()>([o] { return run(*o); });
      }});
 

@@ -79,11 +79,13 @@ std::string PhaseBottleneck::sentence() const {
     case Resource::kDisk:
       break;
   }
+  const bool attention = group.find("attention (KV") != std::string::npos;
   const char* what = bound == Bound::kCompute ? "GEMM compute" : "DRAM bandwidth";
-  if (group.rfind("attention (KV", 0) == 0 && bound == Bound::kMemory) what = "DRAM bandwidth";
-  if (bound == Bound::kLink) what = "link bandwidth";
   const char* verb = bound == Bound::kCompute ? "in" : "while reading weights in";
-  if (group.rfind("attention (KV", 0) == 0) verb = "in";
+  if (attention)
+    what = bound == Bound::kCompute ? "attention compute" : "DRAM bandwidth",
+    verb = bound == Bound::kCompute ? "in" : "while reading the KV cache in";
+  if (bound == Bound::kLink) what = "link bandwidth";
   if (group.find("norms") != std::string::npos || group.find("SiLU") != std::string::npos ||
       group.find("gather") != std::string::npos)
     what = "memory bandwidth", verb = "in the elementwise passes:";

@@ -41,8 +41,9 @@ std::optional<Ceilings> read_ceilings(const std::filesystem::path& path) {
   if (!in) return std::nullopt;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    Ceilings c{j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>()};
-    if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0) return c;
+    Ceilings c{j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
+               j.at("call_seconds").get<double>()};
+    if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0) return c;
   } catch (const nlohmann::json::exception&) {
   }
   return std::nullopt;  // unreadable: measured again and rewritten
@@ -67,7 +68,8 @@ Ceilings cached_quick_ceilings(int threads) {
     std::ofstream out(tmp);
     if (!out) fail("profile cache: {}: cannot write", tmp.string());
     out << nlohmann::json{{"dram_bytes_per_s", measured.dram_bytes_per_s},
-                          {"gemm_flops", measured.gemm_flops}}
+                          {"gemm_flops", measured.gemm_flops},
+                          {"call_seconds", measured.call_seconds}}
                .dump()
         << "\n";
   }
@@ -80,7 +82,7 @@ Ceilings cached_quick_ceilings(int threads) {
 HardwareProfile planner_profile(int threads) {
   if (std::optional<HardwareProfile> cached = load_cached_profile(threads)) return *cached;
   const Ceilings c = cached_quick_ceilings(threads);
-  return quick_profile(c.dram_bytes_per_s, c.gemm_flops);
+  return quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds);
 }
 
 size_t default_host_memory(const ModelConfig& c) {

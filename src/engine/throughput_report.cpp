@@ -16,6 +16,7 @@ Ceilings measure_ceilings() {
   std::call_once(once, [] {
     measured.dram_bytes_per_s = measure_dram_bandwidth();
     measured.gemm_flops = measure_gemm_peak();
+    measured.call_seconds = measure_call_overhead();
   });
   return measured;
 }

@@ -15,6 +15,7 @@ namespace sluice {
 struct Ceilings {
   double dram_bytes_per_s = 0;  // measured streaming read bandwidth
   double gemm_flops = 0;        // measured large bf16 GEMM throughput
+  double call_seconds = 0;      // measured overhead of one kernel call
 };
 Ceilings measure_ceilings();  // a few seconds; measured once per process
 

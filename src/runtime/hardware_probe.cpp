@@ -103,4 +103,27 @@ double measure_dram_bandwidth() {
   return double(bytes) / best;
 }
 
+double measure_call_overhead() {
+  // A tiny GEMM (oneDNN's dispatch; too small to go parallel) and one entry into the OpenMP pool,
+  // which every parallel kernel pays; what the latter costs depends on the runtime's wait policy
+  // (OMP_WAIT_POLICY=PASSIVE puts idle threads to sleep, so each region wakes them).
+  constexpr int64_t n = 64, k = 64;
+  std::vector<float> x(size_t(k), 0.5f), y(size_t(n), 0.0f);
+  std::vector<uint16_t> w(size_t(n * k), f32_to_bf16(0.25f));
+  const cpu::GemmArgs args{
+      .m = 1, .n = n, .k = k, .x = x.data(), .x_dtype = DType::F32, .w = w.data(), .y = y.data()};
+  cpu::gemm(args);  // primitive creation
+  std::vector<int> touched(size_t(omp_get_max_threads()), 0);
+  std::vector<double> times(401);
+  for (double& t : times) {
+    auto start = std::chrono::steady_clock::now();
+    cpu::gemm(args);
+#pragma omp parallel
+    touched[size_t(omp_get_thread_num())] += 1;
+    t = seconds_since(start);
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
 }  // namespace sluice

@@ -12,4 +12,9 @@ double measure_gemm_peak();
 // than the last-level cache: the ceiling for weight and KV-cache reads from host DRAM.
 double measure_dram_bandwidth();
 
+// Seconds of one engine kernel call doing almost nothing: the median over many back-to-back
+// rounds of a 1×64×64 GEMM through cpu::gemm plus one entry into the OpenMP pool. A step of a
+// small model is hundreds of such calls, so this floor is what its time is made of.
+double measure_call_overhead();
+
 }  // namespace sluice

@@ -43,7 +43,8 @@ Task CpuCostModel::gemm_task(const std::string& name, const std::string& group, 
   t.bytes = 2.0 * double(n) * double(k) + m * double(k) * (f32 ? 4 : 2) + 4.0 * m * double(n);
   const double compute = t.flops / hw_.gemm_peak_flops, memory = t.bytes / hw_.dram_bytes_per_s;
   t.bound = compute > memory ? Bound::kCompute : Bound::kMemory;
-  t.seconds = std::max({hw_.gemm_seconds(m, n, k, f32 ? "f32" : "bf16"), compute, memory});
+  t.seconds = std::max({hw_.gemm_seconds(m, n, k, f32 ? "f32" : "bf16"), compute, memory}) +
+              hw_.call_overhead_seconds;
   return t;
 }
 
@@ -55,7 +56,7 @@ Task CpuCostModel::elementwise_task(const std::string& name, const std::string& 
   t.bytes = bytes;
   t.flops = bytes / 4;  // about one operation per fp32 element: far below any ridge point
   t.bound = Bound::kMemory;
-  t.seconds = bytes / hw_.elementwise_bytes_per_s;
+  t.seconds = bytes / hw_.elementwise_bytes_per_s + hw_.call_overhead_seconds;
   return t;
 }
 
@@ -70,7 +71,7 @@ Task CpuCostModel::attention_task(const std::string& name, const MicroBatchShape
   const double memory = t.bytes / hw_.attention_bytes_per_s,
                compute = t.flops / hw_.attention_flops;
   t.bound = compute > memory ? Bound::kCompute : Bound::kMemory;
-  t.seconds = std::max(memory, compute);
+  t.seconds = std::max(memory, compute) + hw_.call_overhead_seconds;
   return t;
 }
 
@@ -186,7 +187,8 @@ double CpuCostModel::micro_batch_dense_seconds(int tokens) const {
   TaskGraph g;
   add_micro_batch(g, 0, 0, MicroBatchShape{tokens, 0, 0});
   double s = 0;
-  for (const Task& t : g.tasks()) s += t.seconds;  // attention of an empty KV costs 0
+  for (const Task& t : g.tasks())  // attention is added per micro-batch by the caller
+    if (t.group != "attention (KV reads)") s += t.seconds;
   return dense_memo_[tokens] = s;
 }
 
@@ -200,11 +202,11 @@ double CpuCostModel::expert_phase_seconds(int T) const {
 
 double CpuCostModel::head_seconds(int T, int S) const {
   const int64_t H = c_.hidden_size;
-  double s = double(T) * double(H) * 6 / hw_.elementwise_bytes_per_s;
+  double s = double(T) * double(H) * 6 / hw_.elementwise_bytes_per_s + hw_.call_overhead_seconds;
   if (S > 0)
     s += (double(S) * double(H) * 16 + double(S) * double(c_.vocab_size) * 8) /
              hw_.elementwise_bytes_per_s +
-         gemm_task("lm_head", "", S, c_.vocab_size, H).seconds;
+         2 * hw_.call_overhead_seconds + gemm_task("lm_head", "", S, c_.vocab_size, H).seconds;
   return s;
 }
 

@@ -8,6 +8,9 @@
 //                the roofline max(weight bytes / DRAM bandwidth, FLOPs / GEMM peak);
 //   attention    max(KV bytes / measured attention bandwidth, FLOPs / measured attention rate);
 //   elementwise  bytes / measured elementwise bandwidth (norms, RoPE, SiLU·mul, gather, scatter).
+// Every task also pays the measured overhead of one kernel call (HardwareProfile::
+// call_overhead_seconds: the OpenMP pool and the dispatch), which is what the steps of a small
+// model, or the small-m GEMMs of a large one at low batch, are mostly made of.
 // A task is called compute bound when FLOPs / peak exceeds bytes / bandwidth, else memory bound.
 //
 // Expert work is an expectation over routing: with uniform routing, the tokens an expert gets in

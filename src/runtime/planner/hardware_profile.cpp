@@ -112,7 +112,8 @@ nlohmann::json to_json(const HardwareProfile& p) {
                       {"disk_bytes_per_s", p.disk_bytes_per_s},
                       {"attention_bytes_per_s", p.attention_bytes_per_s},
                       {"attention_flops", p.attention_flops},
-                      {"elementwise_bytes_per_s", p.elementwise_bytes_per_s}};
+                      {"elementwise_bytes_per_s", p.elementwise_bytes_per_s},
+                      {"call_overhead_seconds", p.call_overhead_seconds}};
   j["cpu_gemm"] = nlohmann::json::array();
   for (const auto& c : p.cpu_gemm) j["cpu_gemm"].push_back(curve_json(c));
   if (!p.gpu) {
@@ -154,6 +155,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.attention_bytes_per_s = number("attention_bytes_per_s");
   p.attention_flops = number("attention_flops");
   p.elementwise_bytes_per_s = number("elementwise_bytes_per_s");
+  p.call_overhead_seconds = j.value("call_overhead_seconds", 0.0);  // absent in older profiles
   if (!j.contains("cpu_gemm") || !j["cpu_gemm"].is_array())
     fail("{}: field 'cpu_gemm': expected an array of GEMM curves", source);
   for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(curve_from_json(c, source));
@@ -174,9 +176,10 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   return p;
 }
 
-HardwareProfile quick_profile(double dram, double peak) {
+HardwareProfile quick_profile(double dram, double peak, double call_overhead_seconds) {
   HardwareProfile p;
   p.source = "quick";
+  p.call_overhead_seconds = call_overhead_seconds;
   p.dram_bytes_per_s = dram;
   p.gemm_peak_flops = peak;
   p.attention_bytes_per_s = dram;

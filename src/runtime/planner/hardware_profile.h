@@ -64,6 +64,7 @@ struct HardwareProfile {
   double attention_bytes_per_s = 0;    // decode paged attention, KV bytes read per second
   double attention_flops = 0;          // prefill paged attention, FLOP/s
   double elementwise_bytes_per_s = 0;  // norms, SiLU·mul, gather/scatter on cache-warm buffers
+  double call_overhead_seconds = 0;    // one kernel call doing ~nothing (0: not measured)
   std::vector<GemmCurve> cpu_gemm;
   std::optional<GpuProfile> gpu;
 
@@ -81,6 +82,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
 // A profile built from the two quick ceilings (DRAM bandwidth and GEMM peak) when no measured
 // profile is cached: GEMM curves follow the plain roofline max(weight bytes / bandwidth,
 // FLOPs / peak), without the measured losses at small m.
-HardwareProfile quick_profile(double dram_bytes_per_s, double gemm_peak_flops);
+HardwareProfile quick_profile(double dram_bytes_per_s, double gemm_peak_flops,
+                              double call_overhead_seconds = 0);
 
 }  // namespace sluice

@@ -228,6 +228,8 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.dram_bytes_per_s = measure_dram_bandwidth();
   say("bf16 GEMM peak");
   p.gemm_peak_flops = measure_gemm_peak();
+  say("kernel call overhead");
+  p.call_overhead_seconds = measure_call_overhead();
   say("disk sequential read (O_DIRECT, 512 MiB temporary file)");
   std::string why;
   p.disk_bytes_per_s =

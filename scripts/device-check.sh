@@ -203,11 +203,12 @@ else
     # Fields of bench's one-line JSON (nlohmann's compact dump: "key":value), without python.
     jget() { grep -oE "\"$1\":[^,}]*" "$log_dir/bench.json" | head -1 | cut -d: -f2- | tr -d '"'; }
     gb() { awk -v v="$(jget "$1")" 'BEGIN { printf "%.1f", v / 1e9 }'; }
+    num() { awk -v v="$(jget "$1")" 'BEGIN { printf "%.1f", v }'; }
     pct() { awk -v v="$(jget "$1")" 'BEGIN { printf "%.0f%%", 100 * v }'; }
-    figures="decode $(jget decode_only_tokens_per_s) tok/s vs bound $(jget decode_bound_tokens_per_s) tok/s = $(pct decode_bound_fraction) (B $(jget decode_tokens_per_step) per decode step, $(gb decode_weight_bytes_per_step) GB of experts per step); PCIe H2D $(gb pcie_h2d_bytes_per_s) GB/s = $(pct pcie_h2d_fraction) of the $(jget pcie_h2d_reference_source) $(gb pcie_h2d_reference_bytes_per_s) GB/s; GPU busy $(pct gpu_busy_fraction), link busy $(pct link_busy_fraction); $(gb device_pinned_weight_bytes) GB pinned; made in $(jget load_seconds) s, ran $(jget wall_seconds) s"
+    figures="decode $(num decode_only_tokens_per_s) tok/s vs bound $(num decode_bound_tokens_per_s) tok/s = $(pct decode_bound_fraction) (B $(num decode_tokens_per_step) per decode step, $(gb decode_weight_bytes_per_step) GB of experts per step); PCIe H2D $(gb pcie_h2d_bytes_per_s) GB/s = $(pct pcie_h2d_fraction) of the $(jget pcie_h2d_reference_source) $(gb pcie_h2d_reference_bytes_per_s) GB/s; GPU busy $(pct gpu_busy_fraction), link busy $(pct link_busy_fraction); $(gb device_pinned_weight_bytes) GB pinned; made in $(num load_seconds) s, ran $(num wall_seconds) s"
     say "PCIe host→device $(gb pcie_h2d_bytes_per_s) GB/s = $(pct pcie_h2d_fraction) of the profiled pinned H2D bandwidth ($(jget pcie_h2d_reference_source) $(gb pcie_h2d_reference_bytes_per_s) GB/s)"
     say "GPU busy $(pct gpu_busy_fraction) of the run"
-    record bench pass "mixtral-8x7b --layers $layers --gpu-mem 24GiB: $figures"
+    record bench pass "${bench_args[*]} --gpu-mem 24GiB: $figures"
     if awk -v f="$(jget decode_bound_fraction)" 'BEGIN { exit !(f + 0 >= 0.70) }'; then
       record decode-bound pass "decode reached >= 70% of the PCIe bound"
     else

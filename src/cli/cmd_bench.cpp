@@ -15,12 +15,14 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/batch_engine.h"
+#include "engine/device_report.h"
 #include "engine/engine_plan.h"
 #include "engine/throughput_report.h"
 #include "model/model_stats.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "runtime/memory_info.h"
+#include "runtime/offload/device.h"
 #include "runtime/planner/planner.h"
 
 namespace sluice::cli {
@@ -76,7 +78,23 @@ int run(Options o) {
     requests.push_back(std::move(r));
   }
 
-  BatchEngine engine(model, policy, device);
+  // The device is opened here rather than by the engine, to measure its link first when the
+  // profile has no GPU section: the fractions below are against pinned H2D bandwidth.
+  std::unique_ptr<OffloadBackend> backend = open_offload_backend(device);
+  double h2d_reference = 0;
+  std::string h2d_source;
+  if (backend) {
+    if (device.kind == DeviceKind::kCuda && hw.gpu && hw.gpu->h2d_pinned_bytes_per_s > 0) {
+      h2d_reference = hw.gpu->h2d_pinned_bytes_per_s;
+      h2d_source = "profiled";
+    } else {
+      h2d_reference = backend->device->measure_host_to_device(size_t(256) << 20, 3);
+      h2d_source = "measured (3 x 256 MiB)";
+    }
+  }
+  EngineDevice engine_device;
+  if (backend) engine_device = {backend->device.get(), backend->math.get(), device.settings};
+  BatchEngine engine(model, policy, engine_device);
   // CPU time this process got, split between prefill and decode by each step's token mix as the
   // engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
   // share of its cores the run really had.
@@ -117,6 +135,7 @@ int run(Options o) {
     nlohmann::json j = report_json(r, s, ceilings);
     j["model"] = o.preset.empty() ? o.model_dir : o.preset;
     j["layers"] = c.num_layers;
+    j["load_seconds"] = load_seconds;
     j["requests"] = o.requests;
     j["prompt_len"] = o.prompt_len;
     j["gen_len"] = o.gen_len;
@@ -132,11 +151,9 @@ int run(Options o) {
     j["profile_dram_bytes_per_s"] = hw.dram_bytes_per_s;
     j["peak_resident_bytes"] = peak_rss;
     j["weights_bytes"] = weights_bytes;
-    if (o.device.kind != DeviceKind::kCpu) {
-      j["device_pages_copied"] = s.device_pages_copied;
-      j["device_bytes_to_device"] = s.device_bytes_to_device;
-      j["device_bytes_to_host"] = s.device_bytes_to_host;
-      j["device_peak_bytes"] = s.device_peak_bytes;
+    if (backend) {
+      j["device"] = backend->device->name();
+      add_device_report(j, device_report(s, wall, h2d_reference, h2d_source), s);
     }
     fmt::print("{}\n", j.dump());
     return 0;
@@ -172,13 +189,10 @@ int run(Options o) {
              double(peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
   fmt::print("KV cache   peak use {:.0f}% of {}\n", 100 * s.peak_kv_usage,
              human_bytes(double(s.kv_cache_bytes)));
-  if (o.device.kind != DeviceKind::kCpu)
-    fmt::print(
-        "device     {} expert pages copied, {} host→device, {} device→host; experts {} on the "
-        "device, {} on the CPU; peak device memory {}\n",
-        s.device_pages_copied, human_bytes(s.device_bytes_to_device),
-        human_bytes(s.device_bytes_to_host), s.device_gpu_experts, s.device_cpu_experts,
-        human_bytes(double(s.device_peak_bytes)));
+  if (backend) {
+    fmt::print("device     {}\n", backend->device->name());
+    print_device_report(device_report(s, wall, h2d_reference, h2d_source), s, wall);
+  }
   return 0;
 }
 

@@ -41,6 +41,14 @@ struct EngineStats {
   double device_bytes_to_host = 0;    // activations, device→host
   int64_t device_gpu_experts = 0, device_cpu_experts = 0;  // expert runs by place
   size_t device_peak_bytes = 0;                            // most device memory held at once
+  double device_weight_bytes = 0;         // inside device_bytes_to_device: the expert pages
+  size_t device_pinned_weight_bytes = 0;  // streamed weights page-locked in place (0: none)
+  // Seconds each device queue spent copying or computing (measured on the device).
+  double device_weights_busy_seconds = 0, device_transfer_busy_seconds = 0;
+  double device_compute_busy_seconds = 0;
+  // Steps without prompt tokens (pure decode), where the decode rate and its bounds are read.
+  int64_t decode_only_steps = 0, decode_only_tokens = 0;
+  double decode_only_seconds = 0, decode_only_device_weight_bytes = 0;
 };
 
 class BatchEngine {

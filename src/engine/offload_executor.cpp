@@ -1,6 +1,8 @@
 #include "engine/offload_executor.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/rope.h"
+#include "runtime/offload/host_array.h"
 #include "runtime/offload/step_pipeline.h"
 
 namespace sluice {
@@ -53,10 +56,14 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   EngineStats* stats = nullptr;
   double to_device_bytes = 0, to_host_bytes = 0;
 
-  // Host mirrors of the transferred blocks (same layout as on the device).
-  std::vector<float> h_qkv, h_attn;
-  std::vector<char> h_routing, h_lists, h_cpu_block;
-  std::vector<int32_t> h_positions, h_sample_rows;
+  // Host mirrors of the transferred blocks (same layout as on the device), in memory the device
+  // copies at full speed (pinned on CUDA): h_x and h_final stage the engine's own buffers.
+  offload::HostArray<float> h_x, h_final, h_qkv, h_attn;
+  offload::HostArray<char> h_routing, h_lists, h_cpu_block;
+  offload::HostArray<int32_t> h_positions, h_sample_rows;
+  // Host ranges of the streamed weights page-locked in place (registered), for teardown.
+  std::vector<const void*> registered;
+  size_t registered_bytes = 0;
   // Expert lists of the layer being run: rows and weights concatenated by expert. Read by the
   // expert work on the compute queue; the host rewrites them only for the next layer, after the
   // routing of that layer arrived, which the compute queue produced after this layer's experts.
@@ -103,8 +110,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
           human_bytes(double(free)), free, human_bytes(double(f.minimum() + b.used())));
     int n_slots = settings.page_slots;
     if (n_slots == 0) {
+      // Up to two layers' experts: the next layer's pages keep streaming while this layer waits
+      // for its attention and routing (the CPU's share of the step), so the link does not idle.
       const size_t room = (free - f.resident - f.buffers) / f.page_bytes;
-      n_slots = int(std::min<size_t>(room, size_t(3) * sh.E));
+      n_slots = int(std::min<size_t>(room, size_t(6) * sh.E));
     }
     if (n_slots < f.min_slots || f.with_slots(n_slots) > free)
       fail(
@@ -118,21 +127,31 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
       slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
       upload_resident();
+      build_pages();
+      register_streamed_weights();
+      allocate_host_buffers();
     } catch (...) {
       release();
       throw;
     }
-    build_pages();
-    h_qkv.resize(size_t(sh.T) * sh.qkv_row());
-    h_attn.resize(size_t(sh.T) * sh.qd);
-    h_routing.resize(size_t(sh.T) * sh.routing_row());
-    h_lists.resize(size_t(sh.T) * sh.K * 8);
-    h_positions.resize(size_t(sh.T));
-    h_sample_rows.resize(size_t(sh.S));
+  }
+
+  // Host buffers of every block that crosses the link, and the CPU experts' scratch.
+  void allocate_host_buffers() {
+    offload::Device& D = dev;
+    const size_t T = size_t(sh.T), H = size_t(sh.H);
+    h_x = {D, T * H, "staged embeddings"};
+    h_final = {D, size_t(sh.S) * H, "staged final rows"};
+    h_qkv = {D, T * size_t(sh.qkv_row()), "q/k/v to the host"};
+    h_attn = {D, T * size_t(sh.qd), "attention output to the device"};
+    h_routing = {D, T * sh.routing_row(), "routing to the host"};
+    h_lists = {D, T * size_t(sh.K) * 8, "expert lists to the device"};
+    h_positions = {D, T, "positions to the device"};
+    h_sample_rows = {D, size_t(sh.S), "sample rows to the device"};
     list_begin.resize(size_t(sh.E));
     list_count.resize(size_t(sh.E));
     if (sh.cpu_experts) {
-      h_cpu_block.resize(size_t(sh.T) * (8 + size_t(sh.H) * 4));
+      h_cpu_block = {D, T * (8 + H * 4), "CPU experts' rows to the device"};
       c_out.resize(size_t(sh.T) * sh.H);
       c_slot.assign(size_t(sh.T), -1);
       c_exf.resize(sh.f32 ? size_t(sh.be) * sh.H : 0);
@@ -154,6 +173,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 
   void release() {
+    for (const void* p : registered) dev.unregister_host(p);
+    registered.clear();
     slots.reset();
     if (buffers) dev.deallocate(buffers, buf.bytes);
     if (resident) dev.deallocate(resident, resident_bytes);
@@ -183,6 +204,47 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     dev.copy_to_device(offload::Queue::kWeights, resident + inv_freq_at, inv_freq.data(),
                        inv_freq.size() * 4, "rope inv_freq");
     dev.synchronize(dev.record(offload::Queue::kWeights));
+  }
+
+  // Page-locks the host memory of every streamed expert matrix, so each page's copy is a direct
+  // DMA at full link speed that overlaps with compute (a copy from pageable memory is staged
+  // through a driver buffer and blocks the host). The tensors' ranges are widened to whole OS
+  // pages and merged, since a page can be registered once. If the device cannot pin them, the
+  // run goes on with slower, staged copies.
+  void register_streamed_weights() {
+    const size_t os_page = size_t(sysconf(_SC_PAGESIZE));
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    for (const LayerWeights& L : w.layers)
+      for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
+        const auto begin = reinterpret_cast<uintptr_t>(t->data);
+        ranges.push_back(
+            {begin / os_page * os_page, (begin + t->nbytes() + os_page - 1) / os_page * os_page});
+      }
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+    for (auto r : ranges)
+      if (!merged.empty() && r.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, r.second);
+      else
+        merged.push_back(r);
+    size_t total = 0;
+    for (auto [b, e] : merged) total += e - b;
+    const auto t0 = Clock::now();
+    for (auto [b, e] : merged) {
+      const auto* p = reinterpret_cast<const void*>(b);
+      if (!dev.register_host(p, e - b)) {
+        spdlog::warn(
+            "{}: could not page-lock the {} of streamed expert weights ({} of them pinned): "
+            "their copies will be staged and slower, and will not overlap with compute",
+            dev.name(), human_bytes(double(total)), human_bytes(double(registered_bytes)));
+        return;
+      }
+      registered.push_back(p);
+      registered_bytes += e - b;
+    }
+    spdlog::info("{}: page-locked {} of streamed expert weights in {} ranges in {:.1f} s",
+                 dev.name(), human_bytes(double(registered_bytes)), merged.size(),
+                 seconds_since(t0));
   }
 
   // Every expert matrix is one page; a step streams all layers' experts in order.
@@ -518,9 +580,12 @@ void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
   for (int end : plan.micro_batch_end) m.mb_row.push_back(in.item_row[size_t(end)]);
 
   // The embeddings and positions go up; the compute queue starts once they are there.
+  // Staged through pinned buffers: the previous step's copies from them have completed (the host
+  // synchronised on its last transfer).
   std::copy(in.positions.begin(), in.positions.begin() + T, m.h_positions.begin());
   std::copy(in.sample_rows.begin(), in.sample_rows.end(), m.h_sample_rows.begin());
-  m.dev.copy_to_device(Queue::kTransfer, m.at<float>(m.buf.x), in.embeddings, size_t(T) * H * 4,
+  std::copy_n(in.embeddings, size_t(T) * H, m.h_x.data());
+  m.dev.copy_to_device(Queue::kTransfer, m.at<float>(m.buf.x), m.h_x.data(), size_t(T) * H * 4,
                        "embeddings>d");
   m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.positions), m.h_positions.data(),
                        size_t(T) * 4, "positions>d");
@@ -545,9 +610,10 @@ void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
       },
       "final_rows");
   m.dev.wait(Queue::kTransfer, m.dev.record(Queue::kCompute));
-  m.dev.copy_to_host(Queue::kTransfer, final_rows, m.at<float>(m.buf.final_rows), size_t(S) * H * 4,
-                     "final_rows>h");
+  m.dev.copy_to_host(Queue::kTransfer, m.h_final.data(), m.at<float>(m.buf.final_rows),
+                     size_t(S) * H * 4, "final_rows>h");
   m.dev.synchronize(m.dev.record(Queue::kTransfer));
+  std::copy_n(m.h_final.data(), size_t(S) * H, final_rows);
   m.to_host_bytes += double(S) * H * 4;
 
   // The resident GEMMs' accounting, as the CPU engine counts it (experts: expert_tokens).
@@ -563,6 +629,13 @@ void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
   stats.device_gpu_experts += ps.gpu_experts;
   stats.device_cpu_experts += ps.cpu_experts;
   stats.device_peak_bytes = m.dev.budget().peak();
+  stats.device_weight_bytes += double(ps.bytes_copied);
+  stats.device_pinned_weight_bytes = m.registered_bytes;
+  // Copies and work that completed by now; a prefetched page still in flight counts next step.
+  const offload::QueueSeconds busy = m.dev.take_busy_seconds();
+  stats.device_weights_busy_seconds += busy[Queue::kWeights];
+  stats.device_transfer_busy_seconds += busy[Queue::kTransfer];
+  stats.device_compute_busy_seconds += busy[Queue::kCompute];
   m.plan = nullptr;
   m.stats = nullptr;
 }

@@ -18,6 +18,16 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address.
+// The heuristic may otherwise pick a kernel that needs 256-byte aligned operands, and the
+// executor passes row offsets into its buffers (e.g. v after n rows of k, n·kv_dim·4 bytes).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
 }  // namespace
 
 struct GemmContext::Impl {
@@ -25,7 +35,8 @@ struct GemmContext::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan> plans;
+  // Shape, accumulate, and the alignments of W, X and Y.
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t>, Plan> plans;
 
   Impl(offload::Device& d, size_t ws) : device(d), workspace_bytes(ws) {
     SLUICE_CUBLAS_CHECK(cublasLtCreate(&handle));
@@ -42,8 +53,9 @@ struct GemmContext::Impl {
     cublasLtDestroy(handle);
   }
 
-  const Plan& plan(const GemmShape& s, bool accumulate) {
-    auto key = std::make_tuple(s.m, s.n, s.k, accumulate);
+  const Plan& plan(const GemmShape& s, bool accumulate, uint32_t align_w, uint32_t align_x,
+                   uint32_t align_y) {
+    auto key = std::make_tuple(s.m, s.n, s.k, accumulate, align_w, align_x, align_y);
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -65,13 +77,23 @@ struct GemmContext::Impl {
     SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
+    for (auto [attribute, align] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
+                                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x},
+                                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y},
+                                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y}})
+      SLUICE_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, attribute, &align, sizeof(align)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     SLUICE_CUBLAS_CHECK(status);
-    if (found == 0) fail("cuBLASLt: no bf16 GEMM algorithm for m={} n={} k={}", s.m, s.n, s.k);
+    if (found == 0)
+      fail(
+          "cuBLASLt: no bf16 GEMM algorithm for m={} n={} k={} with operands aligned to {}, {} "
+          "and {} bytes",
+          s.m, s.n, s.k, align_w, align_x, align_y);
     p.algo = result.algo;
     return plans.emplace(key, p).first->second;
   }
@@ -86,7 +108,7 @@ void GemmContext::gemm(const GemmShape& s, const uint16_t* x, const uint16_t* w,
   if (s.m == 0) return;
   if (s.n <= 0 || s.k <= 0)
     fail("cuda gemm: field 'shape': expected n, k > 0, got m={} n={} k={}", s.m, s.n, s.k);
-  const Plan& p = impl_->plan(s, beta != 0.0f);
+  const Plan& p = impl_->plan(s, beta != 0.0f, alignment_of(w), alignment_of(x), alignment_of(y));
   const float alpha = 1.0f;
   SLUICE_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,
                                      p.c, &p.algo, impl_->workspace, impl_->workspace_bytes,

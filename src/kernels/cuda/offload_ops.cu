@@ -51,9 +51,15 @@ __global__ void gather_f32_kernel(const float* src, int64_t cols, const int32_t*
 void gemm_f32_bf16w(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n, int64_t k,
                     float beta, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  const dim3 grid(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m));
-  gemm_f32_bf16w_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(x, w, y, n, k, beta);
-  SLUICE_CUDA_CHECK_LAUNCH("gemm_f32_bf16w kernel");
+  // gridDim.y is at most 65535: rows go in chunks of that many.
+  constexpr int64_t kMaxRows = 65535;
+  for (int64_t r0 = 0; r0 < m; r0 += kMaxRows) {
+    const int64_t rows = m - r0 < kMaxRows ? m - r0 : kMaxRows;
+    const dim3 grid(unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(rows));
+    gemm_f32_bf16w_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(x + r0 * k, w, y + r0 * n, n, k,
+                                                                    beta);
+    SLUICE_CUDA_CHECK_LAUNCH("gemm_f32_bf16w kernel");
+  }
 }
 
 void f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {

@@ -1,9 +1,14 @@
 // The offload Device on a CUDA GPU: one stream per queue (weights, transfers, compute), events
-// without timing, and device memory from cudaMalloc charged to a hard budget (`--gpu-mem`)
-// before it is asked of the driver.
+// without timing for ordering, and device memory from cudaMalloc charged to a hard budget
+// (`--gpu-mem`) before it is asked of the driver. Every copy and every piece of work is bracketed
+// by a pair of timed events on its stream, so each queue's busy time is measured on the GPU
+// without synchronising: pairs are read once their end event has completed.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <deque>
+#include <vector>
 
 #include "runtime/offload/device.h"
 
@@ -30,6 +35,12 @@ class CudaDevice final : public offload::Device {
   void wait(offload::Queue q, const offload::EventPtr& event) override;
   void synchronize(const offload::EventPtr& event) override;
   void synchronize_all() override;
+  void* allocate_host(size_t bytes, std::string_view what) override;
+  void free_host(void* ptr) override;
+  bool register_host(const void* ptr, size_t bytes) override;
+  void unregister_host(const void* ptr) override;
+  offload::QueueSeconds take_busy_seconds() override;
+  double measure_host_to_device(size_t bytes, int repeats) override;
 
   cudaStream_t stream(offload::Queue q) const { return streams_[int(q)]; }
 
@@ -37,7 +48,18 @@ class CudaDevice final : public offload::Device {
   int ordinal_;
   std::string name_;
   offload::MemoryBudget budget_;
+  struct TimedPair {
+    cudaEvent_t start, end;
+  };
+  cudaEvent_t timing_event();  // from the pool, or a new one
+  void start_timing(offload::Queue q);
+  void end_timing(offload::Queue q);
+
   cudaStream_t streams_[offload::kQueueCount] = {};
+  std::vector<cudaEvent_t> event_pool_;  // timed events free for reuse
+  cudaEvent_t open_start_[offload::kQueueCount] = {};
+  std::deque<TimedPair> pending_[offload::kQueueCount];  // in stream order
+  offload::QueueSeconds busy_;
 };
 
 }  // namespace sluice::gpu

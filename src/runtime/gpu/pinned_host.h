@@ -5,12 +5,18 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace sluice::gpu {
 
+// Page-locks [data, data + bytes) in place: read-only where the GPU supports it (a mapping of a
+// file opened read-only can only be pinned so), else read-write. Returns "" on success, else
+// CUDA's reason; never throws (the caller decides whether unpinned memory is an error).
+std::string try_pin_host_range(const void* data, size_t bytes);
+
 class PinnedRegistration {
  public:
-  PinnedRegistration(const void* data, size_t bytes, bool read_only = true);
+  PinnedRegistration(const void* data, size_t bytes);  // fails with CUDA's reason
   ~PinnedRegistration();
   PinnedRegistration(const PinnedRegistration&) = delete;
   PinnedRegistration& operator=(const PinnedRegistration&) = delete;

@@ -1,8 +1,10 @@
 #include "runtime/offload/cpu_standin_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "core/error.h"
@@ -104,6 +106,7 @@ void CpuStandinDevice::worker_loop(Worker& w, Queue q) {
     }
     op.entry.queue = q;
     op.entry.start_tick = tick_++;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       op.run();
     } catch (...) {
@@ -111,6 +114,11 @@ void CpuStandinDevice::worker_loop(Worker& w, Queue q) {
       if (!error_) error_ = std::current_exception();
     }
     op.entry.end_tick = tick_++;
+    if (op.traced) {  // copies and work; an event wait is not busy time
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard lock(busy_mutex_);
+      busy_[q] += s;
+    }
     if (op.traced) {
       std::lock_guard lock(trace_mutex_);
       trace_.push_back(std::move(op.entry));
@@ -189,6 +197,69 @@ void CpuStandinDevice::synchronize_all() {
 void CpuStandinDevice::rethrow_worker_error() {
   std::lock_guard lock(error_mutex_);
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void* CpuStandinDevice::allocate_host(size_t bytes, std::string_view what) {
+  void* p = std::malloc(bytes ? bytes : 1);
+  if (!p)
+    fail("cpu-standin device: allocating {} bytes of host memory for {}: out of memory", bytes,
+         what);
+  return p;
+}
+
+void CpuStandinDevice::free_host(void* ptr) {
+  std::free(ptr);
+}
+
+// Host memory needs no pinning here; the ranges are kept so tests can check that the executor
+// registers what it streams, without overlaps, and releases it all.
+bool CpuStandinDevice::register_host(const void* ptr, size_t bytes) {
+  const char* p = static_cast<const char*>(ptr);
+  std::lock_guard lock(host_mutex_);
+  auto next = registered_.lower_bound(p);
+  const bool overlaps_next = next != registered_.end() && next->first < p + bytes;
+  const bool overlaps_prev =
+      next != registered_.begin() && std::prev(next)->first + std::prev(next)->second > p;
+  if (overlaps_next || overlaps_prev || bytes == 0)
+    fail(
+        "cpu-standin device: register_host: field 'range': expected a non-empty range that no "
+        "registered range overlaps, got {} bytes at {}",
+        bytes, ptr);
+  registered_[p] = bytes;
+  return true;
+}
+
+void CpuStandinDevice::unregister_host(const void* ptr) {
+  std::lock_guard lock(host_mutex_);
+  if (registered_.erase(static_cast<const char*>(ptr)) == 0)
+    fail("cpu-standin device: unregister_host: field 'ptr': expected a registered range, got {}",
+         ptr);
+}
+
+size_t CpuStandinDevice::registered_bytes() const {
+  std::lock_guard lock(host_mutex_);
+  size_t total = 0;
+  for (const auto& [p, bytes] : registered_) total += bytes;
+  return total;
+}
+
+QueueSeconds CpuStandinDevice::take_busy_seconds() {
+  std::lock_guard lock(busy_mutex_);
+  return std::exchange(busy_, QueueSeconds{});
+}
+
+double CpuStandinDevice::measure_host_to_device(size_t bytes, int repeats) {
+  std::vector<char> src(bytes, 1), dst(bytes);
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    if (copy_rate_ > 0)
+      std::this_thread::sleep_until(t0 + std::chrono::duration<double>(double(bytes) / copy_rate_));
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best > 0 ? double(bytes) / best : 0;
 }
 
 std::vector<TraceEntry> CpuStandinDevice::trace() const {

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,6 +49,15 @@ class CpuStandinDevice final : public Device {
   void wait(Queue q, const EventPtr& event) override;
   void synchronize(const EventPtr& event) override;
   void synchronize_all() override;
+  void* allocate_host(size_t bytes, std::string_view what) override;
+  void free_host(void* ptr) override;
+  bool register_host(const void* ptr, size_t bytes) override;
+  void unregister_host(const void* ptr) override;
+  QueueSeconds take_busy_seconds() override;
+  double measure_host_to_device(size_t bytes, int repeats) override;
+
+  // Host bytes registered now (register_host less unregister_host), for tests.
+  size_t registered_bytes() const;
 
   // Every traced operation so far (copies and work; not records or waits), in completion order.
   std::vector<TraceEntry> trace() const;
@@ -79,6 +89,10 @@ class CpuStandinDevice final : public Device {
   std::vector<TraceEntry> trace_;
   std::mutex error_mutex_;
   std::exception_ptr error_;
+  mutable std::mutex host_mutex_;
+  std::map<const char*, size_t> registered_;  // start -> bytes
+  std::mutex busy_mutex_;
+  QueueSeconds busy_;  // since the last take_busy_seconds
 };
 
 }  // namespace sluice::offload

@@ -1,5 +1,6 @@
 // The device as the offload pipeline sees it: budgeted device memory, three in-order queues
-// (weight copies, activation transfers, compute) and events that order work across queues.
+// (weight copies, activation transfers, compute), events that order work across queues, host
+// memory the device copies at full speed (pinned), and the time each queue spent working.
 //
 // The model is CUDA's streams and events, so the CUDA backend maps onto it one to one
 // (runtime/gpu/cuda_device.h); the CPU stand-in (cpu_standin_device.h) implements it with one
@@ -32,6 +33,13 @@ class Event {
 };
 using EventPtr = std::shared_ptr<Event>;
 
+// Per-queue seconds, indexed by Queue.
+struct QueueSeconds {
+  double seconds[kQueueCount] = {};
+  double& operator[](Queue q) { return seconds[int(q)]; }
+  double operator[](Queue q) const { return seconds[int(q)]; }
+};
+
 // Work enqueued on a queue. On CUDA the function runs on the host at enqueue time and launches
 // kernels on `stream` (a cudaStream_t); on the stand-in it runs on the queue's thread, in order.
 using QueueWork = std::function<void(void* stream)>;
@@ -58,6 +66,25 @@ class Device {
   virtual void wait(Queue q, const EventPtr& event) = 0;  // later work on q waits for it
   virtual void synchronize(const EventPtr& event) = 0;    // the host waits for it
   virtual void synchronize_all() = 0;                     // end of a run or teardown only
+
+  // Host memory for what crosses the link every step (activations): page-locked on CUDA, so
+  // copies run at full bandwidth and overlap with compute. Fails naming `what`.
+  virtual void* allocate_host(size_t bytes, std::string_view what) = 0;
+  virtual void free_host(void* ptr) = 0;
+  // Page-locks an existing host range (the streamed weights) in place. Returns false, changing
+  // nothing, when the device cannot (the caller warns: copies from it will be slow and staged).
+  // Ranges must not overlap ones registered before; each is unregistered once, at teardown.
+  virtual bool register_host(const void* ptr, size_t bytes) = 0;
+  virtual void unregister_host(const void* ptr) = 0;
+
+  // Seconds each queue spent running its copies and work (not waiting on events), for the
+  // operations that completed since the last call; those still running count at a later call,
+  // so the host never waits for them here. Measured on the device (timed events on CUDA).
+  virtual QueueSeconds take_busy_seconds() = 0;
+
+  // Host→device bandwidth from page-locked memory, bytes per second: `repeats` copies of `bytes`
+  // on the weights queue into memory outside the budget, best of them. Call while idle.
+  virtual double measure_host_to_device(size_t bytes, int repeats) = 0;
 };
 
 }  // namespace sluice::offload

@@ -59,7 +59,8 @@ std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePo
   gpu_ceilings = gpu_ceilings && hw.gpu && hw.gpu->gemm_peak_flops() > 0;
   const double top_rate =
       gpu_ceilings ? std::max(hw.gemm_peak_flops, hw.gpu->gemm_peak_flops()) : hw.gemm_peak_flops;
-  const double W = 900, Hgt = 600, left = 80, right = 330, top = 50, bottom = 60;
+  // The legend on the right holds lines of up to ~85 characters at 12 px.
+  const double W = 1150, Hgt = 600, left = 80, right = 580, top = 50, bottom = 60;
   const double pw = W - left - right, ph = Hgt - top - bottom;
   double x_lo = -2, x_hi = 4;
   const double y_hi = std::ceil(std::log10(top_rate * 2));
@@ -72,7 +73,7 @@ std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePo
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"{}\" y=\"25\" font-size=\"15\">{}</text>\n",
+      "fill=\"white\"/>\n<text x=\"{}\" y=\"25\" font-size=\"14\">{}</text>\n",
       W, Hgt, left, escape(title));
   // Grid and axes, one line per decade.
   for (int d = int(x_lo); d <= int(x_hi); ++d)
@@ -132,15 +133,20 @@ std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePo
         X(ai0), Y(ai0 * h2d), X(ai1), Y(std::min(ai1 * h2d, peak)), X(ai0 * 100),
         Y(ai0 * 100 * h2d) + 14, h2d / 1e9);
   }
-  // Points, numbered, with a legend on the right.
+  // Points, numbered, with a legend on the right. Numbers of points that fall on the same spot
+  // are set side by side instead of on top of each other.
+  std::map<std::pair<int, int>, double> label_width_at;  // pixels of numbers already there
   for (size_t i = 0; i < points.size(); ++i) {
     const RooflinePoint& p = points[i];
     const char* colour = p.decode ? "#d62728" : "#1f77b4";
     const double x = X(std::clamp(p.intensity, ai0, ai1)), y = Y(p.flops_per_s);
+    double& before = label_width_at[{int(x / 8), int(y / 8)}];
+    const double shift = before;
+    before += 6.5 * double(std::to_string(i + 1).size()) + 4;
     s += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\"/><text x=\"{:.1f}\" "
         "y=\"{:.1f}\" font-size=\"10\">{}</text>\n",
-        x, y, colour, x + 7, y - 4, i + 1);
+        x, y, colour, x + 7 + shift, y - 4, i + 1);
     s += fmt::format(
         "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}. {} ({:.2g} FLOP/B, {:.1f} GFLOP/s)</text>\n",
         left + pw + 15, top + 16 * double(i), colour, i + 1, escape(p.label), p.intensity,

@@ -17,11 +17,8 @@ namespace sluice {
 namespace {
 
 using testing::run_command;
+using testing::sluice_command;
 using testing::TempDir;
-
-std::string sluice(const std::string& args) {
-  return std::string(SLUICE_BINARY) + " " + args;
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -35,7 +32,7 @@ class Cli : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     auto r = run_command(
-        sluice("make-model --preset tiny-mixtral --out " + model().string() + " --seed 3"));
+        sluice_command("make-model --preset tiny-mixtral --out " + model().string() + " --seed 3"));
     ASSERT_EQ(r.status, 0) << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -51,7 +48,8 @@ TEST_F(Cli, MakeModelWritesACompleteFolder) {
 }
 
 TEST_F(Cli, LogitsPrintsOneRowPerPositionMatchingTheReference) {
-  auto r = run_command(sluice("logits --model " + model().string() + " --tokens 1,5,300,7"));
+  auto r =
+      run_command(sluice_command("logits --model " + model().string() + " --tokens 1,5,300,7"));
   ASSERT_EQ(r.status, 0) << r.output;
   auto rows = lines_of(r.output);
   ASSERT_EQ(rows.size(), 4u);
@@ -71,7 +69,7 @@ TEST_F(Cli, LogitsPrintsOneRowPerPositionMatchingTheReference) {
 }
 
 TEST_F(Cli, InspectReportsShapesAndCounts) {
-  auto r = run_command(sluice("inspect --model " + model().string()));
+  auto r = run_command(sluice_command("inspect --model " + model().string()));
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* part : {"MixtralForCausalLM", "8 per layer, top 2", "369.98 K total",
                            "active per token", "BF16", "per decoded token"})
@@ -83,9 +81,9 @@ TEST_F(Cli, InspectReportsShapesAndCounts) {
 TEST_F(Cli, GenerateGreedyIsDeterministicOnBothPaths) {
   const std::string base =
       "generate --model " + model().string() + " --prompt 'Hello world' --max-new-tokens 12";
-  auto engine = run_command(sluice(base), false);
-  auto again = run_command(sluice(base), false);
-  auto reference = run_command(sluice(base + " --reference"), false);
+  auto engine = run_command(sluice_command(base), false);
+  auto again = run_command(sluice_command(base), false);
+  auto reference = run_command(sluice_command(base + " --reference"), false);
   ASSERT_EQ(engine.status, 0) << engine.output;
   ASSERT_EQ(reference.status, 0) << reference.output;
   EXPECT_EQ(engine.output, again.output);
@@ -97,8 +95,8 @@ TEST_F(Cli, GenerateGreedyIsDeterministicOnBothPaths) {
 TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
   TempDir d;
   testing::write_file(d / "prompts.txt", "The quick brown fox\nHello world!\n\nIt is forty two,\n");
-  auto r = run_command(sluice("generate --model " + model().string() + " --input " +
-                              (d / "prompts.txt").string() + " --max-new-tokens 5"),
+  auto r = run_command(sluice_command("generate --model " + model().string() + " --input " +
+                                      (d / "prompts.txt").string() + " --max-new-tokens 5"),
                        false);
   ASSERT_EQ(r.status, 0) << r.output;
   auto rows = lines_of(r.output);
@@ -113,15 +111,15 @@ TEST_F(Cli, GenerateRunsThePlannersPolicyWithinTheHostMemoryLimit) {
   testing::write_file(d / "prompts.txt", "The quick brown fox\nHello world!\nIt is forty two,\n");
   const std::string base = "generate --model " + model().string() + " --input " +
                            (d / "prompts.txt").string() + " --max-new-tokens 4";
-  auto planned = run_command(sluice(base));
+  auto planned = run_command(sluice_command(base));
   ASSERT_EQ(planned.status, 0) << planned.output;
   EXPECT_NE(planned.output.find("policy B=3 "), std::string::npos) << planned.output;
   EXPECT_NE(planned.output.find("(planned with the"), std::string::npos) << planned.output;
-  auto overridden = run_command(sluice(base + " --batch 1 --expert-batch 7"));
+  auto overridden = run_command(sluice_command(base + " --batch 1 --expert-batch 7"));
   ASSERT_EQ(overridden.status, 0) << overridden.output;
   EXPECT_NE(overridden.output.find("policy B=1 b_a="), std::string::npos) << overridden.output;
   EXPECT_NE(overridden.output.find(" b_e=7 "), std::string::npos) << overridden.output;
-  auto starved = run_command(sluice(base + " --host-mem 64KiB"));
+  auto starved = run_command(sluice_command(base + " --host-mem 64KiB"));
   EXPECT_EQ(starved.status, 1);
   EXPECT_EQ(lines_of(starved.output).size(), 1u) << starved.output;
   EXPECT_EQ(starved.output.rfind("error: planner: needs at least ", 0), 0u) << starved.output;
@@ -132,8 +130,8 @@ TEST_F(Cli, SampledGenerationDependsOnTheSeedOnly) {
   const std::string base =
       "generate --model " + model().string() +
       " --prompt 'Hello' --max-new-tokens 10 --temperature 1 --top-p 0.9 --top-k 50";
-  auto a = run_command(sluice(base + " --seed 1"), false);
-  auto b = run_command(sluice(base + " --seed 1"), false);
+  auto a = run_command(sluice_command(base + " --seed 1"), false);
+  auto b = run_command(sluice_command(base + " --seed 1"), false);
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_EQ(a.output, b.output);
 }
@@ -155,7 +153,7 @@ TEST_P(CliBadModel, OneClearErrorLineAndExitStatusOne) {
   for (const char* command : {"inspect", "logits"}) {
     std::string args = std::string(command) + " --model " + d.path().string() +
                        (std::string(command) == "logits" ? " --tokens 1,2" : "");
-    auto r = run_command(sluice(args));
+    auto r = run_command(sluice_command(args));
     EXPECT_EQ(r.status, 1) << command << ": " << r.output;
     auto out = lines_of(r.output);
     ASSERT_EQ(out.size(), 1u) << command << ": " << r.output;
@@ -217,13 +215,13 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(CliArguments, BadTokenListNamesTheItem) {
-  auto r = run_command(sluice("logits --model /nonexistent --tokens 1,x,3"));
+  auto r = run_command(sluice_command("logits --model /nonexistent --tokens 1,x,3"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("--tokens: item 2 is 'x'"), std::string::npos) << r.output;
 }
 
 TEST(CliArguments, MissingModelFolderIsNamed) {
-  auto r = run_command(sluice("inspect --model /nonexistent/model"));
+  auto r = run_command(sluice_command("inspect --model /nonexistent/model"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("/nonexistent/model"), std::string::npos) << r.output;
 }
@@ -233,10 +231,11 @@ TEST(CliArguments, MissingModelFolderIsNamed) {
 TEST(CliPlan, JsonAndRooflinePictures) {
   TempDir d;
   const std::string svg = (d / "roofline.svg").string();
-  auto r = run_command(sluice("plan --preset mixtral-8x7b --layers 1 --requests 16 --prompt-len 64 "
-                              "--gen-len 8 --json --svg " +
-                              svg),
-                       false);
+  auto r = run_command(
+      sluice_command("plan --preset mixtral-8x7b --layers 1 --requests 16 --prompt-len 64 "
+                     "--gen-len 8 --json --svg " +
+                     svg),
+      false);
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_GT(j.at("policy").at("batch").get<int>(), 0);

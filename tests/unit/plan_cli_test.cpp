@@ -13,11 +13,8 @@ namespace sluice {
 namespace {
 
 using testing::run_command;
+using testing::sluice_command;
 using testing::TempDir;
-
-std::string sluice(const std::string& args) {
-  return std::string(SLUICE_BINARY) + " " + args;
-}
 
 // A GPU machine in round numbers: 100 GB/s DRAM and 1 TFLOP/s on the CPU; 25 GB/s PCIe,
 // 2.5 TB/s device memory and 600 TFLOP/s on the GPU.
@@ -35,8 +32,8 @@ const char* kWorkload = " --preset mixtral-8x7b --host-mem 256GiB --requests 64 
 TEST(PlanCli, GpuPlanFromAProfileFile) {
   TempDir dir;
   const std::string profile = write_profile(dir, true);
-  auto r = run_command(sluice("plan --profile " + profile + " --gpu-mem 24GiB --json" + kWorkload),
-                       false);
+  auto r = run_command(
+      sluice_command("plan --profile " + profile + " --gpu-mem 24GiB --json" + kWorkload), false);
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["profile_source"], "synthetic");
@@ -78,7 +75,8 @@ TEST(PlanCli, GpuPlanFromAProfileFile) {
   EXPECT_GT(j["predicted_total_tokens_per_s"].get<double>(), 0);
 
   // The text report has the offload section and no leftover "not in the cost model" note.
-  r = run_command(sluice("plan --profile " + profile + " --gpu-mem 24GiB" + kWorkload), false);
+  r = run_command(sluice_command("plan --profile " + profile + " --gpu-mem 24GiB" + kWorkload),
+                  false);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("offload    GPU pipeline on synthetic GPU"), std::string::npos)
       << r.output;
@@ -89,16 +87,16 @@ TEST(PlanCli, GpuPlanFromAProfileFile) {
 TEST(PlanCli, TooLittleGpuMemoryOrNoGpuIsOneClearError) {
   TempDir dir;
   auto r = run_command(
-      sluice("plan --profile " + write_profile(dir, true) + " --gpu-mem 1GiB" + kWorkload));
+      sluice_command("plan --profile " + write_profile(dir, true) + " --gpu-mem 1GiB" + kWorkload));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("GPU memory for resident attention weights"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("got 1.00 GiB"), std::string::npos) << r.output;
-  r = run_command(
-      sluice("plan --profile " + write_profile(dir, false) + " --gpu-mem 24GiB" + kWorkload));
+  r = run_command(sluice_command("plan --profile " + write_profile(dir, false) +
+                                 " --gpu-mem 24GiB" + kWorkload));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("has no GPU section"), std::string::npos) << r.output;
-  r = run_command(sluice("plan --profile " + (dir / "missing.json").string() + kWorkload));
+  r = run_command(sluice_command("plan --profile " + (dir / "missing.json").string() + kWorkload));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("missing.json: cannot open"), std::string::npos) << r.output;
 }

@@ -37,6 +37,11 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command, bool with_stderr = true);
 
+// The command line of the sluice binary under test with `args`.
+inline std::string sluice_command(const std::string& args) {
+  return std::string(SLUICE_BINARY) + " " + args;
+}
+
 // Expects `statement` to throw sluice::Error whose message contains every one of `parts`.
 #define EXPECT_ERROR_MENTIONS(statement, ...)                                    \
   do {                                                                           \

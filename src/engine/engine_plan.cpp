@@ -123,7 +123,7 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
   MemoryLimits limits{host_memory_bytes, 0};
   if (device.settings.resident_expert_layers > c.num_layers)
     fail(
-        "--resident-expert-layers: expected at most the model's {} layers (or -1: the plan's), "
+        "--resident-expert-layers: expected at most the model's {} layers, "
         "got {}",
         c.num_layers, device.settings.resident_expert_layers);
   if (device.kind != DeviceKind::kCpu) {

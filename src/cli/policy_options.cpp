@@ -74,6 +74,20 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                  "are not on the device yet (0: never)")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--resident-expert-layers", d.settings.resident_expert_layers,
+                 "Layers whose experts stay on the device, evenly spaced; the others stream "
+                 "through the page slots (default: the plan's choice; none when there is no plan)")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--lm-head", d.settings.lm_head,
+                 "Where the final norm and lm_head run with an offload device: auto (the device "
+                 "when --gpu-mem has room), device, or host")
+      ->group(group)
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, LmHeadPlace>{{"auto", LmHeadPlace::kAuto},
+                                             {"device", LmHeadPlace::kDevice},
+                                             {"host", LmHeadPlace::kHost}}))
+      ->default_str("auto");
 }
 
 }  // namespace sluice::cli

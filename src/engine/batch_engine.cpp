@@ -330,9 +330,11 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     if (plan.items[i].sample) sample_rows.push_back(item_row[i + 1] - 1);
   const int S = int(sample_rows.size());
   final_rows.resize(size_t(S) * H);
+  // The sampled rows' logits, [S, V]: from the device when its executor runs the lm_head.
+  std::span<const float> device_logits;
   if (offload) {
-    offload->run_layers({&plan, item_row, positions, x.data(), sample_rows}, final_rows.data(),
-                        stats);
+    device_logits = offload->run_layers({&plan, item_row, positions, x.data(), sample_rows},
+                                        final_rows.data(), stats);
   } else {
     for (int l = 0; l < c.num_layers; ++l) {
       int ib = 0;
@@ -345,18 +347,22 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     for (int j = 0; j < S; ++j)
       std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);
   }
-  t0 = Clock::now();
-  rms_norm(final_rows.data(), S, w.final_norm, h.data());
-  logits.resize(size_t(S) * c.vocab_size);
-  if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
-  stats.dense_seconds += seconds_since(t0);
+  const float* logit_rows = device_logits.data();
+  if (!offload || !offload->lm_head_on_device()) {
+    t0 = Clock::now();
+    rms_norm(final_rows.data(), S, w.final_norm, h.data());
+    logits.resize(size_t(S) * c.vocab_size);
+    if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
+    stats.dense_seconds += seconds_since(t0);
+    logit_rows = logits.data();
+  }
 
   t0 = Clock::now();
   std::vector<int> sampled;
   int j = 0;
   for (const StepItem& it : plan.items) {
     if (!it.sample) continue;
-    std::span<const float> row(&logits[size_t(j++) * c.vocab_size], size_t(c.vocab_size));
+    std::span<const float> row(logit_rows + size_t(j++) * c.vocab_size, size_t(c.vocab_size));
     if (observe_logits)
       observe_logits(sched.sequence(it.slot).request.id, it.first_pos + it.count - 1, row);
     sampled.push_back(sched.sequence(it.slot).sampler.sample(row));

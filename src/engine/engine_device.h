@@ -13,10 +13,22 @@ class Device;
 class DeviceMath;
 }  // namespace offload
 
+// Where the final norm and the lm_head run when the layers run on a device.
+enum class LmHeadPlace {
+  kAuto,    // on the device when the budget has room for it, else on the host
+  kDevice,  // on the device (its bf16 weights resident); a budget without room is an error
+  kHost,    // on the host: the sampled rows' hidden states come back instead of their logits
+};
+
 struct OffloadSettings {
   size_t page_bytes = 0;  // 0: one expert matrix; smaller is an error (matrices are not split)
   int page_slots = 0;     // 0: as many as the budget leaves room for, at most a layer's experts
   int cpu_expert_max_tokens = 0;  // experts with at most this many tokens may run on the CPU
+  // Layers whose experts stay on the device, evenly spaced (layer_resident in
+  // runtime/planner/offload_cost_model.h); the other layers' experts stream through the page
+  // slots. -1: not set (none, unless the planner fills it).
+  int resident_expert_layers = -1;
+  LmHeadPlace lm_head = LmHeadPlace::kAuto;
 };
 
 // A device the caller owns, for the offload executor. A null device means the CPU engine.

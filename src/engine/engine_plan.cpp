@@ -101,8 +101,8 @@ std::string EnginePlan::describe() const {
 OffloadConstraints executor_constraints(const OffloadSettings& s) {
   OffloadConstraints fixed;
   fixed.cpu_attention_share = 1.0;
-  fixed.resident_expert_layers = 0;
   fixed.expert_matrix_pages = true;
+  if (s.resident_expert_layers >= 0) fixed.resident_expert_layers = s.resident_expert_layers;
   if (s.page_slots > 0) fixed.prefetch_depth = std::max(1, s.page_slots / 3);
   if (s.cpu_expert_max_tokens > 0) fixed.cpu_expert_max_tokens = s.cpu_expert_max_tokens;
   return fixed;
@@ -121,6 +121,11 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,
                              const std::vector<WorkloadRequest>& work, size_t host_memory_bytes) {
   MemoryLimits limits{host_memory_bytes, 0};
+  if (device.settings.resident_expert_layers > c.num_layers)
+    fail(
+        "--resident-expert-layers: expected at most the model's {} layers, "
+        "got {}",
+        c.num_layers, device.settings.resident_expert_layers);
   if (device.kind != DeviceKind::kCpu) {
     if (!hw.gpu) {
       if (device.kind == DeviceKind::kCuda)
@@ -143,6 +148,9 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
     if (device.settings.page_slots <= 0) device.settings.page_slots = 3 * o.prefetch_depth;
     if (device.settings.cpu_expert_max_tokens <= 0)
       device.settings.cpu_expert_max_tokens = o.cpu_expert_max_tokens;
+    if (device.settings.resident_expert_layers < 0)
+      device.settings.resident_expert_layers =
+          o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
   }
   return {plan.chosen.policy, o, plan.chosen.prediction, hw.source};
 }

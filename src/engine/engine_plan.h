@@ -34,8 +34,8 @@ struct EnginePlan {
 };
 
 // What the offload executor (engine/offload_executor.h) can run, as planner constraints:
-// attention all on the CPU (ω = 1), no resident experts, pages of one expert matrix; and the
-// page slots and CPU-expert threshold when the user set them.
+// attention all on the CPU (ω = 1) and pages of one expert matrix; and the page slots, the
+// CPU-expert threshold and the resident expert layers when the user set them.
 OffloadConstraints executor_constraints(const OffloadSettings& settings);
 
 // The planner's policy for exactly these requests (their prompt lengths and generation limits),
@@ -44,7 +44,8 @@ OffloadConstraints executor_constraints(const OffloadSettings& settings);
 //
 // With an offload device and a GPU in the profile, the plan is for the GPU pipeline within
 // --gpu-mem (default: 90% of the GPU's free memory, as the CUDA backend takes), and the
-// executor's settings the user left at 0 (page slots, CPU-expert threshold) are filled from it.
+// executor's settings the user left unset (page slots, CPU-expert threshold, resident expert
+// layers) are filled from it.
 // Without a GPU profile the policy is planned for the CPU engine (for CUDA, with a warning).
 EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,

@@ -20,6 +20,7 @@
 #include "kernels/cpu/rope.h"
 #include "runtime/offload/host_array.h"
 #include "runtime/offload/step_pipeline.h"
+#include "runtime/planner/layer_resident.h"
 
 namespace sluice {
 
@@ -28,6 +29,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+size_t free_bytes(const offload::Device& d) {
+  const offload::MemoryBudget& b = d.budget();
+  return b.budget() - std::min(b.used(), b.budget());
+}
+
+// LmHeadPlace::kAuto decided: on the device when the budget holds it beside the rest at the
+// fewest slots (or the slots asked for), else on the host.
+OffloadSettings place_lm_head(const ModelConfig& c, const Policy& p, OffloadSettings s,
+                              size_t free) {
+  if (s.lm_head != LmHeadPlace::kAuto) return s;
+  s.lm_head = LmHeadPlace::kDevice;
+  const OffloadFootprint f = offload_footprint(c, p, s);
+  const int slots = f.min_slots == 0 ? 0 : std::max(f.min_slots, s.page_slots);
+  if (f.with_slots(slots) > free) {
+    spdlog::info(
+        "offload executor: the lm_head ({}) does not fit the device budget beside the rest; it "
+        "runs on the host",
+        human_bytes(double(f.lm_head)));
+    s.lm_head = LmHeadPlace::kHost;
+  }
+  return s;
 }
 
 }  // namespace
@@ -45,6 +69,16 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   size_t inv_freq_at = 0, resident_bytes = 0;
   char* resident = nullptr;  // device
   char* buffers = nullptr;   // device
+  // Experts of the resident layers (device); expert_layer_index[l]: the layer's index among the
+  // resident ones, -1 when its experts stream.
+  int resident_layers = 0;
+  std::vector<int> expert_layer_index;
+  size_t resident_experts_size = 0;
+  char* resident_experts = nullptr;
+  // The lm_head and final norm on the device (null: on the host).
+  LmHeadLayout lm_layout;
+  char* lm_head = nullptr;
+  offload::HostArray<float> h_logits;  // the sampled rows' logits, back from the device
   std::unique_ptr<offload::PageSlots> slots;
   std::vector<offload::WeightPage> pages;
   std::vector<offload::LayerPages> layer_pages;
@@ -92,27 +126,35 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         kv(cache),
         dev(*d.device),
         math(*d.math),
-        settings(d.settings),
-        sh(config, p, d.settings),
-        buf(sh) {
+        settings(place_lm_head(config, p, d.settings, free_bytes(*d.device))),
+        sh(config, p, settings),
+        buf(sh),
+        lm_layout(config) {
     const OffloadFootprint f = offload_footprint(c, p, settings);
     const offload::MemoryBudget& b = dev.budget();
-    const size_t free = b.budget() - std::min(b.used(), b.budget());
+    const size_t free = free_bytes(dev);
     if (free < f.minimum())
       fail(
           "--gpu-mem: the offload executor needs at least {} ({} bytes) of device memory: {} "
-          "resident attention and router weights, {} step buffers for {} tokens, and {} expert "
-          "page slots of {}; the device budget has {} ({} bytes) free. Raise --gpu-mem to at least "
-          "{}, or "
-          "lower --batch, --prefill-chunk or --expert-batch",
+          "resident attention and router weights, {} resident experts of {} layers, {} lm_head, "
+          "{} step buffers for {} tokens, and {} expert page slots of {}; the device budget has "
+          "{} ({} bytes) free. Raise --gpu-mem to at least {}, or lower --batch, "
+          "--prefill-chunk, --expert-batch or --resident-expert-layers",
           human_bytes(double(f.minimum())), f.minimum(), human_bytes(double(f.resident)),
-          human_bytes(double(f.buffers)), sh.T, f.min_slots, human_bytes(double(f.page_bytes)),
-          human_bytes(double(free)), free, human_bytes(double(f.minimum() + b.used())));
+          human_bytes(double(f.resident_experts)), f.resident_layers,
+          human_bytes(double(f.lm_head)), human_bytes(double(f.buffers)), sh.T, f.min_slots,
+          human_bytes(double(f.page_bytes)), human_bytes(double(free)), free,
+          human_bytes(double(f.minimum() + b.used())));
+    resident_layers = f.resident_layers;
+    for (int l = 0, j = 0; l < c.num_layers; ++l)
+      expert_layer_index.push_back(layer_resident(l, c.num_layers, resident_layers) ? j++ : -1);
     int n_slots = settings.page_slots;
-    if (n_slots == 0) {
+    if (f.min_slots == 0) {
+      n_slots = 0;  // every layer's experts are resident: nothing streams
+    } else if (n_slots == 0) {
       // Up to two layers' experts: the next layer's pages keep streaming while this layer waits
       // for its attention and routing (the CPU's share of the step), so the link does not idle.
-      const size_t room = (free - f.resident - f.buffers) / f.page_bytes;
+      const size_t room = (free - f.fixed()) / f.page_bytes;
       n_slots = int(std::min<size_t>(room, size_t(6) * sh.E));
     }
     if (n_slots < f.min_slots || f.with_slots(n_slots) > free)
@@ -120,10 +162,15 @@ struct OffloadExecutor::Impl final : offload::StepOps {
           "offload executor: field 'page_slots': {} slots of {} do not fit: expected {} to {} "
           "slots in the {} of device memory free",
           n_slots, human_bytes(double(f.page_bytes)), f.min_slots,
-          (free - f.resident - f.buffers) / f.page_bytes, human_bytes(double(free)));
+          (free - f.fixed()) / f.page_bytes, human_bytes(double(free)));
     resident_bytes = resident_layout(c, &res, &inv_freq_at);
+    resident_experts_size = f.resident_experts;
     try {
       resident = static_cast<char*>(dev.allocate(resident_bytes, "resident weights"));
+      if (resident_experts_size > 0)
+        resident_experts =
+            static_cast<char*>(dev.allocate(resident_experts_size, "resident experts"));
+      if (sh.lm_head) lm_head = static_cast<char*>(dev.allocate(lm_layout.bytes, "lm_head"));
       buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
       slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
       upload_resident();
@@ -148,6 +195,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     h_lists = {D, T * size_t(sh.K) * 8, "expert lists to the device"};
     h_positions = {D, T, "positions to the device"};
     h_sample_rows = {D, size_t(sh.S), "sample rows to the device"};
+    if (sh.lm_head) h_logits = {D, size_t(sh.S) * size_t(sh.V), "logits to the host"};
     list_begin.resize(size_t(sh.E));
     list_count.resize(size_t(sh.E));
     if (sh.cpu_experts) {
@@ -177,18 +225,40 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     registered.clear();
     slots.reset();
     if (buffers) dev.deallocate(buffers, buf.bytes);
+    if (lm_head) dev.deallocate(lm_head, lm_layout.bytes);
+    if (resident_experts) dev.deallocate(resident_experts, resident_experts_size);
     if (resident) dev.deallocate(resident, resident_bytes);
-    buffers = resident = nullptr;
+    buffers = resident = resident_experts = lm_head = nullptr;
   }
 
-  // Resident weights go up once, on the weights queue; the host waits for them here.
+  // Resident weights go up once, on the weights queue; the host waits for them here. The
+  // resident experts and the lm_head are copied from pageable memory (staged, once).
   void upload_resident() {
     const size_t H = size_t(c.hidden_size);
-    auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
+    auto up_to = [&](char* base, size_t offset, const Tensor& t, size_t bytes, const char* what) {
       if (t.nbytes() != bytes)
         fail("offload executor: tensor '{}': expected {} bytes, got {}", what, bytes, t.nbytes());
-      dev.copy_to_device(offload::Queue::kWeights, resident + offset, t.data, bytes, what);
+      dev.copy_to_device(offload::Queue::kWeights, base + offset, t.data, bytes, what);
     };
+    auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
+      up_to(resident, offset, t, bytes, what);
+    };
+    const size_t layer_experts = size_t(sh.E) * expert_matrix_bytes(c);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const int j = expert_layer_index[size_t(l)];
+      if (j < 0) continue;
+      const LayerWeights& L = w.layers[size_t(l)];
+      up_to(resident_experts, resident_expert_offset(c, j, 0, 0), L.expert_gate, layer_experts,
+            "resident expert_gate");
+      up_to(resident_experts, resident_expert_offset(c, j, 1, 0), L.expert_up, layer_experts,
+            "resident expert_up");
+      up_to(resident_experts, resident_expert_offset(c, j, 2, 0), L.expert_down, layer_experts,
+            "resident expert_down");
+    }
+    if (lm_head) {
+      up_to(lm_head, lm_layout.lm_head, w.lm_head, size_t(sh.V) * H * 2, "lm_head");
+      up_to(lm_head, lm_layout.final_norm, w.final_norm, H * 4, "final_norm");
+    }
     for (int l = 0; l < c.num_layers; ++l) {
       const LayerWeights& L = w.layers[size_t(l)];
       const LayerResident& r = res[size_t(l)];
@@ -214,12 +284,16 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   void register_streamed_weights() {
     const size_t os_page = size_t(sysconf(_SC_PAGESIZE));
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-    for (const LayerWeights& L : w.layers)
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (expert_layer_index[size_t(l)] >= 0) continue;  // copied once, never streamed
+      const LayerWeights& L = w.layers[size_t(l)];
       for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
         const auto begin = reinterpret_cast<uintptr_t>(t->data);
         ranges.push_back(
             {begin / os_page * os_page, (begin + t->nbytes() + os_page - 1) / os_page * os_page});
       }
+    }
+    if (ranges.empty()) return;
     std::sort(ranges.begin(), ranges.end());
     std::vector<std::pair<uintptr_t, uintptr_t>> merged;
     for (auto r : ranges)
@@ -247,12 +321,19 @@ struct OffloadExecutor::Impl final : offload::StepOps {
                  seconds_since(t0));
   }
 
-  // Every expert matrix is one page; a step streams all layers' experts in order.
+  // Every expert matrix is one page; a step streams the streamed layers' experts in order.
+  // A resident layer's experts have no pages (gpu_expert finds their weights itself), so the
+  // copies of the next streamed layer run ahead while it computes.
   void build_pages() {
     const size_t bytes = expert_matrix_bytes(c);
     for (int l = 0; l < c.num_layers; ++l) {
       const LayerWeights& L = w.layers[size_t(l)];
       offload::LayerPages lp;
+      if (expert_layer_index[size_t(l)] >= 0) {
+        lp.experts.resize(size_t(sh.E));
+        layer_pages.push_back(std::move(lp));
+        continue;
+      }
       for (int e = 0; e < sh.E; ++e) {
         std::vector<int> ids;
         const Tensor* mats[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
@@ -374,11 +455,16 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     auto* ids = reinterpret_cast<int32_t*>(block);
     auto* wts = reinterpret_cast<float*>(block + size_t(n) * sh.K * 4);
     math.route_top_k(s, logits, n, sh.E, sh.K, c.normalize_topk, ids, wts);
-    if (sh.cpu_experts) math.copy(s, block + size_t(n) * sh.K * 8, h, size_t(n) * H * 4);
+    if (hidden_to_host(l)) math.copy(s, block + size_t(n) * sh.K * 8, h, size_t(n) * H * 4);
   }
 
-  offload::Transfer routing_to_host(int, int mb) override {
-    const size_t bytes = size_t(rows_of(mb)) * sh.routing_row();
+  // Whether the routing block carries the rows' FFN-normed states, the CPU experts' input: not
+  // for a resident layer, whose experts all run on the device.
+  bool hidden_to_host(int l) const { return sh.cpu_experts && expert_layer_index[size_t(l)] < 0; }
+
+  offload::Transfer routing_to_host(int l, int mb) override {
+    const size_t n = size_t(rows_of(mb));
+    const size_t bytes = hidden_to_host(l) ? n * sh.routing_row() : n * size_t(sh.K) * 8;
     to_host_bytes += double(bytes);
     return {h_routing.data() + routing_offset(mb), at<char>(buf.routing) + routing_offset(mb),
             bytes};
@@ -445,11 +531,16 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 
   // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, b_e rows per GEMM.
-  void gpu_expert(void* s, int, int e, std::span<void* const> p) override {
+  // `p`: the expert's gate, up and down pages; empty for a resident layer's expert.
+  void gpu_expert(void* s, int l, int e, std::span<void* const> p) override {
     const int T = mb_row.back(), H = sh.H, I = sh.I;
-    const auto* wg = static_cast<const uint16_t*>(p[0]);
-    const auto* wu = static_cast<const uint16_t*>(p[1]);
-    const auto* wd = static_cast<const uint16_t*>(p[2]);
+    const uint16_t* mats[3];
+    const int j = expert_layer_index[size_t(l)];
+    for (int m = 0; m < 3; ++m)
+      mats[m] = j >= 0 ? reinterpret_cast<const uint16_t*>(resident_experts +
+                                                           resident_expert_offset(c, j, m, e))
+                       : static_cast<const uint16_t*>(p[size_t(m)]);
+    const uint16_t *wg = mats[0], *wu = mats[1], *wd = mats[2];
     const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
     const float* weights =
         at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
@@ -562,9 +653,15 @@ OffloadExecutor::~OffloadExecutor() = default;
 int OffloadExecutor::page_slots() const {
   return impl_->slots->count();
 }
+int OffloadExecutor::resident_expert_layers() const {
+  return impl_->resident_layers;
+}
+bool OffloadExecutor::lm_head_on_device() const {
+  return impl_->lm_head != nullptr;
+}
 
-void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
-                                 EngineStats& stats) {
+std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
+                                                   EngineStats& stats) {
   Impl& m = *impl_;
   using offload::Queue;
   const StepPlan& plan = *in.plan;
@@ -599,22 +696,49 @@ void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
   const offload::StepPipelineStats ps =
       offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages, m, options);
 
-  // The sampled rows' final hidden states come back to the host.
+  // The sampled rows' final hidden states; with the lm_head on the device, their logits as the
+  // CPU engine computes them (final norm, then the lm_head GEMM at the policy's precision),
+  // come back to the host instead.
   Impl* mp = &m;
+  const bool lm = m.lm_head != nullptr;
+  const int V = m.sh.V;
   m.dev.enqueue(
       Queue::kCompute,
-      [mp, S, H](void* s) {
+      [mp, S, H, V, lm](void* s) {
+        float* rows = mp->at<float>(mp->buf.final_rows);
         mp->math.gather_rows_f32(s, mp->at<float>(mp->buf.x), H,
-                                 mp->at<int32_t>(mp->buf.sample_rows), S,
-                                 mp->at<float>(mp->buf.final_rows));
+                                 mp->at<int32_t>(mp->buf.sample_rows), S, rows);
+        if (!lm || S == 0) return;
+        float* normed = mp->at<float>(mp->buf.h);  // the layers are done with it
+        mp->math.rms_norm(s, rows, normed, S, H,
+                          reinterpret_cast<const float*>(mp->lm_head + mp->lm_layout.final_norm),
+                          mp->c.rms_norm_eps);
+        mp->gemm(s, S, V, H, normed,
+                 reinterpret_cast<const uint16_t*>(mp->lm_head + mp->lm_layout.lm_head),
+                 mp->at<float>(mp->buf.lm_logits), 0, mp->at<uint16_t>(mp->buf.xb));
       },
-      "final_rows");
+      lm ? "final_norm+lm_head" : "final_rows");
   m.dev.wait(Queue::kTransfer, m.dev.record(Queue::kCompute));
-  m.dev.copy_to_host(Queue::kTransfer, m.h_final.data(), m.at<float>(m.buf.final_rows),
-                     size_t(S) * H * 4, "final_rows>h");
-  m.dev.synchronize(m.dev.record(Queue::kTransfer));
-  std::copy_n(m.h_final.data(), size_t(S) * H, final_rows);
-  m.to_host_bytes += double(S) * H * 4;
+  std::span<const float> logits;
+  if (lm) {
+    const size_t n = size_t(S) * size_t(V);
+    m.dev.copy_to_host(Queue::kTransfer, m.h_logits.data(), m.at<float>(m.buf.lm_logits), n * 4,
+                       "logits>h");
+    m.dev.synchronize(m.dev.record(Queue::kTransfer));
+    logits = {m.h_logits.data(), n};
+    m.to_host_bytes += double(n) * 4;
+    // As the CPU engine's gemm() accounts the lm_head (which it skips without sampled rows).
+    if (S > 0) {
+      stats.flops += 2.0 * S * V * H;
+      stats.weight_bytes += double(m.w.lm_head.nbytes());
+    }
+  } else {
+    m.dev.copy_to_host(Queue::kTransfer, m.h_final.data(), m.at<float>(m.buf.final_rows),
+                       size_t(S) * H * 4, "final_rows>h");
+    m.dev.synchronize(m.dev.record(Queue::kTransfer));
+    std::copy_n(m.h_final.data(), size_t(S) * H, final_rows);
+    m.to_host_bytes += double(S) * H * 4;
+  }
 
   // The resident GEMMs' accounting, as the CPU engine counts it (experts: expert_tokens).
   const double dense_flops =
@@ -638,6 +762,7 @@ void OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
   stats.device_compute_busy_seconds += busy[Queue::kCompute];
   m.plan = nullptr;
   m.stats = nullptr;
+  return logits;
 }
 
 }  // namespace sluice

@@ -4,19 +4,27 @@
 // Device memory, taken from the device's budget once, at construction:
 //   resident   every layer's norms, wq/wk/wv/wo and router, and the RoPE table — small next to
 //              the experts (Mixtral-8x7B: 1.6 GB of 93 GB);
-//   page slots the experts stream through PageSlots, one page per expert matrix (gate, up and
-//              down are one page each, I·H bf16), so an expert is 3 pages and the fewest slots
-//              a step can run with is 3;
+//   resident experts
+//              every expert of `resident_expert_layers` layers, evenly spaced (layer_resident,
+//              as the planner places them), so the copy engine streams the next layers' pages
+//              while the device computes a resident one; copied once, never paged;
+//   lm_head    the final norm and the bf16 lm_head, when LmHeadPlace allows and the budget has
+//              room (kAuto): the sampled rows' logits are computed on the device and come back
+//              to pinned host memory, so the host's lm_head GEMM leaves each step's critical path;
+//   page slots the other layers' experts stream through PageSlots, one page per expert matrix
+//              (gate, up and down are one page each, I·H bf16), so an expert is 3 pages and the
+//              fewest slots a step can run with is 3 (none when every layer is resident);
 //   buffers    the activations of the largest step (B decode tokens + a prefill chunk).
 // Attention is all on the host (ω = 1, MoE-Gen's full KV offload): q/k/v go to the host, the CPU
 // writes the engine's host PagedKvCache and runs paged attention there, the output comes back.
 // A GPU share of attention would keep a device KV pool and split each micro-batch in
 // attention_in; qkv_to_host then copies only the host share's rows (not built).
-// Experts with at most `cpu_expert_max_tokens` tokens whose pages are not yet copied run on the
-// host CPU on host weights, as step_pipeline decides.
-// The embedding lookup, the final norm, the lm_head and sampling stay on the host (the engine's
-// own code): the lm_head is the size of an expert or larger and is needed for one row per
-// sequence per step, so only the sampled rows' hidden states come back.
+// Experts of streamed layers with at most `cpu_expert_max_tokens` tokens whose pages are not yet
+// copied run on the host CPU on host weights, as step_pipeline decides; a resident layer's
+// experts always run on the device.
+// The embedding lookup and sampling stay on the host (the engine's own code), and so do the
+// final norm and the lm_head when they are not on the device: then only the sampled rows'
+// hidden states come back.
 #pragma once
 
 #include <memory>
@@ -33,12 +41,18 @@
 namespace sluice {
 
 // Device memory of the executor, in bytes, for a model, a policy and a page size.
+// The lm_head counts when the settings do not put it on the host (kAuto counts it: the executor
+// then moves it to the host only when the budget has no room for it).
 struct OffloadFootprint {
-  size_t resident = 0;    // norms, attention and router weights, RoPE table
-  size_t buffers = 0;     // step activations
+  size_t resident = 0;          // norms, attention and router weights, RoPE table
+  size_t resident_experts = 0;  // every expert of the resident layers
+  int resident_layers = 0;
+  size_t lm_head = 0;     // lm_head and final norm weights (0: on the host)
+  size_t buffers = 0;     // step activations (with the sampled rows' logits when lm_head > 0)
   size_t page_bytes = 0;  // one slot
-  int min_slots = 3;      // one expert's gate, up and down pages
-  size_t with_slots(int slots) const { return resident + buffers + page_bytes * size_t(slots); }
+  int min_slots = 3;      // one expert's gate, up and down pages; 0 when every layer is resident
+  size_t fixed() const { return resident + resident_experts + lm_head + buffers; }
+  size_t with_slots(int slots) const { return fixed() + page_bytes * size_t(slots); }
   size_t minimum() const { return with_slots(min_slots); }
 };
 OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p, const OffloadSettings& s);
@@ -60,11 +74,16 @@ class OffloadExecutor {
                   PagedKvCache& kv, const EngineDevice& device);
   ~OffloadExecutor();
 
-  // Runs every layer of the step; writes the sampled rows' hidden states (before the final
-  // norm) to `final_rows` [S, H] on the host, and adds to `stats`.
-  void run_layers(const OffloadStepInput& in, float* final_rows, EngineStats& stats);
+  // Runs every layer of the step and adds to `stats`. With the lm_head on the device, returns
+  // the sampled rows' logits [S, V] (after the final norm and lm_head) in host memory the
+  // executor owns, valid until the next call; otherwise writes the sampled rows' hidden states
+  // (before the final norm) to `final_rows` [S, H] on the host and returns an empty span.
+  std::span<const float> run_layers(const OffloadStepInput& in, float* final_rows,
+                                    EngineStats& stats);
 
   int page_slots() const;
+  int resident_expert_layers() const;
+  bool lm_head_on_device() const;
 
  private:
   struct Impl;

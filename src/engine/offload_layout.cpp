@@ -28,6 +28,23 @@ size_t expert_matrix_bytes(const ModelConfig& c) {
   return size_t(c.expert_intermediate_size) * size_t(c.hidden_size) * 2;
 }
 
+size_t resident_experts_bytes(const ModelConfig& c, int resident_layers) {
+  return size_t(resident_layers) * 3 * size_t(c.num_experts) * expert_matrix_bytes(c);
+}
+
+size_t resident_expert_offset(const ModelConfig& c, int j, int m, int e) {
+  return ((size_t(j) * 3 + size_t(m)) * size_t(c.num_experts) + size_t(e)) * expert_matrix_bytes(c);
+}
+
+int resident_expert_layers(const ModelConfig& c, const OffloadSettings& s) {
+  if (s.resident_expert_layers < -1 || s.resident_expert_layers > c.num_layers)
+    fail(
+        "offload executor: field 'resident_expert_layers': expected 0 to {} (the model's layers), "
+        "or -1 for not set, got {}",
+        c.num_layers, s.resident_expert_layers);
+  return std::max(0, s.resident_expert_layers);
+}
+
 OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
                                    const OffloadSettings& s) {
   if (p.batch <= 0 || p.prefill_chunk <= 0 || p.expert_batch <= 0 || p.attn_micro_batch <= 0)
@@ -37,6 +54,9 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
         p.describe());
   OffloadFootprint f;
   f.resident = resident_layout(c, nullptr, nullptr);
+  f.resident_layers = resident_expert_layers(c, s);
+  f.resident_experts = resident_experts_bytes(c, f.resident_layers);
+  if (s.lm_head != LmHeadPlace::kHost) f.lm_head = LmHeadLayout(c).bytes;
   f.buffers = BufferLayout(StepShape(c, p, s)).bytes;
   const size_t matrix = expert_matrix_bytes(c);
   if (s.page_bytes != 0 && s.page_bytes < matrix)
@@ -45,6 +65,7 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
         "{}x{} bf16; matrices are not split across pages), got {}",
         matrix, c.expert_intermediate_size, c.hidden_size, s.page_bytes);
   f.page_bytes = s.page_bytes ? s.page_bytes : matrix;
+  if (f.resident_layers == c.num_layers) f.min_slots = 0;  // no expert streams
   return f;
 }
 

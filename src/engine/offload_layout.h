@@ -28,8 +28,8 @@ class ArenaLayout {
 
 // The shapes every size below is derived from.
 struct StepShape {
-  int H, I, E, K, qd, kvd, T, S, be;
-  bool f32, cpu_experts;
+  int H, I, E, K, qd, kvd, V, T, S, be;
+  bool f32, cpu_experts, lm_head;
   explicit StepShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
       : H(c.hidden_size),
         I(c.expert_intermediate_size),
@@ -37,12 +37,14 @@ struct StepShape {
         K(c.experts_per_token),
         qd(c.q_dim()),
         kvd(c.kv_dim()),
+        V(c.vocab_size),
         // A step decodes at most B sequences and prefills at most one chunk.
         T(p.batch + p.prefill_chunk),
         S(p.batch),
         be(p.expert_batch),
         f32(p.precision == Precision::kF32),
-        cpu_experts(s.cpu_expert_max_tokens > 0) {}
+        cpu_experts(s.cpu_expert_max_tokens > 0),
+        lm_head(s.lm_head != LmHeadPlace::kHost) {}
   int qkv_row() const { return qd + 2 * kvd; }  // floats per row of a micro-batch's q|k|v block
   // Bytes per row of a micro-batch's routing block: expert ids, weights and, when experts may
   // run on the host, the row's FFN-normed hidden state (their input).
@@ -52,7 +54,7 @@ struct StepShape {
 // Device buffers of a step: offsets into one allocation.
 struct BufferLayout {
   size_t x, h, xb, qkv, attn, logits, routing, positions, sample_rows, final_rows, expert_lists, ex,
-      gate, up, actb, down, cpu_block;
+      gate, up, actb, down, cpu_block, lm_logits;
   size_t bytes;
   explicit BufferLayout(const StepShape& s) {
     ArenaLayout L;
@@ -74,6 +76,8 @@ struct BufferLayout {
     actb = L.add(s.f32 ? 0 : be * I * 2);
     down = L.add(be * H * 4);
     cpu_block = L.add(s.cpu_experts ? T * (8 + H * 4) : 0);
+    // The sampled rows' logits when the lm_head runs on the device (its bf16 input is in xb).
+    lm_logits = L.add(s.lm_head ? size_t(s.S) * size_t(s.V) * 4 : 0);
     bytes = L.size();
   }
 };
@@ -87,5 +91,26 @@ struct LayerResident {
 // offset when given.
 size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq);
 size_t expert_matrix_bytes(const ModelConfig& c);  // one expert matrix, I·H bf16
+
+// The resident experts of `resident_layers` layers: per layer the gate, up and down tensors of
+// every expert ([E, I, H] bf16 each), one after the other. Offset of a layer's matrix m
+// (0 gate, 1 up, 2 down) of expert e, for the j-th resident layer.
+size_t resident_experts_bytes(const ModelConfig& c, int resident_layers);
+size_t resident_expert_offset(const ModelConfig& c, int j, int m, int e);
+
+// The lm_head on the device: its [V, H] bf16 weights, then the final norm's fp32 weights.
+struct LmHeadLayout {
+  size_t lm_head = 0, final_norm = 0, bytes = 0;
+  explicit LmHeadLayout(const ModelConfig& c) {
+    ArenaLayout L;
+    lm_head = L.add(size_t(c.vocab_size) * size_t(c.hidden_size) * 2);
+    final_norm = L.add(size_t(c.hidden_size) * 4);
+    bytes = L.size();
+  }
+};
+
+// The executor's count of resident expert layers for its settings: -1 (not set) is none; more
+// than the model's layers is an error.
+int resident_expert_layers(const ModelConfig& c, const OffloadSettings& s);
 
 }  // namespace sluice

@@ -97,10 +97,17 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
   cudaFree(ds), cudaFree(dp), cudaFree(db), cudaFree(dg);
 }
 
-// The whole engine on the GPU: greedy tokens and logits against the CPU engine.
+// The whole engine on the GPU: greedy tokens and logits against the CPU engine, with every
+// expert streamed and the lm_head on the host, with one of the two layers' experts resident and
+// the lm_head on the device, and with every layer resident (no expert page copied).
 TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
+  struct Variant {
+    int resident;
+    LmHeadPlace lm_head;
+  };
+  const int L = m.config.num_layers;
   for (Precision precision : {Precision::kF32, Precision::kBf16}) {
     Policy p;
     p.batch = 4;
@@ -129,35 +136,50 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
       return std::pair{tokens, logits};
     };
     BatchEngine cpu_engine(m, p);
-    DeviceOptions o;
-    o.kind = DeviceKind::kCuda;
-    o.gpu_mem = "256MiB";
-    o.settings.page_slots = 3;
-    o.settings.cpu_expert_max_tokens = 2;
-    BatchEngine gpu_engine(m, p, o);
     const auto [want_tokens, want_logits] = run(cpu_engine);
-    const auto [got_tokens, got_logits] = run(gpu_engine);
-    int same_argmax = 0;
-    double worst = 0;
-    for (const auto& [key, row] : want_logits) {
-      const auto& got = got_logits.at(key);
-      double diff = 0, scale = 0;
-      for (size_t i = 0; i < row.size(); ++i) {
-        diff = std::max(diff, double(std::fabs(got[i] - row[i])));
-        scale = std::max(scale, double(std::fabs(row[i])));
+    for (const Variant v : {Variant{0, LmHeadPlace::kHost}, Variant{1, LmHeadPlace::kDevice},
+                            Variant{L, LmHeadPlace::kDevice}}) {
+      DeviceOptions o;
+      o.kind = DeviceKind::kCuda;
+      o.gpu_mem = "256MiB";
+      o.settings.page_slots = 3;
+      o.settings.cpu_expert_max_tokens = 2;
+      o.settings.resident_expert_layers = v.resident;
+      o.settings.lm_head = v.lm_head;
+      BatchEngine gpu_engine(m, p, o);
+      const auto [got_tokens, got_logits] = run(gpu_engine);
+      int same_argmax = 0;
+      double worst = 0;
+      for (const auto& [key, row] : want_logits) {
+        const auto& got = got_logits.at(key);
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < row.size(); ++i) {
+          diff = std::max(diff, double(std::fabs(got[i] - row[i])));
+          scale = std::max(scale, double(std::fabs(row[i])));
+        }
+        worst = std::max(worst, diff / scale);
+        same_argmax += argmax(got) == argmax(row);
       }
-      worst = std::max(worst, diff / scale);
-      same_argmax += argmax(got) == argmax(row);
+      std::printf(
+          "%s, %d of %d layers resident, lm_head on the %s: worst relative logit error %.3g, "
+          "same argmax %d of %zu\n",
+          precision_name(precision), v.resident, L,
+          v.lm_head == LmHeadPlace::kDevice ? "device" : "host", worst, same_argmax,
+          want_logits.size());
+      // Different summation orders (cuBLASLt, warp reductions): the bf16 engine tests' tolerance.
+      EXPECT_LT(worst, 1e-2);
+      EXPECT_EQ(same_argmax, int(want_logits.size()));
+      if (precision == Precision::kF32) {
+        EXPECT_EQ(got_tokens, want_tokens);
+      }
+      const int64_t pages = gpu_engine.stats().device_pages_copied;
+      if (v.resident == L) {
+        EXPECT_EQ(pages, 0);
+        EXPECT_EQ(gpu_engine.stats().device_cpu_experts, 0);
+      } else {
+        EXPECT_GT(pages, 3);
+      }
     }
-    std::printf("%s: worst relative logit error %.3g, same argmax %d of %zu\n",
-                precision_name(precision), worst, same_argmax, want_logits.size());
-    // Different summation orders (cuBLASLt, warp reductions): the bf16 engine tests' tolerance.
-    EXPECT_LT(worst, 1e-2);
-    EXPECT_EQ(same_argmax, int(want_logits.size()));
-    if (precision == Precision::kF32) {
-      EXPECT_EQ(got_tokens, want_tokens);
-    }
-    EXPECT_GT(gpu_engine.stats().device_pages_copied, 3);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/units.h"
+#include "engine/offload_executor.h"
 #include "model/presets.h"
 #include "synthetic_profile.h"
 #include "test_util.h"
@@ -45,13 +47,63 @@ TEST(EnginePlan, OffloadDevicePlansWhatTheExecutorRunsAndFillsItsSettings) {
                                             requests(64, 128, 32), kHost);
   ASSERT_TRUE(plan.offload.gpu);
   EXPECT_EQ(plan.offload.cpu_attention_share, 1.0);
-  EXPECT_EQ(plan.offload.resident_expert_layers, 0);
+  EXPECT_GE(plan.offload.resident_expert_layers, 0);
+  EXPECT_LE(plan.offload.resident_expert_layers, c.num_layers);
+  EXPECT_EQ(device.settings.resident_expert_layers, plan.offload.resident_expert_layers);
   EXPECT_EQ(plan.offload.page_bytes, size_t(2) * c.hidden_size * c.expert_intermediate_size);
   EXPECT_GE(plan.offload.prefetch_depth, 2);
   EXPECT_EQ(device.settings.page_slots, 3 * plan.offload.prefetch_depth);
   EXPECT_EQ(device.settings.cpu_expert_max_tokens, plan.offload.cpu_expert_max_tokens);
-  EXPECT_NE(plan.describe().find(" offload omega=1.00 resident=0 "), std::string::npos)
+  EXPECT_NE(plan.describe().find(" offload omega=1.00 resident="), std::string::npos)
       << plan.describe();
+}
+
+// The executor's device memory for the plan's settings (lm_head on the device, as the planner
+// counts it), with the CUDA math's 32 MiB GEMM workspace.
+size_t executor_bytes(const ModelConfig& c, const EnginePlan& plan, const OffloadSettings& s) {
+  const OffloadFootprint f = offload_footprint(c, plan.policy, s);
+  return f.with_slots(f.min_slots == 0 ? 0 : s.page_slots) + (size_t(32) << 20);
+}
+
+// The planner now chooses resident expert layers for the executor: with room for some layers'
+// experts beside the page slots it keeps some resident (each one saves its pages' copies every
+// step), and the count reaches the settings. What it chose fits the executor in --gpu-mem.
+TEST(EnginePlan, PlannedResidentExpertLayersReachTheSettingsAndFit) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  for (const char* gpu_mem : {"8GiB", "24GiB"}) {
+    SCOPED_TRACE(gpu_mem);
+    DeviceOptions device;
+    device.kind = DeviceKind::kStandin;
+    device.gpu_mem = gpu_mem;
+    const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                              requests(64, 128, 32), kHost);
+    ASSERT_TRUE(plan.offload.gpu);
+    EXPECT_GT(plan.offload.resident_expert_layers, 0) << plan.describe();
+    EXPECT_EQ(device.settings.resident_expert_layers, plan.offload.resident_expert_layers);
+    EXPECT_LE(executor_bytes(c, plan, device.settings), parse_bytes(gpu_mem, "--gpu-mem"));
+  }
+}
+
+TEST(EnginePlan, ResidentExpertLayersTheUserGaveAreKept) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  for (int resident : {0, 1, 4}) {
+    DeviceOptions device;
+    device.kind = DeviceKind::kStandin;
+    device.gpu_mem = "24GiB";
+    device.settings.resident_expert_layers = resident;
+    const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                              requests(64, 128, 32), kHost);
+    ASSERT_TRUE(plan.offload.gpu);
+    EXPECT_EQ(plan.offload.resident_expert_layers, resident);
+    EXPECT_EQ(device.settings.resident_expert_layers, resident);
+  }
+  DeviceOptions device;
+  device.kind = DeviceKind::kStandin;
+  device.gpu_mem = "24GiB";
+  device.settings.resident_expert_layers = 5;
+  EXPECT_ERROR_MENTIONS(plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                          requests(8, 64, 8), kHost),
+                        "--resident-expert-layers", "at most the model's 4 layers", "got 5");
 }
 
 TEST(EnginePlan, SettingsTheUserGaveAreKept) {

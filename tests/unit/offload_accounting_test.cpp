@@ -71,6 +71,32 @@ TEST(OffloadAccounting, StreamedWeightsArePinnedOnceAndReleasedAtTeardown) {
   EXPECT_EQ(device.registered_bytes(), 0u);
 }
 
+// Resident layers' experts are copied to the device once and never streamed: only the streamed
+// layers' expert weights are page-locked, and none when every layer is resident.
+TEST(OffloadAccounting, OnlyStreamedLayersArePinned) {
+  const Model m = make_random_model(preset_config("tiny-mixtral"), 3);
+  ASSERT_EQ(m.config.num_layers, 2);
+  const LayerWeights& streamed = m.weights.layers[0];  // of 2 with 1 resident, layer 1 is
+  const size_t layer0 =
+      streamed.expert_gate.nbytes() + streamed.expert_up.nbytes() + streamed.expert_down.nbytes();
+  const size_t os_page = size_t(sysconf(_SC_PAGESIZE));
+  for (int resident : {1, 2}) {
+    offload::CpuStandinDevice device(size_t(1) << 30);
+    offload::HostMath math;
+    OffloadSettings settings;
+    settings.resident_expert_layers = resident;
+    BatchEngine engine(m, small_policy(), EngineDevice{&device, &math, settings});
+    if (resident == 1) {
+      EXPECT_GE(device.registered_bytes(), layer0);
+      EXPECT_LE(device.registered_bytes(), layer0 + 2 * os_page * 3);
+    } else {
+      EXPECT_EQ(device.registered_bytes(), 0u);
+    }
+    engine.run(small_requests(m.config), [](Completion&&) {});
+    EXPECT_EQ(engine.stats().device_pinned_weight_bytes, device.registered_bytes());
+  }
+}
+
 // Each page copy takes page_bytes / rate on the simulated link (about a millisecond), so the
 // weights queue's busy time, the copy rate and the decode bound can be checked against it.
 TEST(OffloadAccounting, BusyTimesAndLinkFiguresAreConsistent) {

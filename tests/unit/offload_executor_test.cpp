@@ -211,6 +211,77 @@ TEST_P(OffloadEngine, Bf16MatchesTheCpuEngine) {
   EXPECT_GT(got.stats.device_cpu_experts, 0);
 }
 
+// Resident expert layers (none, some, all of them, evenly spaced) with the lm_head on the device
+// and on the host: the same tokens as the CPU engine, and with every expert on the device in f32
+// the same numbers bit for bit (HostMath's final norm and lm_head are the CPU engine's calls).
+// Only the streamed layers' pages are copied; with every layer resident, none is and no slot is
+// allocated. Each budget is the footprint to the byte, so the peak says what was allocated.
+TEST_P(OffloadEngine, ResidentExpertLayersAndDeviceLmHeadEqualTheCpuEngine) {
+  const Model m = model();
+  const int L = m.config.num_layers;
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    const Policy p = test_policy(precision);
+    BatchEngine cpu_engine(m, p);
+    const EngineRun want = run(cpu_engine, m.config);
+    int64_t all_streamed_pages = -1;
+    for (int resident : {0, 1, L})
+      for (LmHeadPlace lm : {LmHeadPlace::kDevice, LmHeadPlace::kHost}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "f32 " << (precision == Precision::kF32) << ", resident " << resident
+                     << " of " << L << ", lm_head on the device " << (lm == LmHeadPlace::kDevice));
+        OffloadSettings settings{0, 6, 0};
+        settings.resident_expert_layers = resident;
+        settings.lm_head = lm;
+        const OffloadFootprint f = offload_footprint(m.config, p, settings);
+        const size_t budget = f.with_slots(resident == L ? 0 : 6);
+        offload::CpuStandinDevice device(budget);
+        offload::HostMath math;
+        BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+        const EngineRun got = run(engine, m.config);
+        const Comparison c = compare(got, want);
+        if (precision == Precision::kF32) {
+          EXPECT_EQ(c.bitwise, c.positions);
+        } else {
+          EXPECT_LT(c.worst, 1e-2);
+          EXPECT_EQ(c.same_argmax, c.positions);
+        }
+        EXPECT_EQ(got.stats.device_peak_bytes, budget);
+        EXPECT_EQ(got.stats.expert_tokens, want.stats.expert_tokens);
+        EXPECT_DOUBLE_EQ(got.stats.flops, want.stats.flops);
+        const int64_t pages = got.stats.device_pages_copied;
+        if (resident == 0) {
+          all_streamed_pages = pages;
+          EXPECT_GT(pages, 0);
+        } else if (resident == L) {
+          EXPECT_EQ(pages, 0);
+          EXPECT_EQ(f.min_slots, 0);
+        } else {
+          EXPECT_GT(pages, 0);
+          EXPECT_LT(pages, all_streamed_pages);
+        }
+      }
+  }
+}
+
+// CPU experts apply to streamed layers only: a resident layer's experts run on the device.
+TEST_P(OffloadEngine, CpuExpertsSkipResidentLayers) {
+  const Model m = model();
+  const Policy p = test_policy(Precision::kF32);
+  BatchEngine cpu_engine(m, p);
+  const EngineRun want = run(cpu_engine, m.config);
+  OffloadSettings settings{0, 3, 2};
+  settings.resident_expert_layers = m.config.num_layers;
+  offload::CpuStandinDevice device(size_t(1) << 30);
+  offload::HostMath math;
+  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+  const EngineRun got = run(engine, m.config);
+  const Comparison c = compare(got, want);
+  EXPECT_EQ(c.bitwise, c.positions);  // no CPU expert: the CPU engine's order of additions
+  EXPECT_EQ(got.stats.device_cpu_experts, 0);
+  EXPECT_GT(got.stats.device_gpu_experts, 0);
+  EXPECT_EQ(got.stats.device_pages_copied, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine,
                          ::testing::Values(Case{"tiny_mixtral", [](ModelConfig&) {}},
                                            Case{"sliding_window_gqa3_top3_odd_vocab",
@@ -226,21 +297,71 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine,
                                                 }}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
-// A budget one byte under the minimum footprint is refused, naming the minimum.
+// A budget one byte under the minimum footprint is refused, naming the minimum. By default the
+// lm_head goes on the device only when the budget has room for it: the minimum is the footprint
+// with the lm_head on the host, and the footprint with it on the device puts it there.
 TEST(OffloadEngineBudget, TooSmallGpuMemNamesTheMinimum) {
   const Model m = make_random_model(preset_config("tiny-mixtral"), 1);
   const Policy p = test_policy(Precision::kBf16);
-  const size_t minimum = offload_footprint(m.config, p, {}).minimum();
+  OffloadSettings host_lm;
+  host_lm.lm_head = LmHeadPlace::kHost;
+  const size_t minimum = offload_footprint(m.config, p, host_lm).minimum();
+  const size_t with_lm_head = offload_footprint(m.config, p, {}).minimum();
+  EXPECT_GT(with_lm_head, minimum);
   DeviceOptions o;
   o.kind = DeviceKind::kStandin;
   o.gpu_mem = std::to_string(minimum - 1);
   const std::string named = fmt::format("({} bytes)", minimum);
   EXPECT_ERROR_MENTIONS((BatchEngine{m, p, o}), "--gpu-mem", "needs at least", named.c_str());
   o.gpu_mem = std::to_string(minimum);
-  BatchEngine fits(m, p, o);  // the minimum itself is enough: 3 page slots
+  BatchEngine fits(m, p, o);  // the minimum itself is enough: 3 page slots, lm_head on the host
   const EngineRun r = run(fits, m.config);
   EXPECT_EQ(r.done.size(), std::size(kLengths));
   EXPECT_EQ(r.stats.device_peak_bytes, minimum);
+  o.gpu_mem = std::to_string(with_lm_head);
+  BatchEngine lm_fits(m, p, o);
+  const EngineRun lr = run(lm_fits, m.config);
+  EXPECT_EQ(lr.stats.device_peak_bytes, with_lm_head);
+  EXPECT_EQ(lr.done.size(), std::size(kLengths));
+  for (const auto& [id, done] : r.done) EXPECT_EQ(lr.done.at(id).tokens, done.tokens);
+  // Asked for on the device, a budget without room for it is an error.
+  o.gpu_mem = std::to_string(with_lm_head - 1);
+  o.settings.lm_head = LmHeadPlace::kDevice;
+  const std::string named_lm = fmt::format("({} bytes)", with_lm_head);
+  EXPECT_ERROR_MENTIONS((BatchEngine{m, p, o}), "--gpu-mem", "lm_head", named_lm.c_str());
+}
+
+// The minimum counts the resident layers' experts, and with every layer resident no page slot.
+TEST(OffloadEngineBudget, MinimumCountsResidentExperts) {
+  ModelConfig four = preset_config("tiny-mixtral");
+  four.num_layers = 4;
+  const Model m = make_random_model(four, 1);
+  const Policy p = test_policy(Precision::kBf16);
+  const ModelConfig& c = m.config;
+  const size_t layer_experts = size_t(3) * c.num_experts * expert_matrix_bytes(c);
+  OffloadSettings s;
+  s.lm_head = LmHeadPlace::kHost;
+  const size_t none = offload_footprint(c, p, s).minimum();
+  s.resident_expert_layers = 2;
+  const OffloadFootprint two = offload_footprint(c, p, s);
+  EXPECT_EQ(two.resident_experts, 2 * layer_experts);
+  EXPECT_EQ(two.minimum(), none + 2 * layer_experts);
+  s.resident_expert_layers = 4;
+  const OffloadFootprint all = offload_footprint(c, p, s);
+  EXPECT_EQ(all.min_slots, 0);
+  EXPECT_EQ(all.minimum(), none + 4 * layer_experts - 3 * all.page_bytes);
+
+  DeviceOptions o;
+  o.kind = DeviceKind::kStandin;
+  o.settings.resident_expert_layers = 2;
+  o.gpu_mem = std::to_string(two.minimum() - 1);
+  const std::string named = fmt::format("({} bytes)", two.minimum());
+  EXPECT_ERROR_MENTIONS((BatchEngine{m, p, o}), "--gpu-mem", named.c_str(),
+                        "resident experts of 2 layers", "--resident-expert-layers");
+  o.settings.resident_expert_layers = 5;
+  o.gpu_mem.clear();
+  EXPECT_ERROR_MENTIONS((BatchEngine{m, p, o}), "resident_expert_layers", "expected 0 to 4",
+                        "got 5");
 }
 
 TEST(OffloadEngineBudget, PagesSmallerThanAnExpertMatrixAreRefused) {

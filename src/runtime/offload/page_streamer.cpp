@@ -9,9 +9,10 @@ namespace sluice::offload {
 
 PageSlots::PageSlots(Device& device, size_t page_bytes, int slots)
     : device_(device), page_bytes_(page_bytes) {
-  if (page_bytes == 0 || slots <= 0)
-    fail("page pool: fields 'page_bytes', 'slots': expected both > 0, got {} and {}", page_bytes,
-         slots);
+  // No slots is a pool for a schedule that streams nothing (every weight resident).
+  if (page_bytes == 0 || slots < 0)
+    fail("page pool: fields 'page_bytes', 'slots': expected > 0 and >= 0, got {} and {}",
+         page_bytes, slots);
   try {
     for (int i = 0; i < slots; ++i)
       slots_.push_back(device.allocate(page_bytes, fmt::format("weight page slot {}", i)));

@@ -39,7 +39,8 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
   };
 
   for (int l = 0; l < int(layers.size()); ++l) {
-    const int E = int(layers[size_t(l)].experts.size());
+    const LayerPages& layer = layers[size_t(l)];
+    const int E = int(layer.experts.size());
     std::vector<EventPtr> qkv_on_host(static_cast<size_t>(M)),
         routing_on_host(static_cast<size_t>(M));
 
@@ -94,7 +95,9 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
       if (n == 0) {
         streamer.drop_if_not_copied(t);
         place[size_t(e)] = Place::kSkip;
-      } else if (n <= options.cpu_expert_max_tokens && streamer.drop_if_not_copied(t)) {
+      } else if (n <= options.cpu_expert_max_tokens && !layer.experts[size_t(e)].empty() &&
+                 streamer.drop_if_not_copied(t)) {
+        // An expert without pages is resident on the device: the CPU would save no copy.
         place[size_t(e)] = Place::kCpu;
         on_cpu.push_back(e);
       }

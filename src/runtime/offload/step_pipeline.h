@@ -12,6 +12,7 @@
 //   expert phase: each expert once over all its tokens (one task per expert, streaming its
 //     pages while earlier experts compute); experts with at most `cpu_expert_max_tokens` tokens
 //     whose pages are not copied yet run on the CPU instead, their output added on the GPU.
+//     An expert with no pages (its weights resident on the GPU) always runs on the GPU.
 // Weight pages of the whole step (every layer) stream through one PageStreamer, so the next
 // layer's attention pages and experts are prefetched during this layer's expert phase. The host
 // waits only on single events (a micro-batch's q/k/v, the routing); never on the whole device.

@@ -49,14 +49,22 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   if (resident < c.num_layers)
     m.page_slots =
         size_t(o.prefetch_depth) * size_t(pages_per_expert(c, o.page_bytes)) * o.page_bytes;
-  // The largest step: a prefill chunk plus a decode token of every other sequence. Per token:
-  // residual, normed and attention-output rows (fp32), q/k/v (fp32), router logits, the k expert
-  // outputs (fp32); one expert's GEMM may take every token (bf16 input, fp32 gate and up,
-  // bf16 activation, fp32 down). Logits of the sampled rows; cuBLASLt's 32 MiB workspace.
-  const size_t T = size_t(p.prefill_chunk + p.batch);
-  const size_t per_token =
-      H * 4 * 3 + (qd + 2 * kvd) * 4 + E * 4 + k * H * 4 + H * 2 + I * 4 * 2 + I * 2 + H * 4;
-  m.step_buffers = T * per_token + size_t(p.batch) * V * 4 + (size_t(32) << 20);
+  // The offload executor's step buffers (engine/offload_layout.h, BufferLayout) for the largest
+  // step: a prefill chunk plus a decode token of every other sequence. Per token: residual and
+  // normed rows, q/k/v and attention output (fp32), their bf16 copy, router logits, routing and
+  // per-expert row lists, and with CPU experts the rows' states to the host and their sums back.
+  // Per expert GEMM of b_e rows: its input, gate and up (fp32), activation (bf16), down (fp32).
+  // Per sampled row: its final state and logits (the lm_head runs on the GPU). Plus cuBLASLt's
+  // 32 MiB workspace, which the CUDA math takes from the same budget.
+  const bool f32 = p.precision == Precision::kF32, cpu_experts = o.cpu_expert_max_tokens > 0;
+  const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
+  const size_t per_token = H * 4 * 2 + (f32 ? 0 : std::max(H, qd) * 2) + (qd + 2 * kvd) * 4 +
+                           qd * 4 + E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0);
+  const size_t per_expert_row = H * (f32 ? 4 : 2) + I * 4 * 2 + (f32 ? 0 : I * 2) + H * 4;
+  // The executor aligns each tensor and buffer to 256 bytes: 7 per layer and some 30 others.
+  const size_t alignment = (7 * L + 32) * 256;
+  m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
+                   (size_t(32) << 20) + alignment;
   return m;
 }
 

@@ -41,6 +41,7 @@
 #include "model/config.h"
 #include "runtime/planner/cost_model.h"
 #include "runtime/planner/hardware_profile.h"
+#include "runtime/planner/layer_resident.h"
 #include "runtime/planner/task_graph.h"
 #include "runtime/policy.h"
 
@@ -72,7 +73,6 @@ inline constexpr double kGpuAttentionPeakFraction = 0.25;
 
 size_t expert_weight_bytes(const ModelConfig& c);  // gate, up and down of one expert (bf16)
 int pages_per_expert(const ModelConfig& c, size_t page_bytes);
-bool layer_resident(int layer, int layers, int resident_layers);  // evenly spaced; -1: all
 
 struct GpuMemoryUse {
   size_t attention_weights = 0;  // Q, K, V, O of every layer (bf16)

@@ -1,0 +1,73 @@
+// The planner's GPU memory accounting (gpu_memory_use) against the offload executor's footprint
+// (offload_footprint) for the same settings: the planner must not choose a plan the executor then
+// refuses for want of memory, nor leave much of the budget unused. The executor is at most what
+// the planner counts, and within a few percent of it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "engine/offload_executor.h"
+#include "model/presets.h"
+#include "runtime/planner/offload_cost_model.h"
+
+namespace sluice {
+namespace {
+
+// cuBLASLt's workspace: the CUDA math takes it from the device budget before the executor does
+// (kernels/cuda/gemm.h), and the planner counts it among the step buffers.
+constexpr size_t kGemmWorkspace = size_t(32) << 20;
+
+struct Setting {
+  int batch, prefill_chunk, expert_batch;
+  Precision precision;
+  int resident, depth, cpu_expert_max_tokens;
+};
+
+TEST(OffloadMemoryAgreement, PlannerCountsWhatTheExecutorAllocates) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  const Setting settings[] = {
+      {64, 512, 256, Precision::kBf16, 0, 2, 0},    {64, 512, 256, Precision::kBf16, 1, 3, 16},
+      {256, 2048, 1024, Precision::kBf16, 2, 4, 4}, {32, 256, 64, Precision::kF32, 3, 2, 0},
+      {128, 512, 512, Precision::kBf16, 4, 2, 16},  {1, 16, 16, Precision::kBf16, 0, 2, 0},
+  };
+  for (const Setting& s : settings) {
+    Policy p;
+    p.batch = s.batch;
+    p.attn_micro_batch = 64;
+    p.prefill_chunk = s.prefill_chunk;
+    p.expert_batch = s.expert_batch;
+    p.kv_block_size = 16;
+    p.kv_blocks = s.batch * 64;
+    p.precision = s.precision;
+    OffloadPlan o;
+    o.gpu = true;
+    o.cpu_attention_share = 1.0;  // the executor's: no KV cache on the GPU
+    o.resident_expert_layers = s.resident;
+    o.page_bytes = expert_weight_bytes(c) / 3;  // one matrix, as the executor pages
+    o.prefetch_depth = s.depth;
+    o.cpu_expert_max_tokens = s.cpu_expert_max_tokens;
+    const GpuMemoryUse planned = gpu_memory_use(c, p, o);
+
+    OffloadSettings e;
+    e.page_slots = 3 * s.depth;  // as plan_for_workload fills it
+    e.cpu_expert_max_tokens = s.cpu_expert_max_tokens;
+    e.resident_expert_layers = s.resident;
+    e.lm_head = LmHeadPlace::kDevice;  // the planner counts the lm_head on the GPU
+    const OffloadFootprint f = offload_footprint(c, p, e);
+    const bool streams = s.resident < c.num_layers;
+    const size_t executor = f.with_slots(streams ? e.page_slots : 0) + kGemmWorkspace;
+
+    SCOPED_TRACE(::testing::Message() << p.describe() << " " << describe(o));
+    std::printf("%s %s: planner %zu, executor %zu bytes (%+.3f%%)\n", p.describe().c_str(),
+                describe(o).c_str(), planned.total(), executor,
+                100.0 * (double(executor) / double(planned.total()) - 1));
+    EXPECT_EQ(f.resident_experts, planned.resident_experts);
+    EXPECT_EQ(f.page_bytes * size_t(streams ? e.page_slots : 0), planned.page_slots);
+    EXPECT_EQ(planned.kv_cache, 0u);
+    EXPECT_LE(executor, planned.total());
+    EXPECT_GE(double(executor), 0.97 * double(planned.total()));
+  }
+}
+
+}  // namespace
+}  // namespace sluice

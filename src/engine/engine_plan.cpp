@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/throughput_report.h"
+#include "runtime/hardware_probe.h"
 #include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/profiler.h"
@@ -36,6 +37,16 @@ class FileLock {
   int fd_;
 };
 
+// Runs `measure` with `threads` OpenMP threads (0: every core), as the engine will run.
+template <typename F>
+auto with_threads(int threads, F measure) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
+  auto result = measure();
+  omp_set_num_threads(saved);
+  return result;
+}
+
 std::optional<Ceilings> read_ceilings(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -59,10 +70,7 @@ Ceilings cached_quick_ceilings(int threads) {
              "planner: measuring this machine's DRAM bandwidth and GEMM peak once, for {} "
              "(`sluice profile` measures it fully)\n",
              path.string());
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
-  const Ceilings measured = measure_ceilings();
-  omp_set_num_threads(saved_threads);
+  const Ceilings measured = with_threads(threads, measure_ceilings);
   const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", getpid());
   {
     std::ofstream out(tmp);
@@ -80,7 +88,12 @@ Ceilings cached_quick_ceilings(int threads) {
 }  // namespace
 
 HardwareProfile planner_profile(int threads) {
-  if (std::optional<HardwareProfile> cached = load_cached_profile(threads)) return *cached;
+  if (std::optional<HardwareProfile> cached = load_cached_profile(threads)) {
+    // Profiles cached before the call overhead was measured: measure it now (a few ms).
+    if (cached->call_overhead_seconds <= 0)
+      cached->call_overhead_seconds = with_threads(threads, measure_call_overhead);
+    return *cached;
+  }
   const Ceilings c = cached_quick_ceilings(threads);
   return quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds);
 }

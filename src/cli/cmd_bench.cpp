@@ -49,6 +49,12 @@ int run(Options o) {
   auto t_load = std::chrono::steady_clock::now();
   Model model = o.preset.empty() ? load_model(o.model_dir)
                                  : make_random_model(preset_config(o.preset, o.layers), o.seed);
+  if (o.preset.empty() && o.layers > 0) {  // the first layers of a model folder
+    if (o.layers > model.config.num_layers)
+      fail("--layers {}: the model has {} layers", o.layers, model.config.num_layers);
+    model.config.num_layers = o.layers;
+    model.weights.layers.resize(size_t(o.layers));
+  }
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model.config;
@@ -199,17 +205,8 @@ int run(Options o) {
 RegisterCommand reg(
     {"bench", "Measure batch throughput on synthetic prompts", [](CLI::App& sub) {
        auto o = std::make_shared<Options>();
-       sub.add_option("--model", o->model_dir, "Model folder");
-       sub.add_option("--preset", o->preset, "Make a model of this shape in memory")
-           ->check(CLI::IsMember(preset_names()));
-       sub.add_option("--layers", o->layers, "With --preset: keep only the first N layers")
-           ->check(CLI::NonNegativeNumber);
-       sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per request")
-           ->capture_default_str()
-           ->check(CLI::PositiveNumber);
-       sub.add_option("--gen-len", o->gen_len, "Tokens to generate per request")
-           ->capture_default_str()
-           ->check(CLI::PositiveNumber);
+       add_model_shape_options(sub, o->model_dir, o->preset, o->layers);
+       add_workload_length_options(sub, o->prompt_len, o->gen_len);
        sub.add_option("--requests", o->requests, "Number of requests")
            ->capture_default_str()
            ->check(CLI::PositiveNumber);

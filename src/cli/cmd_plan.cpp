@@ -274,17 +274,8 @@ RegisterCommand reg(
     {"plan", "Choose the batching policy for a model and workload on this machine",
      [](CLI::App& sub) {
        auto o = std::make_shared<Options>();
-       sub.add_option("--model", o->model_dir, "Model folder (its config.json is read)");
-       sub.add_option("--preset", o->preset, "A named model shape")
-           ->check(CLI::IsMember(preset_names()));
-       sub.add_option("--layers", o->layers, "Keep only the first N layers")
-           ->check(CLI::NonNegativeNumber);
-       sub.add_option("--prompt-len", o->prompt_len, "Prompt tokens per request")
-           ->capture_default_str()
-           ->check(CLI::PositiveNumber);
-       sub.add_option("--gen-len", o->gen_len, "Tokens to generate per request")
-           ->capture_default_str()
-           ->check(CLI::PositiveNumber);
+       add_model_shape_options(sub, o->model_dir, o->preset, o->layers);
+       add_workload_length_options(sub, o->prompt_len, o->gen_len);
        sub.add_option("--input", o->input, "Prompts file (JSONL or text lines) to plan for");
        sub.add_option("--requests", o->requests, "Number of requests (default 256, or the file's)")
            ->check(CLI::NonNegativeNumber);

@@ -2,6 +2,7 @@
 
 #include "core/units.h"
 #include "engine/engine_plan.h"
+#include "model/presets.h"
 
 namespace sluice::cli {
 
@@ -88,6 +89,23 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                                              {"device", LmHeadPlace::kDevice},
                                              {"host", LmHeadPlace::kHost}}))
       ->default_str("auto");
+}
+
+void add_model_shape_options(CLI::App& sub, std::string& model_dir, std::string& preset,
+                             int& layers) {
+  sub.add_option("--model", model_dir, "Model folder (its config.json is read)");
+  sub.add_option("--preset", preset, "A named model shape (bench makes it in memory)")
+      ->check(CLI::IsMember(preset_names()));
+  sub.add_option("--layers", layers, "Keep only the first N layers")->check(CLI::NonNegativeNumber);
+}
+
+void add_workload_length_options(CLI::App& sub, int& prompt_len, int& gen_len) {
+  sub.add_option("--prompt-len", prompt_len, "Prompt tokens per request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--gen-len", gen_len, "Tokens to generate per request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 }  // namespace sluice::cli

@@ -17,6 +17,13 @@ void add_host_memory_option(CLI::App& sub, std::string& host_mem);
 // Its value in bytes; "" gives default_host_memory (engine/engine_plan.h).
 size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config);
 
+// The model a planning or benchmarking command works on: --model DIR or --preset NAME, and
+// --layers N (keep the first N layers).
+void add_model_shape_options(CLI::App& sub, std::string& model_dir, std::string& preset,
+                             int& layers);
+// --prompt-len and --gen-len of a uniform synthetic workload.
+void add_workload_length_options(CLI::App& sub, int& prompt_len, int& gen_len);
+
 // Where the engine runs its steps: --device cpu|cuda|standin, --gpu-mem, and the offload
 // executor's page slots and CPU-expert threshold.
 void add_device_options(CLI::App& sub, DeviceOptions& device);

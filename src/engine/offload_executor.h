@@ -16,10 +16,12 @@
 //              fewest slots a step can run with is 3 (none when every layer is resident);
 //   buffers    the activations of the largest step (B decode tokens + a prefill chunk).
 //   KV pool  the GPU share of attention's KV blocks, ceil((1-ω)·kv_blocks) of the host cache's
-//            layout (none when ω = 1), and their block tables.
+//            layout (none when ω = 1); their block tables and the split's row indices are among
+//            the buffers.
 // Attention is split by sequence (`cpu_attention_share` ω): a sequence is given to the CPU or
-// the GPU share when its first tokens arrive and stays there, so that about ω of the live
-// sequences are the CPU's (a running count; MoE-Gen's full KV offload is ω = 1). In attention_in
+// the GPU share when its first tokens arrive and stays there (its KV lives in one place); it
+// joins the CPU share while that holds fewer than round(ω·n) of the n live sequences, so each
+// step's split stays near ω (MoE-Gen's full KV offload is ω = 1). In attention_in
 // the device writes the GPU share's K/V into its KV pool and runs their attention there; only the
 // CPU share's q/k/v go to the host, where the CPU writes the engine's PagedKvCache and runs paged
 // attention, and only their outputs come back. The host cache still reserves blocks for every

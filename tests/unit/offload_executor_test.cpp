@@ -519,6 +519,14 @@ TEST_F(OffloadCli, StandinDeviceGeneratesWhatTheCpuGenerates) {
   ASSERT_EQ(standin.status, 0) << standin.output;
   EXPECT_FALSE(cpu.output.empty());
   EXPECT_EQ(standin.output, cpu.output);
+  // The one sequence's attention on the device (ω = 0), and an ω outside [0, 1] refused.
+  const auto gpu_attention = testing::run_command(
+      generate("--device standin --gpu-mem 64MiB --cpu-attention-share 0"), /*with_stderr=*/false);
+  ASSERT_EQ(gpu_attention.status, 0) << gpu_attention.output;
+  EXPECT_EQ(gpu_attention.output, cpu.output);
+  const auto bad = testing::run_command(generate("--device standin --cpu-attention-share 1.5"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--cpu-attention-share"), std::string::npos) << bad.output;
 }
 
 TEST_F(OffloadCli, TooSmallGpuMemIsOneClearError) {

@@ -255,10 +255,10 @@ int run(const Options& o) {
     print_offload(plan, hw, c, limits);
     const PlannedPolicy& u = unconstrained->chosen;
     fmt::print(
-        "           the offload executor runs attention on the CPU (omega 1), keeps the resident "
-        "layers' experts and the lm_head on the GPU and streams the other experts in pages of "
-        "one weight matrix; with a GPU share of attention and other page sizes the model predicts "
-        "{:.1f} tokens/s end to end (decode {:.1f}) with "
+        "           the offload executor runs the planned share of attention on the CPU (omega) "
+        "and the rest on the GPU over a GPU KV pool, keeps the resident layers' experts and the "
+        "lm_head on the GPU and streams the other experts in pages of one weight matrix; with "
+        "other page sizes the model predicts {:.1f} tokens/s end to end (decode {:.1f}) with "
         "{} and {}\n",
         u.prediction.total_tokens_per_s(), u.prediction.decode_tokens_per_s(), u.policy.describe(),
         describe(u.offload));

@@ -80,6 +80,12 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                  "through the page slots (default: the plan's choice; none when there is no plan)")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--cpu-attention-share", d.settings.cpu_attention_share,
+                 "omega: the fraction of the sequences whose attention runs on the CPU over the "
+                 "host KV cache; the others' runs on the device over a device KV pool of the GPU "
+                 "share of the KV blocks (default: the plan's choice; 1 when there is no plan)")
+      ->group(group)
+      ->check(CLI::Range(0.0, 1.0));
   sub.add_option("--lm-head", d.settings.lm_head,
                  "Where the final norm and lm_head run with an offload device: auto (the device "
                  "when --gpu-mem has room), device, or host")

@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/host_attention.h"
 #include "engine/offload_executor.h"
 #include "kernels/cpu/activation.h"
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -199,30 +199,14 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   t0 = Clock::now();
   rope(&q[size_t(r0) * qd], n, c.num_heads, &positions[r0]);
   rope(&k[size_t(r0) * kvd], n, c.num_kv_heads, &positions[r0]);
-  std::vector<cpu::AttentionSequence> seqs;
+  std::vector<HostAttentionItem> items;
   for (int i = ib; i < ie; ++i) {
     const StepItem& it = plan.items[i];
-    const int row = item_row[i];
-    kv.write_tokens(l, it.slot, it.first_pos, it.count, &k[size_t(row) * kvd],
-                    &v[size_t(row) * kvd]);
-    cpu::AttentionSequence s;
-    s.q = &q[size_t(row) * qd];
-    s.out = &attn[size_t(row) * qd];
-    s.n_q = it.count;
-    s.q_start = it.first_pos;
-    s.kv_len = it.first_pos + it.count;
-    s.block_table = kv.block_table(it.slot);
-    seqs.push_back(s);
-    const int window = c.sliding_window > 0 ? std::min(c.sliding_window, s.kv_len) : s.kv_len;
-    stats.kv_bytes += double(window) * kvd * 2 * sizeof(uint16_t);
-    stats.flops += 4.0 * it.count * window * qd;
+    const size_t row = size_t(item_row[i]);
+    items.push_back({it.slot, it.first_pos, it.count, &q[row * qd], &k[row * kvd], &v[row * kvd],
+                     &attn[row * qd]});
   }
-  cpu::AttentionParams params;
-  params.heads = c.num_heads;
-  params.kv_heads = c.num_kv_heads;
-  params.head_dim = c.head_dim;
-  params.sliding_window = c.sliding_window;
-  cpu::paged_attention(params, kv.layer_view(l), seqs);
+  host_attention(c, kv, l, items, stats);
   stats.attention_seconds += seconds_since(t0);
 
   t0 = Clock::now();
@@ -333,8 +317,14 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   // The sampled rows' logits, [S, V]: from the device when its executor runs the lm_head.
   std::span<const float> device_logits;
   if (offload) {
-    device_logits = offload->run_layers({&plan, item_row, positions, x.data(), sample_rows},
-                                        final_rows.data(), stats);
+    // Each sequence's KV blocks over its life (held and reserved): the device KV pool admits a
+    // sequence to the GPU share of attention only with room for all of them.
+    std::vector<int> item_blocks;
+    for (const StepItem& it : plan.items)
+      item_blocks.push_back(int(kv.block_table(it.slot).size()) +
+                            sched.sequence(it.slot).reserved_blocks);
+    device_logits = offload->run_layers(
+        {&plan, item_row, positions, x.data(), sample_rows, item_blocks}, final_rows.data(), stats);
   } else {
     for (int l = 0; l < c.num_layers; ++l) {
       int ib = 0;

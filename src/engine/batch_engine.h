@@ -40,7 +40,12 @@ struct EngineStats {
   double device_bytes_to_device = 0;  // weight pages and activations, host→device
   double device_bytes_to_host = 0;    // activations, device→host
   int64_t device_gpu_experts = 0, device_cpu_experts = 0;  // expert runs by place
-  size_t device_peak_bytes = 0;                            // most device memory held at once
+  // Token rows whose attention ran on the device (the GPU share), summed over layers.
+  int64_t device_gpu_attention_rows = 0;
+  // Sequences whose turn for the GPU share found the device KV pool without room for them: they
+  // joined the CPU share.
+  int64_t device_gpu_share_full = 0;
+  size_t device_peak_bytes = 0;           // most device memory held at once
   double device_weight_bytes = 0;         // inside device_bytes_to_device: the expert pages
   size_t device_pinned_weight_bytes = 0;  // streamed weights page-locked in place (0: none)
   // Seconds each device queue spent copying or computing (measured on the device).

@@ -79,6 +79,8 @@ void add_device_report(nlohmann::json& j, const DeviceReport& r, const EngineSta
   j["device_peak_bytes"] = s.device_peak_bytes;
   j["device_gpu_experts"] = s.device_gpu_experts;
   j["device_cpu_experts"] = s.device_cpu_experts;
+  j["device_gpu_attention_rows"] = s.device_gpu_attention_rows;
+  j["device_gpu_share_full"] = s.device_gpu_share_full;
   j["device_weights_busy_seconds"] = s.device_weights_busy_seconds;
   j["device_transfer_busy_seconds"] = s.device_transfer_busy_seconds;
   j["device_compute_busy_seconds"] = s.device_compute_busy_seconds;

@@ -29,6 +29,10 @@ struct OffloadSettings {
   // slots. -1: not set (none, unless the planner fills it).
   int resident_expert_layers = -1;
   LmHeadPlace lm_head = LmHeadPlace::kAuto;
+  // ω: the fraction of sequences whose attention runs on the host CPU over the engine's
+  // PagedKvCache; the others' runs on the device over a device KV pool. -1: not set (1, all on
+  // the host, unless the planner fills it).
+  double cpu_attention_share = -1;
 };
 
 // A device the caller owns, for the offload executor. A null device means the CPU engine.

@@ -113,7 +113,7 @@ std::string EnginePlan::describe() const {
 
 OffloadConstraints executor_constraints(const OffloadSettings& s) {
   OffloadConstraints fixed;
-  fixed.cpu_attention_share = 1.0;
+  if (s.cpu_attention_share >= 0) fixed.cpu_attention_share = s.cpu_attention_share;
   fixed.expert_matrix_pages = true;
   if (s.resident_expert_layers >= 0) fixed.resident_expert_layers = s.resident_expert_layers;
   if (s.page_slots > 0) fixed.prefetch_depth = std::max(1, s.page_slots / 3);
@@ -161,6 +161,8 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
     if (device.settings.page_slots <= 0) device.settings.page_slots = 3 * o.prefetch_depth;
     if (device.settings.cpu_expert_max_tokens <= 0)
       device.settings.cpu_expert_max_tokens = o.cpu_expert_max_tokens;
+    if (device.settings.cpu_attention_share < 0)
+      device.settings.cpu_attention_share = o.cpu_attention_share;
     if (device.settings.resident_expert_layers < 0)
       device.settings.resident_expert_layers =
           o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;

@@ -6,14 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
 
 #include "core/error.h"
 #include "core/units.h"
+#include "engine/host_attention.h"
 #include "engine/offload_layout.h"
 #include "kernels/cpu/activation.h"
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -69,6 +70,25 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   size_t inv_freq_at = 0, resident_bytes = 0;
   char* resident = nullptr;  // device
   char* buffers = nullptr;   // device
+  // The GPU share of attention: the device KV pool, its free blocks, and the blocks held back for
+  // the live GPU-share sequences (each reserves all it will hold when it joins).
+  double omega = 1;
+  DeviceKvLayout kv_layout;
+  char* kv_pool = nullptr;  // device
+  std::vector<int32_t> pool_free;
+  int64_t pool_reserved = 0;
+  enum class Share { kNone, kCpu, kGpu };
+  struct SequenceShare {
+    Share share = Share::kNone;
+    int length = 0;        // positions seen
+    int64_t reserved = 0;  // device pool blocks held back (GPU share)
+    std::vector<int32_t> blocks;
+  };
+  std::vector<SequenceShare> shares;  // by scheduler slot
+  // The step's rows of each share per micro-batch, and the CPU share's items.
+  std::vector<int> mb_gpu, mb_cpu;
+  std::vector<std::vector<HostAttentionItem>> cpu_items;
+  offload::HostArray<int32_t> h_index;  // AttentionIndex arrays, then the block tables
   // Experts of the resident layers (device); expert_layer_index[l]: the layer's index among the
   // resident ones, -1 when its experts stream.
   int resident_layers = 0;
@@ -129,6 +149,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         settings(place_lm_head(config, p, d.settings, free_bytes(*d.device))),
         sh(config, p, settings),
         buf(sh),
+        omega(cpu_attention_share(settings)),
+        kv_layout(config, p, sh.gpu_kv_blocks),
         lm_layout(config) {
     const OffloadFootprint f = offload_footprint(c, p, settings);
     const offload::MemoryBudget& b = dev.budget();
@@ -137,12 +159,14 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       fail(
           "--gpu-mem: the offload executor needs at least {} ({} bytes) of device memory: {} "
           "resident attention and router weights, {} resident experts of {} layers, {} lm_head, "
-          "{} step buffers for {} tokens, and {} expert page slots of {}; the device budget has "
+          "{} step buffers for {} tokens, {} KV pool of {} blocks (the GPU share of attention), "
+          "and {} expert page slots of {}; the device budget has "
           "{} ({} bytes) free. Raise --gpu-mem to at least {}, or lower --batch, "
           "--prefill-chunk, --expert-batch or --resident-expert-layers",
           human_bytes(double(f.minimum())), f.minimum(), human_bytes(double(f.resident)),
           human_bytes(double(f.resident_experts)), f.resident_layers,
-          human_bytes(double(f.lm_head)), human_bytes(double(f.buffers)), sh.T, f.min_slots,
+          human_bytes(double(f.lm_head)), human_bytes(double(f.buffers)), sh.T,
+          human_bytes(double(f.kv_pool)), sh.gpu_kv_blocks, f.min_slots,
           human_bytes(double(f.page_bytes)), human_bytes(double(free)), free,
           human_bytes(double(f.minimum() + b.used())));
     resident_layers = f.resident_layers;
@@ -172,6 +196,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
             static_cast<char*>(dev.allocate(resident_experts_size, "resident experts"));
       if (sh.lm_head) lm_head = static_cast<char*>(dev.allocate(lm_layout.bytes, "lm_head"));
       buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
+      if (kv_layout.bytes > 0) {
+        kv_pool = static_cast<char*>(dev.allocate(kv_layout.bytes, "KV pool"));
+        for (int64_t k = kv_layout.blocks - 1; k >= 0; --k) pool_free.push_back(int32_t(k));
+      }
       slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
       upload_resident();
       build_pages();
@@ -196,6 +224,9 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     h_positions = {D, T, "positions to the device"};
     h_sample_rows = {D, size_t(sh.S), "sample rows to the device"};
     if (sh.lm_head) h_logits = {D, size_t(sh.S) * size_t(sh.V), "logits to the host"};
+    if (sh.gpu_attention())
+      h_index = {D, T * kAttentionIndexArrays + size_t(sh.gpu_kv_blocks),
+                 "attention row indices to the device"};
     list_begin.resize(size_t(sh.E));
     list_count.resize(size_t(sh.E));
     if (sh.cpu_experts) {
@@ -224,11 +255,12 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     for (const void* p : registered) dev.unregister_host(p);
     registered.clear();
     slots.reset();
+    if (kv_pool) dev.deallocate(kv_pool, kv_layout.bytes);
     if (buffers) dev.deallocate(buffers, buf.bytes);
     if (lm_head) dev.deallocate(lm_head, lm_layout.bytes);
     if (resident_experts) dev.deallocate(resident_experts, resident_experts_size);
     if (resident) dev.deallocate(resident, resident_bytes);
-    buffers = resident = resident_experts = lm_head = nullptr;
+    buffers = resident = resident_experts = lm_head = kv_pool = nullptr;
   }
 
   // Resident weights go up once, on the weights queue; the host waits for them here. The
@@ -366,6 +398,127 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   size_t qkv_offset(int mb) const { return size_t(mb_row[size_t(mb)]) * sh.qkv_row(); }
   int rows_of(int mb) const { return mb_row[size_t(mb) + 1] - mb_row[size_t(mb)]; }
 
+  void release_share(SequenceShare& q) {
+    for (int32_t b : q.blocks) pool_free.push_back(b);
+    pool_reserved -= q.reserved;
+    q = {};
+  }
+
+  // A new sequence joins the CPU share while it holds fewer than round(ω · n) of the n live
+  // sequences (this one included), else the GPU share if the device pool has room for every
+  // block it reserved; if not, the CPU share after all (counted in device_gpu_share_full).
+  void assign_share(SequenceShare& q, int blocks) {
+    int live = 0, on_cpu = 0;
+    for (const SequenceShare& o : shares) {
+      live += o.share != Share::kNone;
+      on_cpu += o.share == Share::kCpu;
+    }
+    const bool cpu_turn = on_cpu < std::llround(omega * double(live + 1));
+    if (!cpu_turn && kv_layout.blocks - pool_reserved >= blocks) {
+      q.share = Share::kGpu;
+      q.reserved = blocks;
+      pool_reserved += blocks;
+    } else {
+      q.share = Share::kCpu;
+      stats->device_gpu_share_full += !cpu_turn;
+    }
+  }
+
+  // Each item's sequence keeps its share; sequences gone since the last step (finished, or their
+  // slot taken by a new sequence, which starts at position 0) give theirs back first. The GPU
+  // share's device block tables grow with the sequences, as the host cache's did.
+  void assign_shares(const OffloadStepInput& in) {
+    const std::vector<StepItem>& items = plan->items;
+    if (sh.gpu_attention() && in.item_blocks.size() != items.size())
+      fail("offload executor: field 'item_blocks': expected one per plan item ({}), got {}",
+           items.size(), in.item_blocks.size());
+    for (size_t slot = 0; slot < shares.size(); ++slot) {
+      SequenceShare& q = shares[slot];
+      if (q.share != Share::kNone &&
+          (!kv.contains(int64_t(slot)) || kv.length(int64_t(slot)) < q.length))
+        release_share(q);
+    }
+    for (const StepItem& it : items)
+      if (it.first_pos == 0 && size_t(it.slot) < shares.size()) release_share(shares[it.slot]);
+    const int bs = kv.config().block_size;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const StepItem& it = items[i];
+      if (size_t(it.slot) >= shares.size()) shares.resize(size_t(it.slot) + 1);
+      SequenceShare& q = shares[size_t(it.slot)];
+      if (q.share == Share::kNone) assign_share(q, sh.gpu_attention() ? in.item_blocks[i] : 0);
+      q.length = it.first_pos + it.count;
+      if (q.share != Share::kGpu) continue;
+      while (int64_t(q.blocks.size()) * bs < q.length) {
+        if (int64_t(q.blocks.size()) >= q.reserved || pool_free.empty())
+          fail(
+              "offload executor: the sequence in slot {} needs more than the {} device KV blocks "
+              "it reserved when it joined the GPU share of attention",
+              it.slot, q.reserved);
+        q.blocks.push_back(pool_free.back());
+        pool_free.pop_back();
+      }
+    }
+  }
+
+  // The step's rows of each share per micro-batch: the CPU share's items (their q|k|v and outputs
+  // packed in the host blocks), and for the GPU share the row indices (AttentionIndex) and block
+  // tables, staged in h_index; returns the table entries written.
+  int index_rows() {
+    const std::vector<StepItem>& items = plan->items;
+    const int M = micro_batches();
+    const size_t T = size_t(sh.T);
+    mb_gpu.assign(size_t(M), 0);
+    mb_cpu.assign(size_t(M), 0);
+    cpu_items.assign(size_t(M), {});
+    int32_t* ix = h_index.data();
+    int32_t* tables = ix ? ix + kAttentionIndexArrays * T : nullptr;
+    int table_end = 0;
+    const int bs = kv.config().block_size, qd = sh.qd, kvd = sh.kvd;
+    size_t i = 0;
+    for (int mb = 0; mb < M; ++mb) {
+      const size_t end = size_t(plan->micro_batch_end[size_t(mb)]);
+      const int r0 = mb_row[size_t(mb)];
+      auto on_gpu = [&](size_t j) { return shares[size_t(items[j].slot)].share == Share::kGpu; };
+      int ng = 0, nc = 0;
+      for (size_t j = i; j < end; ++j) (on_gpu(j) ? ng : nc) += items[j].count;
+      const float* qkv = h_qkv.data() + qkv_offset(mb);
+      int g = 0, cc = 0;
+      for (; i < end; ++i) {
+        const StepItem& it = items[i];
+        const int row0 = item_row[i] - r0;
+        if (!on_gpu(i)) {
+          cpu_items[size_t(mb)].push_back({it.slot, it.first_pos, it.count, qkv + size_t(cc) * qd,
+                                           qkv + size_t(nc) * qd + size_t(cc) * kvd,
+                                           qkv + size_t(nc) * (qd + kvd) + size_t(cc) * kvd,
+                                           h_attn.data() + size_t(r0 + cc) * qd});
+          for (int t = 0; t < it.count; ++t, ++cc) {
+            if (!ix) continue;  // no GPU share: nothing is gathered
+            ix[kCpuRows * T + size_t(r0 + cc)] = row0 + t;
+            ix[kMerge * T + size_t(r0 + row0 + t)] = ng + cc;
+          }
+          continue;
+        }
+        const SequenceShare& q = shares[size_t(it.slot)];
+        std::copy(q.blocks.begin(), q.blocks.end(), tables + table_end);
+        for (int t = 0; t < it.count; ++t, ++g) {
+          const int pos = it.first_pos + t;
+          const size_t r = size_t(r0 + g);
+          ix[kGpuRows * T + r] = row0 + t;
+          ix[kGpuPos * T + r] = pos;
+          ix[kGpuTable * T + r] = table_end;
+          ix[kGpuSlot * T + r] = q.blocks[size_t(pos / bs)] * bs + pos % bs;
+          ix[kMerge * T + size_t(r0 + row0 + t)] = g;
+        }
+        table_end += int(q.blocks.size());
+        for (int l = 0; l < c.num_layers; ++l) account_attention(c, it.first_pos, it.count, *stats);
+        stats->device_gpu_attention_rows += int64_t(it.count) * c.num_layers;
+      }
+      mb_gpu[size_t(mb)] = ng;
+      mb_cpu[size_t(mb)] = nc;
+    }
+    return table_end;
+  }
+
   void attention_in(void* s, int l, int mb, std::span<void* const>) override {
     const LayerResident& r = res[size_t(l)];
     const int H = sh.H, r0 = mb_row[size_t(mb)], n = rows_of(mb);
@@ -388,53 +541,68 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const float* inv_freq = weight<float>(inv_freq_at);
     math.rope(s, q, n, c.num_heads, c.head_dim, pos, inv_freq);
     math.rope(s, k, n, c.num_kv_heads, c.head_dim, pos, inv_freq);
+    if (mb_gpu[size_t(mb)] == 0) return;  // all on the host: the q|k|v block goes as it is
+    // The GPU share: its K/V into the device pool, its q gathered and attended there; the CPU
+    // share's q|k|v gathered into the block that goes to the host.
+    const int ng = mb_gpu[size_t(mb)], nc = mb_cpu[size_t(mb)], qd = sh.qd, kvd = sh.kvd;
+    if (nc > 0) {
+      float* cq = at<float>(buf.qkv_cpu) + qkv_offset(mb);
+      const int32_t* rows = index(kCpuRows, r0);
+      math.gather_rows_f32(s, q, qd, rows, nc, cq);
+      math.gather_rows_f32(s, k, kvd, rows, nc, cq + size_t(nc) * qd);
+      math.gather_rows_f32(s, v, kvd, rows, nc, cq + size_t(nc) * (qd + kvd));
+    }
+    const offload::DeviceKvLayer layer = kv_layer(l);
+    math.write_kv(s, layer, k, v, index(kGpuRows, r0), index(kGpuSlot, r0), ng);
+    float* gq = at<float>(buf.q_gpu) + size_t(r0) * qd;
+    math.gather_rows_f32(s, q, qd, index(kGpuRows, r0), ng, gq);
+    offload::PagedAttentionRows a;
+    a.heads = c.num_heads;
+    a.sliding_window = c.sliding_window;
+    a.rows = ng;
+    a.q = gq;
+    a.out = at<float>(buf.attn_parts) + size_t(r0) * qd;
+    a.row_pos = index(kGpuPos, r0);
+    a.row_table = index(kGpuTable, r0);
+    a.tables = at<int32_t>(buf.tables);
+    math.paged_attention(s, layer, a);
   }
 
+  // Array `a` of the step's row indices (device), from micro-batch row r0.
+  const int32_t* index(AttentionIndex a, int r0) const {
+    return at<int32_t>(buf.attn_index) + size_t(a) * size_t(sh.T) + size_t(r0);
+  }
+  offload::DeviceKvLayer kv_layer(int l) const {
+    return {reinterpret_cast<uint16_t*>(kv_pool + size_t(l) * kv_layout.layer_bytes),
+            c.num_kv_heads, c.head_dim, kv.config().block_size};
+  }
+
+  // The CPU share's q|k|v of micro-batch mb ([nc q | nc k | nc v]); as computed when the GPU
+  // share has no row in it, else gathered in attention_in.
   offload::Transfer qkv_to_host(int, int mb) override {
-    const size_t bytes = size_t(rows_of(mb)) * sh.qkv_row() * 4;
+    const size_t bytes = size_t(mb_cpu[size_t(mb)]) * sh.qkv_row() * 4;
+    if (bytes == 0) return {};
     to_host_bytes += double(bytes);
-    return {h_qkv.data() + qkv_offset(mb), at<float>(buf.qkv) + qkv_offset(mb), bytes};
+    const size_t qkv = mb_gpu[size_t(mb)] > 0 ? buf.qkv_cpu : buf.qkv;
+    return {h_qkv.data() + qkv_offset(mb), at<float>(qkv) + qkv_offset(mb), bytes};
   }
 
-  // Writes the micro-batch's K/V into the host cache and attends over it (the CPU engine's code).
+  // Writes the CPU share's K/V into the host cache and attends over it (the CPU engine's code).
   void cpu_attention(int l, int mb) override {
     const auto t0 = Clock::now();
-    const int r0 = mb_row[size_t(mb)], n = rows_of(mb), qd = sh.qd, kvd = sh.kvd;
-    const float* q = h_qkv.data() + qkv_offset(mb);
-    const float* k = q + size_t(n) * qd;
-    const float* v = k + size_t(n) * kvd;
-    std::vector<cpu::AttentionSequence> seqs;
-    for (size_t i = 0; i + 1 < item_row.size(); ++i) {
-      const int row = item_row[i];
-      if (row < r0 || row >= r0 + n) continue;
-      const StepItem& it = plan->items[i];
-      const int j = row - r0;
-      kv.write_tokens(l, it.slot, it.first_pos, it.count, k + size_t(j) * kvd, v + size_t(j) * kvd);
-      cpu::AttentionSequence a;
-      a.q = q + size_t(j) * qd;
-      a.out = h_attn.data() + size_t(row) * qd;
-      a.n_q = it.count;
-      a.q_start = it.first_pos;
-      a.kv_len = it.first_pos + it.count;
-      a.block_table = kv.block_table(it.slot);
-      seqs.push_back(a);
-      const int window = c.sliding_window > 0 ? std::min(c.sliding_window, a.kv_len) : a.kv_len;
-      stats->kv_bytes += double(window) * kvd * 2 * sizeof(uint16_t);
-      stats->flops += 4.0 * it.count * window * qd;
-    }
-    cpu::AttentionParams params;
-    params.heads = c.num_heads;
-    params.kv_heads = c.num_kv_heads;
-    params.head_dim = c.head_dim;
-    params.sliding_window = c.sliding_window;
-    cpu::paged_attention(params, kv.layer_view(l), seqs);
+    host_attention(c, kv, l, cpu_items[size_t(mb)], *stats);
     stats->attention_seconds += seconds_since(t0);
   }
 
+  // The CPU share's outputs: into the attention rows when it has the whole micro-batch, else
+  // after the GPU share's outputs, merged in attention_out.
   offload::Transfer attention_to_device(int, int mb) override {
-    const size_t r0 = size_t(mb_row[size_t(mb)]), bytes = size_t(rows_of(mb)) * sh.qd * 4;
+    const int ng = mb_gpu[size_t(mb)];
+    const size_t r0 = size_t(mb_row[size_t(mb)]), bytes = size_t(mb_cpu[size_t(mb)]) * sh.qd * 4;
     to_device_bytes += double(bytes);
-    return {at<float>(buf.attn) + r0 * sh.qd, h_attn.data() + r0 * sh.qd, bytes};
+    float* dst = ng > 0 ? at<float>(buf.attn_parts) + (r0 + size_t(ng)) * sh.qd
+                        : at<float>(buf.attn) + r0 * sh.qd;
+    return {dst, h_attn.data() + r0 * sh.qd, bytes};
   }
 
   size_t routing_offset(int mb) const { return size_t(mb_row[size_t(mb)]) * sh.routing_row(); }
@@ -445,6 +613,9 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     float* x = at<float>(buf.x) + size_t(r0) * H;
     float* h = at<float>(buf.h) + size_t(r0) * H;
     uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * std::max(H, sh.qd);
+    if (mb_gpu[size_t(mb)] > 0)  // both shares' outputs into the rows' order
+      math.gather_rows_f32(s, at<float>(buf.attn_parts) + size_t(r0) * sh.qd, sh.qd,
+                           index(kMerge, r0), n, at<float>(buf.attn) + size_t(r0) * sh.qd);
     // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
     gemm(s, n, H, sh.qd, at<float>(buf.attn) + size_t(r0) * sh.qd, weight<uint16_t>(r.wo), x, 1.0f,
          xb);
@@ -675,6 +846,8 @@ std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, f
   m.to_device_bytes = m.to_host_bytes = 0;
   m.mb_row.assign(1, 0);
   for (int end : plan.micro_batch_end) m.mb_row.push_back(in.item_row[size_t(end)]);
+  m.assign_shares(in);
+  const int table_entries = m.index_rows();
 
   // The embeddings and positions go up; the compute queue starts once they are there.
   // Staged through pinned buffers: the previous step's copies from them have completed (the host
@@ -689,6 +862,15 @@ std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, f
   m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.sample_rows), m.h_sample_rows.data(),
                        size_t(S) * 4, "sample_rows>d");
   m.to_device_bytes += double(T) * (H + 1) * 4 + double(S) * 4;
+  if (m.sh.gpu_attention()) {  // the GPU share's row indices and block tables
+    const size_t index_bytes = kAttentionIndexArrays * size_t(m.sh.T) * 4;
+    m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.attn_index), m.h_index.data(),
+                         index_bytes, "attention_index>d");
+    m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.tables),
+                         m.h_index.data() + kAttentionIndexArrays * size_t(m.sh.T),
+                         size_t(table_entries) * 4, "kv_tables>d");
+    m.to_device_bytes += double(index_bytes) + double(table_entries) * 4;
+  }
   m.dev.wait(Queue::kCompute, m.dev.record(Queue::kTransfer));
 
   offload::StepPipelineOptions options;

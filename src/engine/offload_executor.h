@@ -15,10 +15,19 @@
 //              (gate, up and down are one page each, I·H bf16), so an expert is 3 pages and the
 //              fewest slots a step can run with is 3 (none when every layer is resident);
 //   buffers    the activations of the largest step (B decode tokens + a prefill chunk).
-// Attention is all on the host (ω = 1, MoE-Gen's full KV offload): q/k/v go to the host, the CPU
-// writes the engine's host PagedKvCache and runs paged attention there, the output comes back.
-// A GPU share of attention would keep a device KV pool and split each micro-batch in
-// attention_in; qkv_to_host then copies only the host share's rows (not built).
+//   KV pool  the GPU share of attention's KV blocks, ceil((1-ω)·kv_blocks) of the host cache's
+//            layout (none when ω = 1); their block tables and the split's row indices are among
+//            the buffers.
+// Attention is split by sequence (`cpu_attention_share` ω): a sequence is given to the CPU or
+// the GPU share when its first tokens arrive and stays there (its KV lives in one place); it
+// joins the CPU share while that holds fewer than round(ω·n) of the n live sequences, so each
+// step's split stays near ω (MoE-Gen's full KV offload is ω = 1). In attention_in
+// the device writes the GPU share's K/V into its KV pool and runs their attention there; only the
+// CPU share's q/k/v go to the host, where the CPU writes the engine's PagedKvCache and runs paged
+// attention, and only their outputs come back. The host cache still reserves blocks for every
+// sequence (the Scheduler's admission is unchanged); the device pool mirrors the GPU share's
+// block tables, and a sequence joins the GPU share only when the pool has room for every block
+// it reserved, else the CPU share: the pool never overflows.
 // Experts of streamed layers with at most `cpu_expert_max_tokens` tokens whose pages are not yet
 // copied run on the host CPU on host weights, as step_pipeline decides; a resident layer's
 // experts always run on the device.
@@ -49,9 +58,10 @@ struct OffloadFootprint {
   int resident_layers = 0;
   size_t lm_head = 0;     // lm_head and final norm weights (0: on the host)
   size_t buffers = 0;     // step activations (with the sampled rows' logits when lm_head > 0)
+  size_t kv_pool = 0;     // the GPU share's KV blocks (0 when ω = 1)
   size_t page_bytes = 0;  // one slot
   int min_slots = 3;      // one expert's gate, up and down pages; 0 when every layer is resident
-  size_t fixed() const { return resident + resident_experts + lm_head + buffers; }
+  size_t fixed() const { return resident + resident_experts + lm_head + buffers + kv_pool; }
   size_t with_slots(int slots) const { return fixed() + page_bytes * size_t(slots); }
   size_t minimum() const { return with_slots(min_slots); }
 };
@@ -64,6 +74,9 @@ struct OffloadStepInput {
   std::span<const int> positions;     // [T]
   const float* embeddings = nullptr;  // [T, H] host, the layers' input
   std::span<const int> sample_rows;   // rows whose final hidden state is wanted
+  // Per plan item: the KV blocks its sequence holds and has reserved in the host cache, all it
+  // will hold (the GPU share of attention admits a sequence only with room for them).
+  std::span<const int> item_blocks;
 };
 
 class OffloadExecutor {

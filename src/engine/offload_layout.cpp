@@ -36,6 +36,16 @@ size_t resident_expert_offset(const ModelConfig& c, int j, int m, int e) {
   return ((size_t(j) * 3 + size_t(m)) * size_t(c.num_experts) + size_t(e)) * expert_matrix_bytes(c);
 }
 
+double cpu_attention_share(const OffloadSettings& s) {
+  if (s.cpu_attention_share == -1) return 1.0;
+  if (!(s.cpu_attention_share >= 0 && s.cpu_attention_share <= 1))
+    fail(
+        "offload executor: field 'cpu_attention_share': expected 0 to 1 (the CPU's share of the "
+        "sequences' attention), or -1 for not set, got {}",
+        s.cpu_attention_share);
+  return s.cpu_attention_share;
+}
+
 int resident_expert_layers(const ModelConfig& c, const OffloadSettings& s) {
   if (s.resident_expert_layers < -1 || s.resident_expert_layers > c.num_layers)
     fail(
@@ -57,7 +67,9 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
   f.resident_layers = resident_expert_layers(c, s);
   f.resident_experts = resident_experts_bytes(c, f.resident_layers);
   if (s.lm_head != LmHeadPlace::kHost) f.lm_head = LmHeadLayout(c).bytes;
-  f.buffers = BufferLayout(StepShape(c, p, s)).bytes;
+  const StepShape shape(c, p, s);
+  f.buffers = BufferLayout(shape).bytes;
+  f.kv_pool = DeviceKvLayout(c, p, shape.gpu_kv_blocks).bytes;
   const size_t matrix = expert_matrix_bytes(c);
   if (s.page_bytes != 0 && s.page_bytes < matrix)
     fail(

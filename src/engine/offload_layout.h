@@ -8,6 +8,7 @@
 
 #include "engine/engine_device.h"
 #include "model/config.h"
+#include "runtime/planner/gpu_kv_blocks.h"
 #include "runtime/policy.h"
 
 namespace sluice {
@@ -26,10 +27,14 @@ class ArenaLayout {
   size_t size_ = 0;
 };
 
+// ω of the settings: -1 (not set) is 1, all attention on the host; outside [0, 1] is an error.
+double cpu_attention_share(const OffloadSettings& s);
+
 // The shapes every size below is derived from.
 struct StepShape {
   int H, I, E, K, qd, kvd, V, T, S, be;
   bool f32, cpu_experts, lm_head;
+  int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none
   explicit StepShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
       : H(c.hidden_size),
         I(c.expert_intermediate_size),
@@ -44,17 +49,33 @@ struct StepShape {
         be(p.expert_batch),
         f32(p.precision == Precision::kF32),
         cpu_experts(s.cpu_expert_max_tokens > 0),
-        lm_head(s.lm_head != LmHeadPlace::kHost) {}
+        lm_head(s.lm_head != LmHeadPlace::kHost),
+        gpu_kv_blocks(sluice::gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s))) {}
+  bool gpu_attention() const { return gpu_kv_blocks > 0; }
   int qkv_row() const { return qd + 2 * kvd; }  // floats per row of a micro-batch's q|k|v block
   // Bytes per row of a micro-batch's routing block: expert ids, weights and, when experts may
   // run on the host, the row's FFN-normed hidden state (their input).
   size_t routing_row() const { return size_t(K) * 8 + (cpu_experts ? size_t(H) * 4 : 0); }
 };
 
+// The step's row indices for the GPU share of attention: kAttentionIndexArrays int32 arrays of T,
+// each indexed from a micro-batch's first row r0 (rows relative to r0):
+//   cpu_rows   the CPU share's rows, gathered into the q|k|v block that goes to the host
+//   gpu_rows   the GPU share's rows, whose K/V are written and q gathered on the device
+//   merge      per row, its output's index in the micro-batch's [GPU rows | CPU rows] outputs
+//   gpu_pos, gpu_table, gpu_slot
+//              per GPU row: position, offset of its block table, flat device pool slot
+enum AttentionIndex : size_t { kCpuRows, kGpuRows, kMerge, kGpuPos, kGpuTable, kGpuSlot };
+constexpr size_t kAttentionIndexArrays = 6;
+
 // Device buffers of a step: offsets into one allocation.
 struct BufferLayout {
   size_t x, h, xb, qkv, attn, logits, routing, positions, sample_rows, final_rows, expert_lists, ex,
       gate, up, actb, down, cpu_block, lm_logits;
+  // The GPU share of attention (empty without one): the CPU share's q|k|v gathered per
+  // micro-batch, the GPU share's q, both shares' outputs ([GPU rows | CPU rows] per micro-batch),
+  // the step's row indices (AttentionIndex) and the GPU share's block tables.
+  size_t qkv_cpu, q_gpu, attn_parts, attn_index, tables;
   size_t bytes;
   explicit BufferLayout(const StepShape& s) {
     ArenaLayout L;
@@ -78,6 +99,12 @@ struct BufferLayout {
     cpu_block = L.add(s.cpu_experts ? T * (8 + H * 4) : 0);
     // The sampled rows' logits when the lm_head runs on the device (its bf16 input is in xb).
     lm_logits = L.add(s.lm_head ? size_t(s.S) * size_t(s.V) * 4 : 0);
+    const bool g = s.gpu_attention();
+    qkv_cpu = L.add(g ? T * size_t(s.qkv_row()) * 4 : 0);
+    q_gpu = L.add(g ? T * size_t(s.qd) * 4 : 0);
+    attn_parts = L.add(g ? T * size_t(s.qd) * 4 : 0);
+    attn_index = L.add(g ? T * kAttentionIndexArrays * 4 : 0);
+    tables = L.add(size_t(s.gpu_kv_blocks) * 4);
     bytes = L.size();
   }
 };
@@ -107,6 +134,18 @@ struct LmHeadLayout {
     final_norm = L.add(size_t(c.hidden_size) * 4);
     bytes = L.size();
   }
+};
+
+// The device KV pool of the GPU share of attention: `blocks` blocks of the host cache's layout,
+// layer by layer ([layer][block][K|V][kv_head][slot][head_dim] bf16).
+struct DeviceKvLayout {
+  int64_t blocks = 0;
+  size_t layer_bytes = 0, bytes = 0;
+  DeviceKvLayout(const ModelConfig& c, const Policy& p, int64_t pool_blocks)
+      : blocks(pool_blocks),
+        layer_bytes(size_t(pool_blocks) * 2 * size_t(c.num_kv_heads) * size_t(p.kv_block_size) *
+                    size_t(c.head_dim) * 2),
+        bytes(layer_bytes * size_t(c.num_layers)) {}
 };
 
 // The executor's count of resident expert layers for its settings: -1 (not set) is none; more

@@ -99,13 +99,16 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
 
 // The whole engine on the GPU: greedy tokens and logits against the CPU engine, with every
 // expert streamed and the lm_head on the host, with one of the two layers' experts resident and
-// the lm_head on the device, and with every layer resident (no expert page copied).
+// the lm_head on the device, and with every layer resident (no expert page copied); each with
+// all attention on the CPU (ω = 1) and with half the sequences' attention on the GPU over its
+// KV pool (ω = 0.5: the write_kv and paged attention kernels).
 TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
   struct Variant {
     int resident;
     LmHeadPlace lm_head;
+    double omega;
   };
   const int L = m.config.num_layers;
   for (Precision precision : {Precision::kF32, Precision::kBf16}) {
@@ -137,8 +140,10 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
     };
     BatchEngine cpu_engine(m, p);
     const auto [want_tokens, want_logits] = run(cpu_engine);
-    for (const Variant v : {Variant{0, LmHeadPlace::kHost}, Variant{1, LmHeadPlace::kDevice},
-                            Variant{L, LmHeadPlace::kDevice}}) {
+    for (const Variant v :
+         {Variant{0, LmHeadPlace::kHost, 1.0}, Variant{1, LmHeadPlace::kDevice, 1.0},
+          Variant{L, LmHeadPlace::kDevice, 1.0}, Variant{0, LmHeadPlace::kHost, 0.5},
+          Variant{L, LmHeadPlace::kDevice, 0.5}}) {
       DeviceOptions o;
       o.kind = DeviceKind::kCuda;
       o.gpu_mem = "256MiB";
@@ -146,6 +151,7 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
       o.settings.cpu_expert_max_tokens = 2;
       o.settings.resident_expert_layers = v.resident;
       o.settings.lm_head = v.lm_head;
+      o.settings.cpu_attention_share = v.omega;
       BatchEngine gpu_engine(m, p, o);
       const auto [got_tokens, got_logits] = run(gpu_engine);
       int same_argmax = 0;
@@ -161,16 +167,21 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
         same_argmax += argmax(got) == argmax(row);
       }
       std::printf(
-          "%s, %d of %d layers resident, lm_head on the %s: worst relative logit error %.3g, "
-          "same argmax %d of %zu\n",
+          "%s, %d of %d layers resident, lm_head on the %s, omega %.1f: worst relative logit "
+          "error %.3g, same argmax %d of %zu\n",
           precision_name(precision), v.resident, L,
-          v.lm_head == LmHeadPlace::kDevice ? "device" : "host", worst, same_argmax,
+          v.lm_head == LmHeadPlace::kDevice ? "device" : "host", v.omega, worst, same_argmax,
           want_logits.size());
       // Different summation orders (cuBLASLt, warp reductions): the bf16 engine tests' tolerance.
       EXPECT_LT(worst, 1e-2);
       EXPECT_EQ(same_argmax, int(want_logits.size()));
       if (precision == Precision::kF32) {
         EXPECT_EQ(got_tokens, want_tokens);
+      }
+      if (v.omega < 1) {
+        EXPECT_GT(gpu_engine.stats().device_gpu_attention_rows, 0);
+      } else {
+        EXPECT_EQ(gpu_engine.stats().device_gpu_attention_rows, 0);
       }
       const int64_t pages = gpu_engine.stats().device_pages_copied;
       if (v.resident == L) {

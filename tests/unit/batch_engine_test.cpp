@@ -10,14 +10,12 @@
 #include "model/presets.h"
 #include "model/reference_forward.h"
 #include "model/synthetic.h"
+#include "tiny_model_cases.h"
 
 namespace sluice {
 namespace {
 
-struct Case {
-  const char* name;
-  std::function<void(ModelConfig&)> edit;
-};
+using Case = testing::TinyModelCase;
 
 std::vector<int> prompt_of(int length, int salt, int vocab) {
   std::vector<int> p;
@@ -154,18 +152,7 @@ TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyModels, BatchEngineMatchesReference,
-    ::testing::Values(Case{"tiny_mixtral", [](ModelConfig&) {}},
-                      Case{"sliding_window_gqa3_top3_odd_vocab",
-                           [](ModelConfig& c) {
-                             c.sliding_window = 6;
-                             c.num_heads = 6;
-                             c.num_kv_heads = 2;
-                             c.head_dim = 16;
-                             c.experts_per_token = 3;
-                             c.num_experts = 5;
-                             c.vocab_size = 301;
-                             c.num_layers = 3;
-                           }},
+    ::testing::Values(testing::tiny_mixtral_case(), testing::sliding_window_gqa_case(),
                       Case{"attention_narrower_than_hidden",  // heads·head_dim = 32 < hidden = 64
                            [](ModelConfig& c) { c.head_dim = 8; }},
                       Case{"one_kv_head_top1_tied",

@@ -3,7 +3,10 @@
 // slots and CPU-expert threshold reach the executor's settings.
 #include "engine/engine_plan.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -46,7 +49,9 @@ TEST(EnginePlan, OffloadDevicePlansWhatTheExecutorRunsAndFillsItsSettings) {
   const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                             requests(64, 128, 32), kHost);
   ASSERT_TRUE(plan.offload.gpu);
-  EXPECT_EQ(plan.offload.cpu_attention_share, 1.0);
+  EXPECT_GE(plan.offload.cpu_attention_share, 0.0);
+  EXPECT_LE(plan.offload.cpu_attention_share, 1.0);
+  EXPECT_EQ(device.settings.cpu_attention_share, plan.offload.cpu_attention_share);
   EXPECT_GE(plan.offload.resident_expert_layers, 0);
   EXPECT_LE(plan.offload.resident_expert_layers, c.num_layers);
   EXPECT_EQ(device.settings.resident_expert_layers, plan.offload.resident_expert_layers);
@@ -54,7 +59,9 @@ TEST(EnginePlan, OffloadDevicePlansWhatTheExecutorRunsAndFillsItsSettings) {
   EXPECT_GE(plan.offload.prefetch_depth, 2);
   EXPECT_EQ(device.settings.page_slots, 3 * plan.offload.prefetch_depth);
   EXPECT_EQ(device.settings.cpu_expert_max_tokens, plan.offload.cpu_expert_max_tokens);
-  EXPECT_NE(plan.describe().find(" offload omega=1.00 resident="), std::string::npos)
+  EXPECT_NE(plan.describe().find(
+                fmt::format(" offload omega={:.2f} resident=", plan.offload.cpu_attention_share)),
+            std::string::npos)
       << plan.describe();
 }
 
@@ -104,6 +111,43 @@ TEST(EnginePlan, ResidentExpertLayersTheUserGaveAreKept) {
   EXPECT_ERROR_MENTIONS(plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                           requests(8, 64, 8), kHost),
                         "--resident-expert-layers", "at most the model's 4 layers", "got 5");
+}
+
+// The planner's ω reaches the executor's settings, and what it planned (a GPU KV pool with it)
+// fits the executor in --gpu-mem. Across budgets it plans both a GPU share (ω < 1) and none.
+TEST(EnginePlan, PlannedCpuAttentionShareReachesTheSettingsAndFits) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  bool gpu_share = false;
+  for (const char* gpu_mem : {"8GiB", "24GiB", "64GiB", "120GiB"}) {
+    SCOPED_TRACE(gpu_mem);
+    DeviceOptions device;
+    device.kind = DeviceKind::kStandin;
+    device.gpu_mem = gpu_mem;
+    const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                              requests(64, 512, 256), kHost);
+    ASSERT_TRUE(plan.offload.gpu);
+    std::printf("%s: %s\n", gpu_mem, plan.describe().c_str());
+    EXPECT_EQ(device.settings.cpu_attention_share, plan.offload.cpu_attention_share);
+    gpu_share |= plan.offload.cpu_attention_share < 1;
+    EXPECT_LE(executor_bytes(c, plan, device.settings), parse_bytes(gpu_mem, "--gpu-mem"));
+  }
+  EXPECT_TRUE(gpu_share) << "no budget made the planner choose a GPU share of attention";
+}
+
+// A share the user gave is the plan's and the executor's.
+TEST(EnginePlan, CpuAttentionShareTheUserGaveIsKept) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  for (double omega : {0.0, 0.5, 1.0}) {
+    DeviceOptions device;
+    device.kind = DeviceKind::kStandin;
+    device.gpu_mem = "64GiB";
+    device.settings.cpu_attention_share = omega;
+    const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
+                                              requests(64, 128, 32), kHost);
+    ASSERT_TRUE(plan.offload.gpu);
+    EXPECT_EQ(plan.offload.cpu_attention_share, omega);
+    EXPECT_EQ(device.settings.cpu_attention_share, omega);
+  }
 }
 
 TEST(EnginePlan, SettingsTheUserGaveAreKept) {

@@ -196,8 +196,15 @@ TEST(OffloadCostModel, GpuMemoryByHand) {
   // 336 MiB experts in 16 MiB pages: 21 pages each, 3 experts' worth of slots.
   EXPECT_EQ(pages_per_expert(c, o.page_bytes), 21);
   EXPECT_EQ(m.page_slots, size_t(3) * 21 * (size_t(16) << 20));
-  // The GPU holds 3/4 of 64 blocks × 16 tokens × (4 layers × 2 × 1024 × 2 bytes).
-  EXPECT_EQ(m.kv_cache, size_t(0.75 * 64 * 16 * 4 * 2 * 1024 * 2));
+  // The GPU holds 3/4 of 64 blocks of 16 tokens × (4 layers × 2 × 1024 × 2 bytes), and a 4-byte
+  // block table entry per block.
+  EXPECT_EQ(gpu_kv_blocks(64, 0.25), 48);
+  EXPECT_EQ(m.kv_cache, size_t(48) * (16 * 4 * 2 * 1024 * 2 + 4));
+  // Whole blocks, rounded up; a share like 0.3 does not round up past the exact count.
+  EXPECT_EQ(gpu_kv_blocks(10, 0.3), 7);
+  EXPECT_EQ(gpu_kv_blocks(10, 0.35), 7);
+  EXPECT_EQ(gpu_kv_blocks(10, 1.0), 0);
+  EXPECT_EQ(gpu_kv_blocks(10, 0.0), 10);
   // Every layer resident: no page slots.
   o.resident_expert_layers = 4;
   EXPECT_EQ(gpu_memory_use(c, p, o).page_slots, 0u);

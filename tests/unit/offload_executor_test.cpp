@@ -1,8 +1,9 @@
 // The offload executor on the CPU stand-in device (HostMath) against the CPU engine: the same
 // scheduler, KV cache and sampling, the layers run through the CGOPipe step pipeline with
 // experts streamed through a small page pool, some experts on the CPU path, attention on the
-// host (ω = 1). HostMath makes the same kernel calls at the same rounding points as the CPU
-// engine, so the two agree to the last bit except where the order of additions differs.
+// host (ω = 1) or shared with the device's KV pool (ω < 1). HostMath makes the same kernel calls at
+// the same rounding points as the CPU engine, so the two agree to the last bit except where the
+// order of additions differs.
 #include "engine/offload_executor.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +17,9 @@
 #include "model/synthetic.h"
 #include "runtime/offload/cpu_standin_device.h"
 #include "runtime/offload/host_math.h"
+#include "runtime/planner/gpu_kv_blocks.h"
 #include "test_util.h"
+#include "tiny_model_cases.h"
 
 namespace sluice {
 namespace {
@@ -115,10 +118,7 @@ Comparison compare(const EngineRun& got, const EngineRun& want) {
   return c;
 }
 
-struct Case {
-  const char* name;
-  std::function<void(ModelConfig&)> edit;
-};
+using Case = testing::TinyModelCase;
 
 class OffloadEngine : public ::testing::TestWithParam<Case> {
  protected:
@@ -282,19 +282,132 @@ TEST_P(OffloadEngine, CpuExpertsSkipResidentLayers) {
   EXPECT_EQ(got.stats.device_pages_copied, 0);
 }
 
+// The GPU share of attention (ω < 1): a sequence's attention runs on the device over the device
+// KV pool (HostMath: kernels/cpu's paged attention over the pool's memory) or on the host over
+// the engine's cache, for the whole sequence. ω = 0 (all on the device), 0.5 (both shares in the
+// same micro-batches) and 1 (all on the host), with prefill and decode mixed. Every expert on the
+// device: in f32 the CPU engine's numbers bit for bit, since both shares make the CPU engine's
+// kernel calls on the same bf16 K/V. With CPU experts and 3 slots at the minimum budget: the
+// tolerance of the test above. Each budget is the footprint (the KV pool included) to the byte.
+TEST_P(OffloadEngine, GpuShareOfAttentionEqualsTheCpuEngine) {
+  const Model m = model();
+  const int L = m.config.num_layers;
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    const Policy p = test_policy(precision);
+    BatchEngine cpu_engine(m, p);
+    const EngineRun want = run(cpu_engine, m.config);
+    const int64_t rows = want.stats.prefill_tokens + want.stats.decode_tokens;
+    for (double omega : {0.0, 0.5, 1.0})
+      for (bool cpu_experts : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "f32 " << (precision == Precision::kF32) << ", omega "
+                                          << omega << ", CPU experts " << cpu_experts);
+        OffloadSettings settings{0, cpu_experts ? 3 : 6, cpu_experts ? 2 : 0};
+        settings.cpu_attention_share = omega;
+        const OffloadFootprint f = offload_footprint(m.config, p, settings);
+        EXPECT_EQ(f.kv_pool > 0, omega < 1);
+        const size_t budget = f.with_slots(settings.page_slots);
+        offload::CpuStandinDevice device(budget);
+        offload::HostMath math;
+        BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+        const EngineRun got = run(engine, m.config);
+        const Comparison c = compare(got, want);
+        std::printf("omega %.1f, f32 %d, CPU experts %d: %d positions, %d bitwise, worst %.3g\n",
+                    omega, precision == Precision::kF32, cpu_experts, c.positions, c.bitwise,
+                    c.worst);
+        if (precision == Precision::kF32 && !cpu_experts) {
+          EXPECT_EQ(c.bitwise, c.positions);
+        } else {
+          EXPECT_LT(c.worst, precision == Precision::kF32 ? 1e-3 : 1e-2);
+          EXPECT_EQ(c.same_argmax, c.positions);
+        }
+        EXPECT_GT(got.mixed_steps, 0);
+        const EngineStats& s = got.stats;
+        EXPECT_EQ(s.device_peak_bytes, budget);
+        EXPECT_EQ(device.budget().used(), budget);
+        // The same attention work accounted, wherever it ran.
+        EXPECT_DOUBLE_EQ(s.flops, want.stats.flops);
+        EXPECT_DOUBLE_EQ(s.kv_bytes, want.stats.kv_bytes);
+        if (omega == 0) {
+          EXPECT_EQ(s.device_gpu_attention_rows, rows * L);
+        } else if (omega == 1) {
+          EXPECT_EQ(s.device_gpu_attention_rows, 0);
+        } else {
+          EXPECT_GT(s.device_gpu_attention_rows, rows * L / 4);
+          EXPECT_LT(s.device_gpu_attention_rows, rows * L * 3 / 4);
+        }
+      }
+  }
+}
+
+// Only the host share's q/k/v cross the link: with every sequence's attention on the device,
+// fewer bytes go to the host than with all on the host (the routing still does).
+TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
+  const Model m = model();
+  const Policy p = test_policy(Precision::kF32);
+  EngineStats stats[2];
+  for (int i = 0; i < 2; ++i) {
+    OffloadSettings settings{0, 6, 0};
+    settings.cpu_attention_share = i;  // 0: all on the device, 1: all on the host
+    offload::CpuStandinDevice device(size_t(1) << 30);
+    offload::HostMath math;
+    BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+    stats[i] = run(engine, m.config).stats;
+  }
+  const ModelConfig& c = m.config;
+  // Exactly the q/k/v of every row of every layer less.
+  const double rows = double(stats[0].prefill_tokens + stats[0].decode_tokens);
+  EXPECT_GT(rows, 0);
+  EXPECT_DOUBLE_EQ(stats[1].device_bytes_to_host - stats[0].device_bytes_to_host,
+                   rows * c.num_layers * double(c.q_dim() + 2 * c.kv_dim()) * 4);
+}
+
+// Admission to the GPU share: a sequence joins it only when the device pool has room for every
+// block it reserved in the host cache, else it runs on the CPU share. The test's sequences
+// reserve 7 to 15 blocks of 4 tokens. With 15 blocks in the host cache and ω = 0.25 the pool has
+// 12: a sequence of more than 12 blocks cannot join the GPU share when its turn comes, nor can one
+// whose turn comes while another holds the pool (with this workload it happens once). The output
+// is the CPU engine's whatever the split, and the pool never overflows (the executor fails if it
+// would).
+TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
+  const Model m = model();
+  Policy p = test_policy(Precision::kF32);
+  p.kv_blocks = 15;
+  BatchEngine cpu_engine(m, p);
+  const EngineRun want = run(cpu_engine, m.config);
+  OffloadSettings settings{0, 6, 0};
+  settings.cpu_attention_share = 0.25;
+  offload::CpuStandinDevice device(size_t(1) << 30);
+  offload::HostMath math;
+  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+  const EngineRun got = run(engine, m.config);
+  const Comparison c = compare(got, want);
+  EXPECT_EQ(c.bitwise, c.positions);
+  std::printf(
+      "a pool of %lld blocks: %lld rows attended on the device, %lld sequences found it full\n",
+      (long long)gpu_kv_blocks(p.kv_blocks, 0.25), (long long)got.stats.device_gpu_attention_rows,
+      (long long)got.stats.device_gpu_share_full);
+  EXPECT_GT(got.stats.device_gpu_attention_rows, 0);
+  EXPECT_GT(got.stats.device_gpu_share_full, 0);
+}
+
+// ω outside [0, 1] is refused, naming the field.
+TEST(OffloadEngineBudget, CpuAttentionShareOutsideZeroToOneIsRefused) {
+  const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
+  OffloadSettings settings{0, 6, 0};
+  settings.cpu_attention_share = 1.5;
+  offload::CpuStandinDevice device(size_t(1) << 30);
+  offload::HostMath math;
+  try {
+    BatchEngine engine(m, test_policy(Precision::kF32), EngineDevice{&device, &math, settings});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu_attention_share"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine,
-                         ::testing::Values(Case{"tiny_mixtral", [](ModelConfig&) {}},
-                                           Case{"sliding_window_gqa3_top3_odd_vocab",
-                                                [](ModelConfig& c) {
-                                                  c.sliding_window = 6;
-                                                  c.num_heads = 6;
-                                                  c.num_kv_heads = 2;
-                                                  c.head_dim = 16;
-                                                  c.experts_per_token = 3;
-                                                  c.num_experts = 5;
-                                                  c.vocab_size = 301;
-                                                  c.num_layers = 3;
-                                                }}),
+                         ::testing::Values(testing::tiny_mixtral_case(),
+                                           testing::sliding_window_gqa_case()),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // A budget one byte under the minimum footprint is refused, naming the minimum. By default the
@@ -406,6 +519,14 @@ TEST_F(OffloadCli, StandinDeviceGeneratesWhatTheCpuGenerates) {
   ASSERT_EQ(standin.status, 0) << standin.output;
   EXPECT_FALSE(cpu.output.empty());
   EXPECT_EQ(standin.output, cpu.output);
+  // The one sequence's attention on the device (ω = 0), and an ω outside [0, 1] refused.
+  const auto gpu_attention = testing::run_command(
+      generate("--device standin --gpu-mem 64MiB --cpu-attention-share 0"), /*with_stderr=*/false);
+  ASSERT_EQ(gpu_attention.status, 0) << gpu_attention.output;
+  EXPECT_EQ(gpu_attention.output, cpu.output);
+  const auto bad = testing::run_command(generate("--device standin --cpu-attention-share 1.5"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--cpu-attention-share"), std::string::npos) << bad.output;
 }
 
 TEST_F(OffloadCli, TooSmallGpuMemIsOneClearError) {

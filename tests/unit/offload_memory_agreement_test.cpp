@@ -21,14 +21,22 @@ struct Setting {
   int batch, prefill_chunk, expert_batch;
   Precision precision;
   int resident, depth, cpu_expert_max_tokens;
+  double omega;  // the CPU's share of attention; below 1 the GPU holds a KV pool
 };
 
 TEST(OffloadMemoryAgreement, PlannerCountsWhatTheExecutorAllocates) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   const Setting settings[] = {
-      {64, 512, 256, Precision::kBf16, 0, 2, 0},    {64, 512, 256, Precision::kBf16, 1, 3, 16},
-      {256, 2048, 1024, Precision::kBf16, 2, 4, 4}, {32, 256, 64, Precision::kF32, 3, 2, 0},
-      {128, 512, 512, Precision::kBf16, 4, 2, 16},  {1, 16, 16, Precision::kBf16, 0, 2, 0},
+      {64, 512, 256, Precision::kBf16, 0, 2, 0, 1},
+      {64, 512, 256, Precision::kBf16, 1, 3, 16, 1},
+      {256, 2048, 1024, Precision::kBf16, 2, 4, 4, 1},
+      {32, 256, 64, Precision::kF32, 3, 2, 0, 1},
+      {128, 512, 512, Precision::kBf16, 4, 2, 16, 1},
+      {1, 16, 16, Precision::kBf16, 0, 2, 0, 1},
+      {64, 512, 256, Precision::kBf16, 1, 2, 0, 0.5},
+      {32, 256, 64, Precision::kF32, 2, 2, 4, 0},
+      {128, 512, 512, Precision::kBf16, 4, 3, 16, 0.75},
+      {1, 16, 16, Precision::kBf16, 0, 2, 0, 0.25},
   };
   for (const Setting& s : settings) {
     Policy p;
@@ -41,7 +49,7 @@ TEST(OffloadMemoryAgreement, PlannerCountsWhatTheExecutorAllocates) {
     p.precision = s.precision;
     OffloadPlan o;
     o.gpu = true;
-    o.cpu_attention_share = 1.0;  // the executor's: no KV cache on the GPU
+    o.cpu_attention_share = s.omega;
     o.resident_expert_layers = s.resident;
     o.page_bytes = expert_weight_bytes(c) / 3;  // one matrix, as the executor pages
     o.prefetch_depth = s.depth;
@@ -53,6 +61,7 @@ TEST(OffloadMemoryAgreement, PlannerCountsWhatTheExecutorAllocates) {
     e.cpu_expert_max_tokens = s.cpu_expert_max_tokens;
     e.resident_expert_layers = s.resident;
     e.lm_head = LmHeadPlace::kDevice;  // the planner counts the lm_head on the GPU
+    e.cpu_attention_share = s.omega;
     const OffloadFootprint f = offload_footprint(c, p, e);
     const bool streams = s.resident < c.num_layers;
     const size_t executor = f.with_slots(streams ? e.page_slots : 0) + kGemmWorkspace;
@@ -63,7 +72,11 @@ TEST(OffloadMemoryAgreement, PlannerCountsWhatTheExecutorAllocates) {
                 100.0 * (double(executor) / double(planned.total()) - 1));
     EXPECT_EQ(f.resident_experts, planned.resident_experts);
     EXPECT_EQ(f.page_bytes * size_t(streams ? e.page_slots : 0), planned.page_slots);
-    EXPECT_EQ(planned.kv_cache, 0u);
+    // The GPU share's KV pool, whole blocks, and their block table entries (in the buffers).
+    const size_t pool_blocks = size_t(gpu_kv_blocks(p.kv_blocks, s.omega));
+    EXPECT_EQ(f.kv_pool, pool_blocks * size_t(p.kv_block_size) * kv_bytes_per_token(c));
+    EXPECT_EQ(planned.kv_cache, f.kv_pool + pool_blocks * 4);
+    EXPECT_EQ(f.kv_pool == 0, s.omega == 1);
     EXPECT_LE(executor, planned.total());
     EXPECT_GE(double(executor), 0.97 * double(planned.total()));
   }

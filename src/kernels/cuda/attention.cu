@@ -86,7 +86,40 @@ __global__ void attention_kernel(PagedAttentionArgs a) {
   }
 }
 
+__device__ uint16_t to_bf16(float f) {  // round to nearest even; NaN kept
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// One block per written row: its K and V, every head.
+__global__ void write_kv_kernel(uint16_t* kv, int kv_heads, int head_dim, int block_size,
+                                const float* k, const float* v, const int32_t* rows,
+                                const int32_t* slots) {
+  const int64_t j = blockIdx.x, width = int64_t(kv_heads) * head_dim;
+  const int64_t tile = int64_t(block_size) * head_dim;
+  const int64_t block = slots[j] / block_size, slot = slots[j] % block_size;
+  const float* kr = k + int64_t(rows[j]) * width;
+  const float* vr = v + int64_t(rows[j]) * width;
+  uint16_t* base = kv + block * 2 * kv_heads * tile + slot * head_dim;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const int64_t h = i / head_dim, d = i % head_dim;
+    base[h * tile + d] = to_bf16(kr[i]);
+    base[(kv_heads + h) * tile + d] = to_bf16(vr[i]);
+  }
+}
+
 }  // namespace
+
+void write_kv(uint16_t* kv, int kv_heads, int head_dim, int block_size, const float* k,
+              const float* v, const int32_t* rows, const int32_t* slots, int64_t n,
+              cudaStream_t stream) {
+  if (n == 0) return;
+  write_kv_kernel<<<unsigned(n), 128, 0, stream>>>(kv, kv_heads, head_dim, block_size, k, v, rows,
+                                                   slots);
+  SLUICE_CUDA_CHECK_LAUNCH("write_kv kernel");
+}
 
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream) {
   PagedAttentionArgs a = args;

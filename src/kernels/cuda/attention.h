@@ -24,4 +24,11 @@ struct PagedAttentionArgs {
 
 void paged_attention(const PagedAttentionArgs& args, cudaStream_t stream);
 
+// Stores K and V rows into one layer of the GPU pool, rounded to bf16 (round to nearest even, as
+// PagedKvCache::write_tokens): pool slot slots[j] (block · block_size + offset) takes row rows[j]
+// of k and v, each [*, kv_heads · head_dim] fp32.
+void write_kv(uint16_t* kv, int kv_heads, int head_dim, int block_size, const float* k,
+              const float* v, const int32_t* rows, const int32_t* slots, int64_t n,
+              cudaStream_t stream);
+
 }  // namespace sluice::cuda

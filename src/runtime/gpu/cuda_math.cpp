@@ -1,5 +1,6 @@
 #include "runtime/gpu/cuda_math.h"
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/offload_ops.h"
 #include "kernels/cuda/ops.h"
 #include "runtime/gpu/cuda_check.h"
@@ -61,6 +62,30 @@ void CudaMath::gather_rows_f32(void* s, const float* src, int64_t cols, const in
 void CudaMath::scatter_add_rows(void* s, const float* src, int64_t cols, const int32_t* rows,
                                 const float* weights, int64_t n, float* dst) {
   cuda::scatter_add_rows(src, cols, rows, weights, n, dst, as_stream(s));
+}
+
+void CudaMath::write_kv(void* s, const offload::DeviceKvLayer& kv, const float* k, const float* v,
+                        const int32_t* rows, const int32_t* slots, int64_t n) {
+  cuda::write_kv(kv.base, kv.kv_heads, kv.head_dim, kv.block_size, k, v, rows, slots, n,
+                 as_stream(s));
+}
+
+void CudaMath::paged_attention(void* s, const offload::DeviceKvLayer& kv,
+                               const offload::PagedAttentionRows& a) {
+  cuda::PagedAttentionArgs args;
+  args.heads = a.heads;
+  args.kv_heads = kv.kv_heads;
+  args.head_dim = kv.head_dim;
+  args.block_size = kv.block_size;
+  args.sliding_window = a.sliding_window;
+  args.kv = kv.base;
+  args.rows = a.rows;
+  args.q = a.q;
+  args.out = a.out;
+  args.row_pos = a.row_pos;
+  args.row_table = a.row_table;
+  args.tables = a.tables;
+  cuda::paged_attention(args, as_stream(s));
 }
 
 void CudaMath::copy(void* s, void* dst, const void* src, size_t bytes) {

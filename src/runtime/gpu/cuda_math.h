@@ -31,6 +31,10 @@ class CudaMath final : public offload::DeviceMath {
                        float* dst) override;
   void scatter_add_rows(void* stream, const float* src, int64_t cols, const int32_t* rows,
                         const float* weights, int64_t n, float* dst) override;
+  void write_kv(void* stream, const offload::DeviceKvLayer& kv, const float* k, const float* v,
+                const int32_t* rows, const int32_t* slots, int64_t n) override;
+  void paged_attention(void* stream, const offload::DeviceKvLayer& kv,
+                       const offload::PagedAttentionRows& a) override;
   void copy(void* stream, void* dst, const void* src, size_t bytes) override;
 
  private:

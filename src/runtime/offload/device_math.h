@@ -16,6 +16,27 @@ struct GemmDims {
   int64_t m = 0, n = 0, k = 0;  // Y[m, n] = X[m, k] · W[n, k]ᵀ (nn.Linear layout, W bf16)
 };
 
+// One layer of a device KV pool, laid out as the host PagedKvCache's layer
+// ([block][K|V][kv_head][slot][head_dim] bf16), and its shape.
+struct DeviceKvLayer {
+  uint16_t* base = nullptr;
+  int kv_heads = 0, head_dim = 0, block_size = 0;
+};
+
+// Attention of `rows` query rows over a device KV pool layer, row by row (the GPU share of
+// attention). Row r at position row_pos[r] sees keys [0, row_pos[r]] (and, with a sliding
+// window, only the last `sliding_window` of them) through the block table that starts at
+// tables[row_table[r]]. q and out are [rows, heads, head_dim] fp32.
+struct PagedAttentionRows {
+  int heads = 0, sliding_window = 0;
+  int64_t rows = 0;
+  const float* q = nullptr;
+  float* out = nullptr;
+  const int32_t* row_pos = nullptr;
+  const int32_t* row_table = nullptr;
+  const int32_t* tables = nullptr;
+};
+
 class DeviceMath {
  public:
   virtual ~DeviceMath() = default;
@@ -55,6 +76,14 @@ class DeviceMath {
   // dst[rows[j]] += weights[j] · src[j] (the CPU engine's expert scatter-add); rows distinct.
   virtual void scatter_add_rows(void* stream, const float* src, int64_t cols, const int32_t* rows,
                                 const float* weights, int64_t n, float* dst) = 0;
+  // Stores K and V rows into a device KV pool layer, rounded to bf16 (PagedKvCache::write_tokens):
+  // row j of the pool write is rows[j] of k and v ([*, kv_heads·head_dim] fp32), into pool slot
+  // slots[j] = block · block_size + position % block_size.
+  virtual void write_kv(void* stream, const DeviceKvLayer& kv, const float* k, const float* v,
+                        const int32_t* rows, const int32_t* slots, int64_t n) = 0;
+  // kernels/cpu/attention.h's paged attention over a device pool layer (the scale 1/√head_dim).
+  virtual void paged_attention(void* stream, const DeviceKvLayer& kv,
+                               const PagedAttentionRows& a) = 0;
   // Device-to-device copy in queue order.
   virtual void copy(void* stream, void* dst, const void* src, size_t bytes) = 0;
 };

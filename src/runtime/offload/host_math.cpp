@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -97,6 +99,51 @@ void HostMath::scatter_add_rows(void*, const float* src, int64_t cols, const int
     const float w = weights[j];
     for (int64_t i = 0; i < cols; ++i) d[i] += w * s[i];
   }
+}
+
+void HostMath::write_kv(void*, const DeviceKvLayer& kv, const float* k, const float* v,
+                        const int32_t* rows, const int32_t* slots, int64_t n) {
+  const KvLayerView view{kv.base, kv.block_size, kv.kv_heads, kv.head_dim};
+  const int64_t d = kv.head_dim, row = int64_t(kv.kv_heads) * d;
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t block = slots[j] / kv.block_size;
+    const int64_t slot = slots[j] % kv.block_size;
+    for (int h = 0; h < kv.kv_heads; ++h) {
+      const int64_t at = view.k_tile(block, h) - view.base + slot * d;
+      const int64_t v_at = view.v_tile(block, h) - view.base + slot * d;
+      cpu::f32_to_bf16_row(k + rows[j] * row + h * d, kv.base + at, size_t(d));
+      cpu::f32_to_bf16_row(v + rows[j] * row + h * d, kv.base + v_at, size_t(d));
+    }
+  }
+}
+
+// The rows of one sequence in a step are consecutive positions over one block table: they are
+// joined back into the CPU engine's AttentionSequence, so the kernel call is the engine's.
+void HostMath::paged_attention(void*, const DeviceKvLayer& kv, const PagedAttentionRows& a) {
+  const int64_t width = int64_t(a.heads) * kv.head_dim;
+  std::vector<cpu::AttentionSequence> seqs;
+  for (int64_t r = 0; r < a.rows;) {
+    int64_t end = r + 1;
+    while (end < a.rows && a.row_table[end] == a.row_table[r] &&
+           a.row_pos[end] == a.row_pos[end - 1] + 1)
+      ++end;
+    cpu::AttentionSequence s;
+    s.q = a.q + r * width;
+    s.out = a.out + r * width;
+    s.n_q = int(end - r);
+    s.q_start = a.row_pos[r];
+    s.kv_len = a.row_pos[end - 1] + 1;
+    s.block_table = {a.tables + a.row_table[r],
+                     size_t((s.kv_len + kv.block_size - 1) / kv.block_size)};
+    seqs.push_back(s);
+    r = end;
+  }
+  cpu::AttentionParams params;
+  params.heads = a.heads;
+  params.kv_heads = kv.kv_heads;
+  params.head_dim = kv.head_dim;
+  params.sliding_window = a.sliding_window;
+  cpu::paged_attention(params, {kv.base, kv.block_size, kv.kv_heads, kv.head_dim}, seqs);
 }
 
 void HostMath::copy(void*, void* dst, const void* src, size_t bytes) {

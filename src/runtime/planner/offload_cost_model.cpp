@@ -35,6 +35,12 @@ bool layer_resident(int layer, int layers, int resident) {
   return (int64_t(layer) + 1) * resident / layers > int64_t(layer) * resident / layers;
 }
 
+int64_t gpu_kv_blocks(int64_t kv_blocks, double cpu_attention_share) {
+  // The tolerance keeps a share such as 0.3 from rounding 7.000000000000001 blocks up to 8.
+  return std::max<int64_t>(
+      0, int64_t(std::ceil((1 - cpu_attention_share) * double(kv_blocks) - 1e-9)));
+}
+
 GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
   const size_t kvd = size_t(c.kv_dim()), E = size_t(c.num_experts), V = size_t(c.vocab_size);
@@ -44,8 +50,10 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   m.router_norms_head = L * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2;
   const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
   m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
-  const size_t kv_total = size_t(p.kv_blocks) * size_t(p.kv_block_size) * kv_bytes_per_token(c);
-  m.kv_cache = size_t(std::ceil((1 - o.cpu_attention_share) * double(kv_total)));
+  // The GPU share's KV pool (whole blocks, as the executor pages it) and its block tables.
+  const size_t gpu_blocks = size_t(gpu_kv_blocks(p.kv_blocks, o.cpu_attention_share));
+  const bool gpu_attention = gpu_blocks > 0;
+  m.kv_cache = gpu_blocks * (size_t(p.kv_block_size) * kv_bytes_per_token(c) + 4);
   if (resident < c.num_layers)
     m.page_slots =
         size_t(o.prefetch_depth) * size_t(pages_per_expert(c, o.page_bytes)) * o.page_bytes;
@@ -54,15 +62,18 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   // normed rows, q/k/v and attention output (fp32), their bf16 copy, router logits, routing and
   // per-expert row lists, and with CPU experts the rows' states to the host and their sums back.
   // Per expert GEMM of b_e rows: its input, gate and up (fp32), activation (bf16), down (fp32).
+  // With a GPU share of attention, per token the CPU share's gathered q/k/v, the GPU share's
+  // gathered q, both shares' outputs and six row indices.
   // Per sampled row: its final state and logits (the lm_head runs on the GPU). Plus cuBLASLt's
   // 32 MiB workspace, which the CUDA math takes from the same budget.
   const bool f32 = p.precision == Precision::kF32, cpu_experts = o.cpu_expert_max_tokens > 0;
   const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
   const size_t per_token = H * 4 * 2 + (f32 ? 0 : std::max(H, qd) * 2) + (qd + 2 * kvd) * 4 +
-                           qd * 4 + E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0);
+                           qd * 4 + E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
+                           (gpu_attention ? (qd + 2 * kvd) * 4 + 2 * qd * 4 + 6 * 4 : 0);
   const size_t per_expert_row = H * (f32 ? 4 : 2) + I * 4 * 2 + (f32 ? 0 : I * 2) + H * 4;
   // The executor aligns each tensor and buffer to 256 bytes: 7 per layer and some 30 others.
-  const size_t alignment = (7 * L + 32) * 256;
+  const size_t alignment = (7 * L + 32 + (gpu_attention ? 6 : 0)) * 256;
   m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
                    (size_t(32) << 20) + alignment;
   return m;

@@ -40,6 +40,7 @@
 
 #include "model/config.h"
 #include "runtime/planner/cost_model.h"
+#include "runtime/planner/gpu_kv_blocks.h"
 #include "runtime/planner/hardware_profile.h"
 #include "runtime/planner/layer_resident.h"
 #include "runtime/planner/task_graph.h"

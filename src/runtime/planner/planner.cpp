@@ -38,10 +38,11 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   return m;
 }
 
-HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
-  HostMemoryUse m = host_memory_use(c, p);
-  if (o.gpu) m.kv_cache = size_t(std::ceil(o.cpu_attention_share * double(m.kv_cache)));
-  return m;
+// The host KV cache is whole with the GPU pipeline too: the offload executor keeps every
+// sequence's blocks in the engine's host PagedKvCache (its admission bookkeeping), the GPU share's
+// K/V in a device pool beside it.
+HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan&) {
+  return host_memory_use(c, p);
 }
 
 std::vector<WorkloadRequest> uniform_workload(int requests, int prompt_tokens, int new_tokens) {
@@ -234,7 +235,9 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     OffloadPlan o;
     if (!gpu) return o;
     o.gpu = true;
-    o.cpu_attention_share = k[kOmegaQuarters] / 4.0;
+    // A fixed share is planned as given (the executor runs it so), the searched ones in quarters.
+    o.cpu_attention_share =
+        fixed.cpu_attention_share ? *fixed.cpu_attention_share : k[kOmegaQuarters] / 4.0;
     o.resident_expert_layers = k[kResident];
     o.page_bytes = page_sizes[size_t(k[kPage])];
     o.prefetch_depth = k[kDepth];

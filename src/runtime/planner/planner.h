@@ -34,7 +34,7 @@ struct MemoryLimits {
 // Offload-plan fields the executor fixes (what it can run, or what the user set); the unset ones
 // are searched.
 struct OffloadConstraints {
-  std::optional<double> cpu_attention_share;  // ω, in quarters
+  std::optional<double> cpu_attention_share;  // ω as given (the search tries quarters)
   std::optional<int> resident_expert_layers;
   bool expert_matrix_pages = false;  // pages of one expert weight matrix only
   std::optional<int> prefetch_depth;

@@ -99,8 +99,10 @@ fi
 # 4. Greedy outputs on the GPU against the CPU path, on a tiny Mixtral made here: every prompt of
 # prompts.txt continued 16 tokens at temperature 0. In f32 the texts must be identical; in bf16
 # the agreement is reported (the GPU's GEMMs sum in another order, and bf16 rounding of a
-# different last bit can flip a near-tie). Two device settings: the pages streamed with the
-# default slots, and 3 slots with experts of one token on the CPU (the CPU-expert path).
+# different last bit can flip a near-tie). Three device settings: the pages streamed with the
+# default slots; 3 slots with experts of one token on the CPU (the CPU-expert path); and half the
+# sequences' attention on the GPU over its KV pool, one layer's experts resident and the lm_head
+# on the device.
 tiny="$log_dir/tiny-mixtral"
 printf '%s\n' "The river" "Once upon a time" "0 1 2 3 4 5" "sluice gates open at dawn" \
   "a" "The quick brown fox jumps over the lazy dog and" >"$log_dir/prompts.txt"
@@ -121,9 +123,11 @@ else
       greedy_fail+="cpu $precision run failed; "
       continue
     fi
-    for setting in default slots3; do
+    for setting in default slots3 gpu_share; do
       args=(--device "$device" --gpu-mem 2GiB)
       [ "$setting" = slots3 ] && args+=(--page-slots 3 --cpu-expert-max-tokens 1)
+      [ "$setting" = gpu_share ] &&
+        args+=(--cpu-attention-share 0.5 --resident-expert-layers 1 --lm-head device)
       name="${device}_${precision}_$setting"
       if ! gen "$name" "$precision" "${args[@]}"; then
         greedy_fail+="$name failed ($(tail -1 "$log_dir/greedy_$name.err")); "

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
@@ -140,12 +139,9 @@ int run(const Options& o) {
 
   const HardwareProfile hw =
       o.profile.empty() ? planner_profile(o.policy.threads) : load_profile_file(o.profile);
-  // What the engine runs: the offload executor's constraints. The cost model's best with every
-  // offload feature is shown beside it, to say what those features would be worth.
+  // What the engine runs: the offload executor's constraints (pages of one expert matrix).
   const Plan plan =
       plan_policy(hw, c, o.policy, work, limits, executor_constraints(OffloadSettings{}));
-  std::optional<Plan> unconstrained;
-  if (limits.gpu_bytes > 0) unconstrained = plan_policy(hw, c, o.policy, work, limits);
   const CpuCostModel model(hw, c, plan.chosen.policy);
   const OffloadPlan& off = plan.offload;
   const std::string name = o.preset.empty() ? o.model_dir : o.preset;
@@ -210,9 +206,6 @@ int run(const Options& o) {
     }
     j["runners_up"] = nlohmann::json::array();
     for (const PlannedPolicy& r : plan.runners_up) j["runners_up"].push_back(prediction_json(r));
-    if (unconstrained)
-      j["with_all_offload_features"] = {{"offload", describe(unconstrained->chosen.offload)},
-                                        {"prediction", prediction_json(unconstrained->chosen)}};
     if (!o.svg.empty()) j["svg"] = o.svg;
     if (!png.empty()) j["png"] = png;
     fmt::print("{}\n", j.dump());
@@ -253,15 +246,6 @@ int run(const Options& o) {
         "(omega = 1), no paging or prefetch (give --gpu-mem to plan the GPU pipeline)\n");
   } else {
     print_offload(plan, hw, c, limits);
-    const PlannedPolicy& u = unconstrained->chosen;
-    fmt::print(
-        "           the offload executor runs the planned share of attention on the CPU (omega) "
-        "and the rest on the GPU over a GPU KV pool, keeps the resident layers' experts and the "
-        "lm_head on the GPU and streams the other experts in pages of one weight matrix; with "
-        "other page sizes the model predicts {:.1f} tokens/s end to end (decode {:.1f}) with "
-        "{} and {}\n",
-        u.prediction.total_tokens_per_s(), u.prediction.decode_tokens_per_s(), u.policy.describe(),
-        describe(u.offload));
   }
   if (!o.svg.empty())
     fmt::print("roofline   {}{}\n", o.svg,

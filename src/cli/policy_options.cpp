@@ -66,8 +66,9 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                  "GPU's free memory; unlimited on the stand-in)")
       ->group(group);
   sub.add_option("--page-slots", d.settings.page_slots,
-                 "Expert page slots on the device, one expert matrix each; at least 3 (0: as many "
-                 "as --gpu-mem leaves room for, up to a layer's experts)")
+                 "Expert page slots on the device, one expert matrix each; at least 3 (0: the "
+                 "plan's prefetch depth, else as many as --gpu-mem leaves room for, up to two "
+                 "layers' experts)")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--cpu-expert-max-tokens", d.settings.cpu_expert_max_tokens,

@@ -10,10 +10,13 @@
 #include "model/presets.h"
 #include "model/reference_forward.h"
 #include "model/synthetic.h"
+#include "test_util.h"
 #include "tiny_model_cases.h"
 
 namespace sluice {
 namespace {
+
+using testing::relative_max_error;
 
 using Case = testing::TinyModelCase;
 
@@ -21,15 +24,6 @@ std::vector<int> prompt_of(int length, int salt, int vocab) {
   std::vector<int> p;
   for (int i = 0; i < length; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
   return p;
-}
-
-double relative_max_error(std::span<const float> a, std::span<const float> b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, double(std::fabs(b[i])));
-  }
-  return diff / scale;
 }
 
 constexpr int kNew = 32;

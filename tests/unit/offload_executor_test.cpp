@@ -24,6 +24,8 @@
 namespace sluice {
 namespace {
 
+using testing::relative_max_error;
+
 constexpr int kNew = 24;
 constexpr int kLengths[] = {1, 3, 7, 12, 20, 33, 5};
 
@@ -76,15 +78,6 @@ EngineRun run(BatchEngine& engine, const ModelConfig& c) {
   engine.run(requests, [&](Completion&& done) { out.done[done.id] = std::move(done); });
   out.stats = engine.stats();
   return out;
-}
-
-double relative_max_error(std::span<const float> a, std::span<const float> b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, double(std::fabs(b[i])));
-  }
-  return diff / scale;
 }
 
 struct Comparison {

@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 
 namespace sluice::testing {
@@ -36,6 +39,16 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command, bool with_stderr = true);
+
+// max |a - b| / max |b|: the error of `a` relative to the scale of the reference `b`.
+inline double relative_max_error(std::span<const float> a, std::span<const float> b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, double(std::fabs(b[i])));
+  }
+  return diff / scale;
+}
 
 // The command line of the sluice binary under test with `args`.
 inline std::string sluice_command(const std::string& args) {

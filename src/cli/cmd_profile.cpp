@@ -28,7 +28,7 @@ void print_table(const HardwareProfile& p) {
   fmt::print("{:<36} {:>11.1f} GB/s\n", "DRAM read", p.dram_bytes_per_s / 1e9);
   fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "bf16 GEMM peak (2048x4096x4096)",
              p.gemm_peak_flops / 1e9);
-  fmt::print("{:<36} {:>11.1f} us\n", "kernel call overhead (1x64x64 GEMM)",
+  fmt::print("{:<36} {:>11.1f} us\n", "kernel call (1x64x64 GEMM + OpenMP)",
              p.call_overhead_seconds * 1e6);
   if (p.disk_bytes_per_s > 0)
     fmt::print("{:<36} {:>11.2f} GB/s\n", "disk sequential read (O_DIRECT)",

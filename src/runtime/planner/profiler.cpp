@@ -235,9 +235,9 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.disk_bytes_per_s =
       measure_disk_read_bandwidth(cache_directory(), size_t(512) << 20, &why).value_or(0);
   if (p.disk_bytes_per_s == 0) say("  disk not measured: " + why);
-  // m up to 256: the curves are flat in rate past ~128 rows on CPUs (the GEMM is compute bound),
-  // and larger m would only make the profile slow.
-  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  // m up to 1024: past ~128 rows the GEMM is compute bound and its rate nearly flat, but not
+  // quite (5% lower at 1024 than at 256 here), and that difference decides the prefill chunk.
+  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024};
   const std::vector<int64_t> ms_f32 = {1, 4, 16, 64};  // gemm_f32 is slow: ~5 GFLOP/s
   say("GEMM time versus m, expert shape 14336x4096, bf16 activations");
   p.cpu_gemm.push_back(measure_gemm_curve("expert", 14336, 4096, false, ms));

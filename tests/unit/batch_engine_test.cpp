@@ -20,14 +20,9 @@ using testing::relative_max_error;
 
 using Case = testing::TinyModelCase;
 
-std::vector<int> prompt_of(int length, int salt, int vocab) {
-  std::vector<int> p;
-  for (int i = 0; i < length; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
-  return p;
-}
-
 constexpr int kNew = 32;
-constexpr int kLengths[] = {1, 3, 7, 12, 20, 33, 5};
+using testing::kPromptLengths;
+using testing::prompt_of;
 
 struct EngineRun {
   std::map<int64_t, Completion> done;
@@ -35,27 +30,16 @@ struct EngineRun {
   std::vector<Request> requests;
 };
 
-// A policy that exercises every mechanism on a tiny model: refill (B < requests), several
-// micro-batches, prefill split into chunks, expert GEMMs split at b_e, KV blocks crossed.
 EngineRun run_engine(const Model& model, Precision precision) {
-  Policy p;
-  p.batch = 4;
-  p.attn_micro_batch = 8;
-  p.prefill_chunk = 16;
-  p.expert_batch = 5;
-  p.kv_block_size = 4;
-  p.kv_blocks = 4 * ((33 + kNew + 3) / 4);
-  p.threads = 2;
-  p.precision = precision;
-  BatchEngine engine(model, p);
+  BatchEngine engine(model, testing::exercising_policy(precision, kNew));
   EngineRun run;
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
     run.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
   });
-  for (int i = 0; i < int(std::size(kLengths)); ++i) {
+  for (int i = 0; i < int(std::size(kPromptLengths)); ++i) {
     Request r;
     r.id = i;
-    r.prompt = prompt_of(kLengths[i], i, model.config.vocab_size);
+    r.prompt = prompt_of(kPromptLengths[i], i, model.config.vocab_size);
     r.max_new_tokens = kNew;
     run.requests.push_back(r);
   }
@@ -81,7 +65,7 @@ class BatchEngineMatchesReference : public ::testing::TestWithParam<Case> {
 TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
   const Model m = model();
   EngineRun run = run_engine(m, Precision::kF32);
-  ASSERT_EQ(run.done.size(), std::size(kLengths));
+  ASSERT_EQ(run.done.size(), std::size(kPromptLengths));
   const size_t V = size_t(m.config.vocab_size);
   double worst = 0;
   for (const Request& r : run.requests) {
@@ -116,7 +100,7 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
 TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
   const Model m = model();
   EngineRun run = run_engine(m, Precision::kBf16);
-  ASSERT_EQ(run.done.size(), std::size(kLengths));
+  ASSERT_EQ(run.done.size(), std::size(kPromptLengths));
   const size_t V = size_t(m.config.vocab_size);
   double worst = 0;
   int positions = 0, same_argmax = 0, within = 0;

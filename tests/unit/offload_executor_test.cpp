@@ -27,27 +27,11 @@ namespace {
 using testing::relative_max_error;
 
 constexpr int kNew = 24;
-constexpr int kLengths[] = {1, 3, 7, 12, 20, 33, 5};
+using testing::kPromptLengths;
+using testing::prompt_of;
 
-std::vector<int> prompt_of(int length, int salt, int vocab) {
-  std::vector<int> p;
-  for (int i = 0; i < length; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
-  return p;
-}
-
-// As batch_engine_test: refill (B < requests), several micro-batches, chunked prefill mixed with
-// decode in one step, expert GEMMs split at b_e, KV blocks crossed.
 Policy test_policy(Precision precision) {
-  Policy p;
-  p.batch = 4;
-  p.attn_micro_batch = 8;
-  p.prefill_chunk = 16;
-  p.expert_batch = 5;
-  p.kv_block_size = 4;
-  p.kv_blocks = 4 * ((33 + kNew + 3) / 4);
-  p.threads = 2;
-  p.precision = precision;
-  return p;
+  return testing::exercising_policy(precision, kNew);
 }
 
 struct EngineRun {
@@ -68,10 +52,10 @@ EngineRun run(BatchEngine& engine, const ModelConfig& c) {
     prefill = s.prefill_tokens, decode = s.decode_tokens;
   });
   std::vector<Request> requests;
-  for (int i = 0; i < int(std::size(kLengths)); ++i) {
+  for (int i = 0; i < int(std::size(kPromptLengths)); ++i) {
     Request r;
     r.id = i;
-    r.prompt = prompt_of(kLengths[i], i, c.vocab_size);
+    r.prompt = prompt_of(kPromptLengths[i], i, c.vocab_size);
     r.max_new_tokens = kNew;
     requests.push_back(r);
   }
@@ -88,7 +72,7 @@ struct Comparison {
 // Every request finished with the same tokens, and per sampled position the logits compared.
 Comparison compare(const EngineRun& got, const EngineRun& want) {
   Comparison c;
-  EXPECT_EQ(got.done.size(), std::size(kLengths));
+  EXPECT_EQ(got.done.size(), std::size(kPromptLengths));
   for (const auto& [id, completion] : want.done) {
     auto it = got.done.find(id);
     if (it == got.done.end()) {
@@ -422,13 +406,13 @@ TEST(OffloadEngineBudget, TooSmallGpuMemNamesTheMinimum) {
   o.gpu_mem = std::to_string(minimum);
   BatchEngine fits(m, p, o);  // the minimum itself is enough: 3 page slots, lm_head on the host
   const EngineRun r = run(fits, m.config);
-  EXPECT_EQ(r.done.size(), std::size(kLengths));
+  EXPECT_EQ(r.done.size(), std::size(kPromptLengths));
   EXPECT_EQ(r.stats.device_peak_bytes, minimum);
   o.gpu_mem = std::to_string(with_lm_head);
   BatchEngine lm_fits(m, p, o);
   const EngineRun lr = run(lm_fits, m.config);
   EXPECT_EQ(lr.stats.device_peak_bytes, with_lm_head);
-  EXPECT_EQ(lr.done.size(), std::size(kLengths));
+  EXPECT_EQ(lr.done.size(), std::size(kPromptLengths));
   for (const auto& [id, done] : r.done) EXPECT_EQ(lr.done.at(id).tokens, done.tokens);
   // Asked for on the device, a budget without room for it is an error.
   o.gpu_mem = std::to_string(with_lm_head - 1);

@@ -1,11 +1,14 @@
 // The tiny models the engine tests run on: tiny-mixtral as it is, and a variant with a sliding
 // window, grouped-query attention (3 query heads per KV head), top-3 routing over 5 experts and
-// an odd vocabulary. Shared by batch_engine_test (which adds more) and offload_executor_test.
+// an odd vocabulary; and the workload and policy both engine tests run them with. Shared by
+// batch_engine_test (which adds more cases) and offload_executor_test.
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "model/config.h"
+#include "runtime/policy.h"
 
 namespace sluice::testing {
 
@@ -29,6 +32,35 @@ inline TinyModelCase sliding_window_gqa_case() {
             c.vocab_size = 301;
             c.num_layers = 3;
           }};
+}
+
+// Prompt lengths of the engine tests' requests: 1 token, several in one KV block, several blocks,
+// and longer than a prefill chunk.
+constexpr int kPromptLengths[] = {1, 3, 7, 12, 20, 33, 5};
+constexpr int kLongestPrompt = 33;
+
+// A deterministic prompt of `length` ids in [3, vocab), different for each salt.
+inline std::vector<int> prompt_of(int length, int salt, int vocab) {
+  std::vector<int> p;
+  for (int i = 0; i < length; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
+  return p;
+}
+
+// A policy that exercises every mechanism of the engine on those requests, each generating
+// `new_tokens`: refill (B < requests), several attention micro-batches, prefill split into
+// chunks and mixed with decode in one step, expert GEMMs split at b_e, KV blocks crossed; the KV
+// cache holds exactly B of the longest sequences.
+inline Policy exercising_policy(Precision precision, int new_tokens) {
+  Policy p;
+  p.batch = 4;
+  p.attn_micro_batch = 8;
+  p.prefill_chunk = 16;
+  p.expert_batch = 5;
+  p.kv_block_size = 4;
+  p.kv_blocks = 4 * ((kLongestPrompt + new_tokens + 3) / 4);
+  p.threads = 2;
+  p.precision = precision;
+  return p;
 }
 
 }  // namespace sluice::testing

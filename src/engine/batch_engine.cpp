@@ -13,10 +13,9 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
-#include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/routing.h"
 #include "runtime/kv_cache.h"
+#include "runtime/offload/host_math.h"
 #include "runtime/scheduler.h"
 
 namespace sluice {
@@ -62,6 +61,7 @@ struct BatchEngine::Impl {
   ModelWeights w;
   Policy policy;
   PagedKvCache kv;
+  offload::HostMath math;  // norms, RoPE and routing (stateless)
   EngineStats stats;
   BatchEngine::LogitsObserver observe_logits;
   BatchEngine::StepObserver observe_step;
@@ -137,28 +137,15 @@ struct BatchEngine::Impl {
     cpu::gemm(a);
   }
 
-  void rms_norm(const float* in, int rows, const Tensor& weight, float* out) const {
-    cpu::RmsNormArgs a;
-    a.x = in;
-    a.y = out;
-    a.rows = rows;
-    a.dim = c.hidden_size;
-    a.weight = weight.data;
-    a.weight_dtype = DType::F32;
-    a.eps = c.rms_norm_eps;
-    cpu::rms_norm(a);
+  // The elementwise kernels as the offload path's HostMath makes them (one set of calls, so the
+  // stand-in device computes this engine's numbers by construction).
+  void rms_norm(const float* in, int rows, const Tensor& weight, float* out) {
+    math.rms_norm(nullptr, in, out, rows, c.hidden_size, weight.as<const float>(), c.rms_norm_eps);
   }
 
   // q * cos + rotate_half(q) * sin at each row's position, in place.
-  void rope(float* x_rows, int rows, int heads, const int* pos) const {
-    cpu::RopeArgs a;
-    a.x = x_rows;
-    a.rows = rows;
-    a.n_heads = heads;
-    a.head_dim = c.head_dim;
-    a.positions = pos;
-    a.inv_freq = inv_freq.data();
-    cpu::apply_rope(a);
+  void rope(float* x_rows, int rows, int heads, const int* pos) {
+    math.rope(nullptr, x_rows, rows, heads, c.head_dim, pos, inv_freq.data());
   }
 
   void grow(int T) {
@@ -216,15 +203,8 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts], 0,
        /*exact=*/true);
   const int K = c.experts_per_token;
-  cpu::RoutingArgs routing;
-  routing.logits = &router_logits[size_t(r0) * c.num_experts];
-  routing.tokens = n;
-  routing.n_experts = c.num_experts;
-  routing.top_k = K;
-  routing.renormalize = c.normalize_topk;
-  routing.expert_ids = &top_ids[size_t(r0) * K];
-  routing.weights = &top_weights[size_t(r0) * K];
-  cpu::route_top_k(routing);
+  math.route_top_k(nullptr, &router_logits[size_t(r0) * c.num_experts], n, c.num_experts, K,
+                   c.normalize_topk, &top_ids[size_t(r0) * K], &top_weights[size_t(r0) * K]);
   for (int r = r0; r < r0 + n; ++r)
     for (int j = 0; j < K; ++j)
       routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});

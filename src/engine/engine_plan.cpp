@@ -71,17 +71,11 @@ Ceilings cached_quick_ceilings(int threads) {
              "(`sluice profile` measures it fully)\n",
              path.string());
   const Ceilings measured = with_threads(threads, measure_ceilings);
-  const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) fail("profile cache: {}: cannot write", tmp.string());
-    out << nlohmann::json{{"dram_bytes_per_s", measured.dram_bytes_per_s},
-                          {"gemm_flops", measured.gemm_flops},
-                          {"call_seconds", measured.call_seconds}}
-               .dump()
-        << "\n";
-  }
-  std::filesystem::rename(tmp, path);
+  write_cache_file(path, nlohmann::json{{"dram_bytes_per_s", measured.dram_bytes_per_s},
+                                        {"gemm_flops", measured.gemm_flops},
+                                        {"call_seconds", measured.call_seconds}}
+                                 .dump() +
+                             "\n");
   return measured;
 }
 

@@ -286,15 +286,19 @@ std::optional<HardwareProfile> load_cached_profile(int threads) {
   return profile_from_json(j, path.string());
 }
 
-void save_profile(const HardwareProfile& profile) {
-  const std::filesystem::path path = profile_cache_path(this_machine(), profile.threads);
-  const std::filesystem::path tmp = path.string() + ".tmp";
+void write_cache_file(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", getpid());
   {
     std::ofstream out(tmp);
     if (!out) fail("profile cache: {}: cannot write", tmp.string());
-    out << to_json(profile).dump(2) << "\n";
+    out << text;
   }
   std::filesystem::rename(tmp, path);
+}
+
+void save_profile(const HardwareProfile& profile) {
+  write_cache_file(profile_cache_path(this_machine(), profile.threads),
+                   to_json(profile).dump(2) + "\n");
 }
 
 }  // namespace sluice

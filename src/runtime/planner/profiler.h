@@ -25,6 +25,9 @@ std::filesystem::path cache_directory();
 // One profile per thread count: "profile-<key>.json" for all cores, "profile-<key>-t<N>.json"
 // for N threads (the engine's speed, and so every curve, depends on it).
 std::filesystem::path profile_cache_path(const MachineIdentity& machine, int threads);
+// Replaces `path` with `text` at once (a temporary file of this process, then a rename), so
+// readers, and other processes writing it too, never see half a file.
+void write_cache_file(const std::filesystem::path& path, const std::string& text);
 
 // Measures everything with the current OpenMP thread count; `progress` receives a line before
 // each measurement.

@@ -151,26 +151,31 @@ void representative_steps(const Policy& policy, const ModelConfig& c,
       });
 }
 
+// The bottleneck of the largest prefill step and of the largest pure decode step under either
+// cost model; `pipeline` says whether the graph is the GPU pipeline's.
+template <typename Model>
+std::vector<PhaseBottleneck> explain_steps(const Model& model,
+                                           const std::vector<WorkloadRequest>& work,
+                                           bool pipeline) {
+  std::optional<StepShape> prefill, decode;
+  representative_steps(model.policy(), model.config(), work, &prefill, &decode);
+  std::vector<PhaseBottleneck> out;
+  if (prefill)
+    out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, pipeline));
+  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, pipeline));
+  return out;
+}
+
 }  // namespace
 
 std::vector<PhaseBottleneck> explain(const CpuCostModel& model,
                                      const std::vector<WorkloadRequest>& work) {
-  std::optional<StepShape> prefill, decode;
-  representative_steps(model.policy(), model.config(), work, &prefill, &decode);
-  std::vector<PhaseBottleneck> out;
-  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, false));
-  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, false));
-  return out;
+  return explain_steps(model, work, false);
 }
 
 std::vector<PhaseBottleneck> explain(const OffloadCostModel& model,
                                      const std::vector<WorkloadRequest>& work) {
-  std::optional<StepShape> prefill, decode;
-  representative_steps(model.policy(), model.config(), work, &prefill, &decode);
-  std::vector<PhaseBottleneck> out;
-  if (prefill) out.push_back(bottleneck_of(model.step_graph(*prefill), "prefill", *prefill, true));
-  if (decode) out.push_back(bottleneck_of(model.step_graph(*decode), "decode", *decode, true));
-  return out;
+  return explain_steps(model, work, true);
 }
 
 namespace {

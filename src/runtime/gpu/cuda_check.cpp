@@ -6,6 +6,10 @@ namespace sluice::gpu {
 
 void cuda_check(cudaError_t status, const char* operation, const char* file, int line) {
   if (status == cudaSuccess) return;
+  // A failed runtime call also becomes the thread's last error; clear it (a non-sticky one), or
+  // the next SLUICE_CUDA_CHECK_LAUNCH, whose cudaGetLastError reads it, would report it again
+  // against an unrelated kernel after the caller caught this one.
+  cudaGetLastError();
   fail("CUDA error in {} ({}:{}): {}: {}", operation, file, line, cudaGetErrorName(status),
        cudaGetErrorString(status));
 }

@@ -117,7 +117,9 @@ __global__ void scatter_add_kernel(const float* src, int64_t cols, const int32_t
   const float* s = src + int64_t(blockIdx.x) * cols;
   float* d = dst + int64_t(rows[blockIdx.x]) * cols;
   const float w = weights[blockIdx.x];
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) d[i] += w * s[i];
+  // Rounded product, then the add, as the CPU engine's loop (nvcc would fuse them into an FMA).
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+    d[i] = __fadd_rn(d[i], __fmul_rn(w, s[i]));
 }
 
 __global__ void argmax_kernel(const float* logits, int64_t cols, int32_t* out) {

@@ -8,6 +8,14 @@
 # DEVICE_CHECK_STANDIN=1 rehearses the script's own logic without a GPU: it uses the existing
 # ./build, skips the CUDA tests and the profile, runs steps 4 and 6 on the CPU stand-in device
 # (--device standin) and benchmarks the tiny preset instead of Mixtral-8x7B.
+#
+# DEVICE_CHECK_PREBUILT=1 skips the build and runs everything else with the ./build/sluice and
+# ./build/sluice_tests already there: for a GPU machine whose image lacks the Debian libraries
+# the build needs (and cannot install them: no network there), the binaries are built elsewhere
+# with CUDA for sm_90 and carried, their shared libraries found through LD_LIBRARY_PATH.
+#
+# REPORT_DIR ends up holding four files at most (report.txt, report.json, bench.json and
+# logs.tar.gz with every log), so that a tool returning only a few files returns all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 report_dir="${1:-./device-report}"
@@ -15,7 +23,11 @@ mkdir -p "$report_dir"
 text="$report_dir/report.txt"
 json="$report_dir/report.json"
 log_dir="$report_dir/logs"
+rm -rf "$log_dir" "$report_dir/logs.tar.gz"
 mkdir -p "$log_dir"
+# Models made here stay out of the report directory (they are large and many files).
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/sluice-device-check.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
 : >"$text"
 started=$(date +%s)
 
@@ -34,7 +46,8 @@ finish() {
   local seconds=$(( $(date +%s) - started ))
   printf '{"gpu":%s,"gpu_name":"%s","verdict":"%s","seconds":%d,"steps":[%s]}\n' \
     "$gpu" "${gpu_name:-}" "$verdict" "$seconds" "$steps_json" >"$json"
-  say "verdict: $verdict (${seconds}s); report in $report_dir"
+  say "verdict: $verdict (${seconds}s); report in $report_dir, the logs named above in logs.tar.gz"
+  tar -C "$report_dir" -czf "$report_dir/logs.tar.gz" logs && rm -rf "$log_dir"
 }
 
 say "sluice device check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -42,6 +55,7 @@ say "sluice device check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse
 # 1. Is there a GPU? nvidia-smi when the driver is installed; the device nodes otherwise.
 gpu_name=""
 rehearsal="${DEVICE_CHECK_STANDIN:-}"
+prebuilt="${DEVICE_CHECK_PREBUILT:-}"
 device=cuda
 [ -n "$rehearsal" ] && device=standin gpu_name="none (rehearsal on the CPU stand-in)"
 if [ -z "$rehearsal" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -56,22 +70,34 @@ record gpu pass "$gpu_name"
 
 # 2. Build for sm_90 with the CUDA backend forced on.
 nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-if [ -z "$nvcc_path" ]; then
+if [ -z "$nvcc_path" ] && [ -z "$rehearsal$prebuilt" ]; then
   record build fail "nvcc not found (PATH or /usr/local/cuda/bin)"
   finish true "fail"
   exit 1
 fi
-if ! command -v cmake >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; then
+if [ -z "$rehearsal$prebuilt" ] &&
+   { ! command -v cmake >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; }; then
   JOBS=$(nproc) scripts/setup.sh >"$log_dir/setup.log" 2>&1 || true
 fi
 if [ -n "$rehearsal" ]; then
   record build skipped "rehearsal: using the existing ./build"
+elif [ -n "$prebuilt" ]; then
+  if [ -x build/sluice ] && [ -x build/sluice_tests ] && build/sluice --help >/dev/null 2>"$log_dir/prebuilt.err"; then
+    record build skipped "DEVICE_CHECK_PREBUILT: using the carried ./build/sluice and ./build/sluice_tests"
+  else
+    record build fail "DEVICE_CHECK_PREBUILT: ./build/sluice or ./build/sluice_tests missing or not runnable: $(head -c 300 "$log_dir/prebuilt.err" | tr '\n' ' ') (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
+    finish true "fail"
+    exit 1
+  fi
 elif cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON \
      -DCMAKE_CUDA_COMPILER="$nvcc_path" -DCMAKE_CUDA_ARCHITECTURES=90 >"$log_dir/cmake.log" 2>&1 &&
    timeout 300 cmake --build build -j"$(nproc)" >"$log_dir/build.log" 2>&1; then
   record build pass "sm_90 build in $(( $(date +%s) - started ))s"
 else
-  record build fail "see $log_dir/cmake.log and $log_dir/build.log (last line: $(tail -1 "$log_dir/build.log" 2>/dev/null))"
+  # The first CMake error (a missing package, usually) or the build's last line.
+  why=$(grep -m1 -A2 'CMake Error' "$log_dir/cmake.log" 2>/dev/null | tr '\n' ' ')
+  [ -z "$why" ] && why=$(tail -1 "$log_dir/build.log" 2>/dev/null)
+  record build fail "see $log_dir/cmake.log and $log_dir/build.log: $why"
   finish true "fail"
   exit 1
 fi
@@ -80,8 +106,10 @@ fi
 if [ -n "$rehearsal" ]; then
   record cuda-tests skipped "rehearsal"
 elif timeout 120 ./build/sluice_tests --gtest_filter='Cuda*:OffloadPipeline*:OffloadAccounting*' \
-     >"$log_dir/cuda_tests.log" 2>&1; then
-  skipped=$(grep -c '\[  SKIPPED \]' "$log_dir/cuda_tests.log" || true)
+     >"$log_dir/cuda_tests.log" 2>&1; tests_rc=$?; [ "$tests_rc" -eq 0 ]; then
+  # gtest's summary line "[  SKIPPED ] N tests, listed below:" (each skipped test is also
+  # printed twice, as it runs and in the list).
+  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$log_dir/cuda_tests.log" | grep -oE '[0-9]+')
   passed=$(grep -oE '\[  PASSED  \] [0-9]+' "$log_dir/cuda_tests.log" | grep -oE '[0-9]+$')
   if [ "${skipped:-0}" -gt 0 ]; then
     record cuda-tests fail "$passed passed but $skipped skipped although a GPU is present"
@@ -89,7 +117,9 @@ elif timeout 120 ./build/sluice_tests --gtest_filter='Cuda*:OffloadPipeline*:Off
     record cuda-tests pass "$passed tests passed"
   fi
 else
-  record cuda-tests fail "$(grep -E '^\[  FAILED  \]' "$log_dir/cuda_tests.log" | head -5 | tr '\n' ' ') (see $log_dir/cuda_tests.log)"
+  # Failed tests by name; after a crash or the timeout (status 124) there are none: the test that
+  # was running is the last one started.
+  record cuda-tests fail "exit status $tests_rc; $(grep -E '^\[  FAILED  \]' "$log_dir/cuda_tests.log" | head -5 | tr '\n' ' ') last started: $(grep -E '^\[ RUN      \]' "$log_dir/cuda_tests.log" | tail -1) (see $log_dir/cuda_tests.log)"
 fi
 
 # Time budget of the whole check (480 s): build <= 300 s (timeout; ~150 s expected on 16 cores),
@@ -103,7 +133,7 @@ fi
 # default slots; 3 slots with experts of one token on the CPU (the CPU-expert path); and half the
 # sequences' attention on the GPU over its KV pool, one layer's experts resident and the lm_head
 # on the device.
-tiny="$log_dir/tiny-mixtral"
+tiny="$scratch/tiny-mixtral"
 printf '%s\n' "The river" "Once upon a time" "0 1 2 3 4 5" "sluice gates open at dawn" \
   "a" "The quick brown fox jumps over the lazy dog and" >"$log_dir/prompts.txt"
 greedy_fail="" greedy_detail=""

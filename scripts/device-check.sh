@@ -9,10 +9,10 @@
 # ./build, skips the CUDA tests and the profile, runs steps 4 and 6 on the CPU stand-in device
 # (--device standin) and benchmarks the tiny preset instead of Mixtral-8x7B.
 #
-# DEVICE_CHECK_PREBUILT=1 skips the build and runs everything else with the ./build/sluice and
-# ./build/sluice_tests already there: for a GPU machine whose image lacks the Debian libraries
-# the build needs (and cannot install them: no network there), the binaries are built elsewhere
-# with CUDA for sm_90 and carried, their shared libraries found through LD_LIBRARY_PATH.
+# A carried .device-bundle/ (scripts/device-bundle.sh) replaces the build: the lent GPU machines'
+# image lacks the Debian libraries sluice links and has no network to install them, so the
+# binaries are built for sm_90 on a machine that has them and carried with their libraries. The
+# bundle must come from the checked-out commit.
 #
 # REPORT_DIR ends up holding four files at most (report.txt, report.json, bench.json and
 # logs.tar.gz with every log), so that a tool returning only a few files returns all of them.
@@ -55,7 +55,8 @@ say "sluice device check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse
 # 1. Is there a GPU? nvidia-smi when the driver is installed; the device nodes otherwise.
 gpu_name=""
 rehearsal="${DEVICE_CHECK_STANDIN:-}"
-prebuilt="${DEVICE_CHECK_PREBUILT:-}"
+bundle=.device-bundle
+sluice=./build/sluice sluice_tests=./build/sluice_tests
 device=cuda
 [ -n "$rehearsal" ] && device=standin gpu_name="none (rehearsal on the CPU stand-in)"
 if [ -z "$rehearsal" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -70,6 +71,8 @@ record gpu pass "$gpu_name"
 
 # 2. Build for sm_90 with the CUDA backend forced on.
 nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+prebuilt=""
+[ -z "$rehearsal" ] && [ -f "$bundle/bundle.tar.xz" ] && prebuilt=1
 if [ -z "$nvcc_path" ] && [ -z "$rehearsal$prebuilt" ]; then
   record build fail "nvcc not found (PATH or /usr/local/cuda/bin)"
   finish true "fail"
@@ -82,13 +85,33 @@ fi
 if [ -n "$rehearsal" ]; then
   record build skipped "rehearsal: using the existing ./build"
 elif [ -n "$prebuilt" ]; then
-  if [ -x build/sluice ] && [ -x build/sluice_tests ] && build/sluice --help >/dev/null 2>"$log_dir/prebuilt.err"; then
-    record build skipped "DEVICE_CHECK_PREBUILT: using the carried ./build/sluice and ./build/sluice_tests"
+  # The bundle's libraries first, then the machine's CUDA; its libstdc++ only if the machine's
+  # is older than the one the binaries were built against.
+  head_commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  bundle_commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
+  why=""
+  if [ "$bundle_commit" != "$head_commit" ]; then
+    why="$bundle/ was built from commit $bundle_commit, not the checked-out $head_commit: run scripts/device-bundle.sh again"
+  elif ! tar -C "$scratch" -xJf "$bundle/bundle.tar.xz" 2>"$log_dir/prebuilt.err"; then
+    why="cannot unpack $bundle/bundle.tar.xz: $(head -c 300 "$log_dir/prebuilt.err")"
   else
-    record build fail "DEVICE_CHECK_PREBUILT: ./build/sluice or ./build/sluice_tests missing or not runnable: $(head -c 300 "$log_dir/prebuilt.err" | tr '\n' ' ') (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
+    export LD_LIBRARY_PATH="$scratch/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    sluice="$scratch/bin/sluice" sluice_tests="$scratch/bin/sluice_tests"
+    if ! "$sluice" --help >/dev/null 2>"$log_dir/prebuilt.err"; then
+      export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$scratch/lib-fallback"
+      grep -q GLIBCXX "$log_dir/prebuilt.err" &&
+        export LD_LIBRARY_PATH="$scratch/lib-fallback:$LD_LIBRARY_PATH"
+      "$sluice" --help >/dev/null 2>"$log_dir/prebuilt.err" ||
+        why="the carried binaries do not start: $(head -c 300 "$log_dir/prebuilt.err" | tr '\n' ' ') (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+    fi
+  fi
+  if [ -n "$why" ]; then
+    record build fail "$why"
     finish true "fail"
     exit 1
   fi
+  export SLUICE_BINARY="$sluice"  # the CLI tests' binary (built elsewhere, another path)
+  record build skipped "carried $bundle/ of commit ${bundle_commit:0:12} instead of a build"
 elif cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON \
      -DCMAKE_CUDA_COMPILER="$nvcc_path" -DCMAKE_CUDA_ARCHITECTURES=90 >"$log_dir/cmake.log" 2>&1 &&
    timeout 300 cmake --build build -j"$(nproc)" >"$log_dir/build.log" 2>&1; then
@@ -105,7 +128,7 @@ fi
 # 3. CUDA tests and the pipeline's scheduling tests.
 if [ -n "$rehearsal" ]; then
   record cuda-tests skipped "rehearsal"
-elif timeout 120 ./build/sluice_tests --gtest_filter='Cuda*:OffloadPipeline*:OffloadAccounting*' \
+elif timeout 120 "$sluice_tests" --gtest_filter='Cuda*:OffloadPipeline*:OffloadAccounting*' \
      >"$log_dir/cuda_tests.log" 2>&1; tests_rc=$?; [ "$tests_rc" -eq 0 ]; then
   # gtest's summary line "[  SKIPPED ] N tests, listed below:" (each skipped test is also
   # printed twice, as it runs and in the list).
@@ -137,14 +160,14 @@ tiny="$scratch/tiny-mixtral"
 printf '%s\n' "The river" "Once upon a time" "0 1 2 3 4 5" "sluice gates open at dawn" \
   "a" "The quick brown fox jumps over the lazy dog and" >"$log_dir/prompts.txt"
 greedy_fail="" greedy_detail=""
-if ! timeout 60 ./build/sluice make-model --preset tiny-mixtral --out "$tiny" --seed 11 \
+if ! timeout 60 "$sluice" make-model --preset tiny-mixtral --out "$tiny" --seed 11 \
      >"$log_dir/tiny_make.log" 2>&1; then
   greedy_fail="make-model failed (see $log_dir/tiny_make.log)"
 else
   gen() {  # gen NAME PRECISION DEVICE-ARGS...
     local name="$1" precision="$2"
     shift 2
-    timeout 60 ./build/sluice generate --model "$tiny" --input "$log_dir/prompts.txt" \
+    timeout 60 "$sluice" generate --model "$tiny" --input "$log_dir/prompts.txt" \
       --max-new-tokens 16 --temperature 0 --precision "$precision" "$@" \
       >"$log_dir/greedy_$name.txt" 2>"$log_dir/greedy_$name.err"
   }
@@ -184,8 +207,12 @@ fi
 # bench then measures the pinned bandwidth itself (3 x 256 MiB copies, < 1 s).
 if [ -n "$rehearsal" ]; then
   record profile skipped "rehearsal"
-elif timeout 60 ./build/sluice profile --refresh >"$log_dir/profile.txt" 2>"$log_dir/profile.err"; then
-  record profile pass "$(grep -E '^GPU' "$log_dir/profile.txt" | head -1)"
+elif timeout 60 "$sluice" profile --refresh >"$log_dir/profile.txt" 2>"$log_dir/profile.err"; then
+  if grep -qE '^GPU +none' "$log_dir/profile.txt"; then
+    record profile fail "the profile found no usable GPU (see $log_dir/profile.txt)"
+  else
+    record profile pass "$(grep -E '^GPU' "$log_dir/profile.txt" | head -1)"
+  fi
 else
   record profile skipped "profile --refresh did not finish in 60 s or failed (see $log_dir/profile.err); bench measures the link itself"
 fi
@@ -231,7 +258,7 @@ else
               --requests 256 --batch 256 --prefill-chunk 4096)
   [ -n "$rehearsal" ] && bench_args=(--preset tiny-mixtral --prompt-len 16 --gen-len 8
                                      --requests 8 --batch 8 --prefill-chunk 32)
-  if timeout "$bench_limit" ./build/sluice bench "${bench_args[@]}" --device "$device" \
+  if timeout "$bench_limit" "$sluice" bench "${bench_args[@]}" --device "$device" \
        --gpu-mem 24GiB --ignore-eos --json >"$log_dir/bench.json" 2>"$log_dir/bench.err"; then
     cp "$log_dir/bench.json" "$report_dir/bench.json"
     # Fields of bench's one-line JSON (nlohmann's compact dump: "key":value), without python.

@@ -146,9 +146,9 @@ TEST(OffloadAccounting, BusyTimesAndLinkFiguresAreConsistent) {
 
 TEST(OffloadAccounting, BenchJsonHasTheLinkAndDecodeBoundFields) {
   const auto r = testing::run_command(
-      std::string(SLUICE_BINARY) +
-          " bench --preset tiny-mixtral --requests 3 --prompt-len 6 --gen-len 6 --ignore-eos"
-          " --threads 2 --batch 4 --device standin --gpu-mem 64MiB --json",
+      testing::sluice_command(
+          "bench --preset tiny-mixtral --requests 3 --prompt-len 6 --gen-len 6 --ignore-eos"
+          " --threads 2 --batch 4 --device standin --gpu-mem 64MiB --json"),
       /*with_stderr=*/false);
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);

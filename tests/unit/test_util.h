@@ -50,9 +50,16 @@ inline double relative_max_error(std::span<const float> a, std::span<const float
   return diff / scale;
 }
 
+// The sluice binary under test: the build's, or $SLUICE_BINARY where the tests run elsewhere
+// than they were built (the prebuilt device bundle, scripts/device-bundle.sh).
+inline std::string sluice_binary() {
+  const char* env = std::getenv("SLUICE_BINARY");
+  return env && *env ? env : SLUICE_BINARY;
+}
+
 // The command line of the sluice binary under test with `args`.
 inline std::string sluice_command(const std::string& args) {
-  return std::string(SLUICE_BINARY) + " " + args;
+  return sluice_binary() + " " + args;
 }
 
 // Expects `statement` to throw sluice::Error whose message contains every one of `parts`.

@@ -121,8 +121,16 @@ int run(Options o) {
   });
   int64_t generated = 0;
   auto t0 = std::chrono::steady_clock::now();
-  engine.run(std::move(requests),
-             [&](Completion&& done) { generated += int64_t(done.tokens.size()); });
+  engine.run(std::move(requests), [&](Completion&& done) {
+    // Every request has the same shape: one that can never run means none can, and the
+    // measurement would be of nothing.
+    if (done.reason == FinishReason::kError)
+      fail(
+          "bench: request {} can never run: {}; lower --prompt-len or --gen-len, or raise "
+          "--kv-blocks",
+          done.id, done.error);
+    generated += int64_t(done.tokens.size());
+  });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats& s = engine.stats();
 

@@ -374,8 +374,13 @@ void BatchEngine::run(std::vector<Request> requests,
                       const std::function<void(Completion&&)>& on_finished) {
   Impl& m = *impl_;
   Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings, {m.device_kv.get(), m.cpu_share});
-  for (Request& r : requests) sched.submit(std::move(r));
   int64_t finished = 0, turns_to_host = 0;
+  // A request that can never run fails alone, reported before the others finish.
+  for (Request& r : requests)
+    if (std::optional<Completion> failed = sched.submit(std::move(r))) {
+      ++finished;
+      on_finished(std::move(*failed));
+    }
   while (!sched.done()) {
     auto t0 = Clock::now();
     StepPlan plan = sched.plan_step();

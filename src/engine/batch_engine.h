@@ -69,7 +69,9 @@ class BatchEngine {
   ~BatchEngine();
 
   // Runs every request to completion; `on_finished` receives each completion as soon as its
-  // sequence retires (so results can be written while others still run).
+  // sequence retires (so results can be written while others still run). A request that can
+  // never run (its prompt fills the context, or its sequence needs more KV blocks than a KV pool
+  // has) fails alone: its Completion, FinishReason::kError with the reason, comes first.
   void run(std::vector<Request> requests, const std::function<void(Completion&&)>& on_finished);
 
   // Called with the logits row of every sampled position (tests and debugging).

@@ -1,5 +1,7 @@
 #include "runtime/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
 
@@ -55,21 +57,42 @@ int Scheduler::blocks_for(int tokens) const {
   return (tokens + bs - 1) / bs;
 }
 
-void Scheduler::submit(Request r) {
+std::optional<Completion> never_runs(const Request& r, int max_positions, int block_size,
+                                     int64_t largest_pool) {
+  Completion c;
+  c.id = r.id;
+  c.prompt_tokens = int(r.prompt.size());
+  c.reason = FinishReason::kError;
+  if (int(r.prompt.size()) >= max_positions) {
+    c.failure = RequestFailure::kPromptTooLong;
+    c.error = fmt::format(
+        "the prompt has {} tokens; the model's context holds {}, so none are left to generate",
+        r.prompt.size(), max_positions);
+    return c;
+  }
+  // A sequence stops at the end of the context: it never needs more blocks than that.
+  const int tokens = std::min(int(r.prompt.size()) + r.max_new_tokens, max_positions);
+  const int64_t needed = (int64_t(tokens) + block_size - 1) / block_size;
+  if (needed <= largest_pool) return std::nullopt;
+  c.failure = RequestFailure::kKvCacheTooSmall;
+  c.error = fmt::format(
+      "{} prompt + {} new tokens need {} KV-cache blocks of {} tokens; the largest KV pool has {}",
+      r.prompt.size(), r.max_new_tokens, needed, block_size, largest_pool);
+  return c;
+}
+
+std::optional<Completion> Scheduler::submit(Request r) {
   if (r.prompt.empty()) fail("request {}: the prompt is empty", r.id);
   if (r.max_new_tokens < 1) fail("request {}: max_new_tokens must be at least 1", r.id);
-  const int total = int(r.prompt.size()) + r.max_new_tokens;
-  if (int(r.prompt.size()) >= max_positions_)
-    fail("request {}: prompt of {} tokens does not fit the model's context of {}", r.id,
-         r.prompt.size(), max_positions_);
   int64_t largest = 0;
   for (const Pool& p : pools_)
     if (p.kv) largest = std::max(largest, p.kv->total_blocks());
-  if (blocks_for(std::min(total, max_positions_)) > largest)
-    fail("request {}: {} tokens need {} KV blocks, the largest KV pool has {}", r.id, total,
-         blocks_for(total), largest);
+  if (std::optional<Completion> failed =
+          never_runs(r, max_positions_, pools_[0].kv->config().block_size, largest))
+    return failed;
   queue_.push_back(std::move(r));
   queue_sorted_ = false;
+  return std::nullopt;
 }
 
 // The pool a new sequence of `blocks` goes to, if any has room: the host's while it holds fewer

@@ -59,6 +59,12 @@ struct ActiveSequence {
   explicit ActiveSequence(Request r);
 };
 
+// Why `r` can never run with a context of `max_positions` and KV pools of at most `largest_pool`
+// blocks of `block_size` tokens: its failed Completion (FinishReason::kError); nullopt when it can
+// run once blocks free up. The rule Scheduler::submit applies, for callers that plan ahead.
+std::optional<Completion> never_runs(const Request& r, int max_positions, int block_size,
+                                     int64_t largest_pool);
+
 // The device's KV pool as the scheduler sees it: block tables only (`kv`, with_storage = false),
 // and the CPU's share ω of attention, which decides the placement of new sequences.
 struct DeviceKvPool {
@@ -71,7 +77,10 @@ class Scheduler {
   // `kv` (and device.kv) outlive the scheduler; sequences are keyed by their slot in each.
   Scheduler(const Policy& policy, PagedKvCache& kv, int max_positions, DeviceKvPool device = {});
 
-  void submit(Request r);  // fails naming the request if it can never fit
+  // Queues `r`; or, when it can never run (never_runs), returns its failed Completion for the
+  // caller to deliver, and the other requests run without it. An empty prompt or max_new_tokens
+  // below 1 is the caller's bug: an error (throws).
+  std::optional<Completion> submit(Request r);
   bool done() const { return queue_.empty() && active_count_ == 0; }
   size_t waiting() const { return queue_.size(); }
   int active() const { return active_count_; }

@@ -216,12 +216,37 @@ TEST(Scheduler, MicroBatchesRespectTheCapAndBalanceWork) {
   for (int64_t w : work) EXPECT_LE(w, total / 3 * 1.2) << "balanced within 20% of the mean";
 }
 
-TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
+// A request that can never run comes back from submit as a failed completion, and the others
+// run without it; an empty prompt or no token to generate is the caller's bug, an error.
+TEST(Scheduler, FailsRequestsThatCanNeverFitAlone) {
   PagedKvCache kv(small_kv(4));
-  Scheduler s(small_policy(1), kv, 100);
-  EXPECT_ERROR_MENTIONS(s.submit(request(9, 20, 20)), "request 9", "KV blocks");
-  EXPECT_ERROR_MENTIONS(s.submit(request(8, 100, 1)), "request 8", "context of 100");
+  Scheduler s(small_policy(2), kv, 100);
+  EXPECT_FALSE(s.submit(request(1, 5, 3)));
+  std::optional<Completion> too_big = s.submit(request(9, 20, 20));
+  ASSERT_TRUE(too_big);
+  EXPECT_EQ(too_big->id, 9);
+  EXPECT_EQ(too_big->reason, FinishReason::kError);
+  EXPECT_EQ(too_big->failure, RequestFailure::kKvCacheTooSmall);
+  EXPECT_EQ(too_big->prompt_tokens, 20);
+  EXPECT_TRUE(too_big->tokens.empty());
+  EXPECT_EQ(too_big->error,
+            "20 prompt + 20 new tokens need 10 KV-cache blocks of 4 tokens; the largest KV pool "
+            "has 4");
+  std::optional<Completion> too_long = s.submit(request(8, 100, 1));
+  ASSERT_TRUE(too_long);
+  EXPECT_EQ(too_long->failure, RequestFailure::kPromptTooLong);
+  EXPECT_NE(too_long->error.find("context holds 100"), std::string::npos) << too_long->error;
+  // Capped by the context: 10 prompt + 90 new tokens stop at position 16, 4 blocks.
+  PagedKvCache small(small_kv(4));
+  Scheduler capped(small_policy(1), small, 16);
+  EXPECT_FALSE(capped.submit(request(6, 10, 90)));
   EXPECT_ERROR_MENTIONS(s.submit(request(7, 0, 1)), "request 7", "empty");
+  EXPECT_ERROR_MENTIONS(s.submit(request(5, 3, 0)), "request 5", "max_new_tokens");
+  EXPECT_EQ(s.waiting(), 1u) << "only the request that fits is queued";
+  auto done = run_all(s, [](int, int) { return 1; });
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[1].tokens.size(), 3u);
+  EXPECT_EQ(done[1].reason, FinishReason::kLength);
 }
 
 // Two KV pools: the host cache and the device pool's books (no storage), as the offload engine
@@ -387,8 +412,11 @@ TEST(SchedulerTwoPools, ARequestTooBigForTheHostPoolRunsInTheDevicePool) {
   EXPECT_EQ(done[2].tokens.size(), 2u);
   EXPECT_EQ(s.device_turns_to_host(), 0);
   EXPECT_EQ(device.free_blocks(), 10);
-  // Too big for either pool: refused, naming the largest.
-  EXPECT_ERROR_MENTIONS(s.submit(request(3, 30, 20)), "request 3", "largest KV pool has 10");
+  // Too big for either pool: fails alone, naming the largest.
+  std::optional<Completion> failed = s.submit(request(3, 30, 20));
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->failure, RequestFailure::kKvCacheTooSmall);
+  EXPECT_NE(failed->error.find("the largest KV pool has 10"), std::string::npos) << failed->error;
 }
 
 TEST(SchedulerTwoPools, BothPoolsRunMoreSequencesAtOnceThanTheHostPoolAlone) {

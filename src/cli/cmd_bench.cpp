@@ -121,8 +121,16 @@ int run(Options o) {
   });
   int64_t generated = 0;
   auto t0 = std::chrono::steady_clock::now();
-  engine.run(std::move(requests),
-             [&](Completion&& done) { generated += int64_t(done.tokens.size()); });
+  engine.run(std::move(requests), [&](Completion&& done) {
+    // Every request has the same shape: one that can never run means none can, and the
+    // measurement would be of nothing.
+    if (done.reason == FinishReason::kError)
+      fail(
+          "bench: request {} can never run: {}; lower --prompt-len or --gen-len, or raise "
+          "--kv-blocks",
+          done.id, done.error);
+    generated += int64_t(done.tokens.size());
+  });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats& s = engine.stats();
 
@@ -193,8 +201,9 @@ int run(Options o) {
              human_bytes(double(peak_rss)), human_bytes(double(weights_bytes)),
              human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),
              double(peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
-  fmt::print("KV cache   peak use {:.0f}% of {}\n", 100 * s.peak_kv_usage,
-             human_bytes(double(s.kv_cache_bytes)));
+  // The use counts the device KV pool's blocks too (ω < 1); the bytes are the host cache's.
+  fmt::print("KV cache   peak use {:.0f}% of the blocks (host cache {}{})\n", 100 * s.peak_kv_usage,
+             human_bytes(double(s.kv_cache_bytes)), backend ? " and the device KV pool" : "");
   if (backend) {
     fmt::print("device     {}\n", backend->device->name());
     print_device_report(device_report(s, wall, h2d_reference, h2d_source), s, wall);

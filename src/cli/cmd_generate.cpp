@@ -124,8 +124,15 @@ int run(const Options& o) {
   engine.run(std::move(requests), [&](Completion&& c) { results[size_t(c.id)] = std::move(c); });
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t generated = 0;
+  int failed = 0;
   const auto& eos = model.config.eos_token_ids;
   for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].reason == FinishReason::kError) {  // it could never run; the others did
+      ++failed;
+      fmt::print(stderr, "error: prompt {} ({} tokens): {} ({})\n", i + 1, results[i].prompt_tokens,
+                 results[i].error, request_failure_code(results[i].failure));
+      continue;
+    }
     std::vector<int> tokens = results[i].tokens;
     if (results[i].reason == FinishReason::kStop && !tokens.empty() &&
         std::find(eos.begin(), eos.end(), tokens.back()) != eos.end())
@@ -136,6 +143,10 @@ int run(const Options& o) {
   }
   fmt::print(stderr, "{} prompts, {} tokens generated in {:.2f} s ({:.1f} tokens/s); policy {}\n",
              results.size(), generated, seconds, generated / seconds, plan.describe());
+  if (failed > 0) {
+    fmt::print(stderr, "error: {} of {} prompts failed (see above)\n", failed, results.size());
+    return 1;
+  }
   return 0;
 }
 

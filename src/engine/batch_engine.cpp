@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/host_attention.h"
 #include "engine/offload_executor.h"
+#include "engine/offload_layout.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
@@ -79,6 +80,10 @@ struct BatchEngine::Impl {
 
   // The offload path (null: the layers run here, on the CPU). Declared last: destroyed first.
   std::unique_ptr<OffloadBackend> backend;  // when the engine opened the device itself
+  // The device KV pool's books, for the Scheduler (null without a GPU share of attention), and
+  // the CPU's share ω that places sequences between it and `kv`.
+  std::unique_ptr<PagedKvCache> device_kv;
+  double cpu_share = 1;
   std::unique_ptr<OffloadExecutor> offload;
 
   Impl(const Model& model, const Policy& p, const EngineDevice& device)
@@ -100,7 +105,12 @@ struct BatchEngine::Impl {
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
     if (device.device) {
       if (!device.math) fail("engine: field 'math': a device needs its DeviceMath");
-      offload = std::make_unique<OffloadExecutor>(c, w, policy, kv, device);
+      const KvCacheConfig books = device_kv_config(c, policy, device.settings);
+      if (books.total_blocks > 0) {
+        device_kv = std::make_unique<PagedKvCache>(books);
+        cpu_share = cpu_attention_share(device.settings);
+      }
+      offload = std::make_unique<OffloadExecutor>(c, w, policy, kv, device_kv.get(), device);
     }
   }
 
@@ -297,14 +307,8 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   // The sampled rows' logits, [S, V]: from the device when its executor runs the lm_head.
   std::span<const float> device_logits;
   if (offload) {
-    // Each sequence's KV blocks over its life (held and reserved): the device KV pool admits a
-    // sequence to the GPU share of attention only with room for all of them.
-    std::vector<int> item_blocks;
-    for (const StepItem& it : plan.items)
-      item_blocks.push_back(int(kv.block_table(it.slot).size()) +
-                            sched.sequence(it.slot).reserved_blocks);
-    device_logits = offload->run_layers(
-        {&plan, item_row, positions, x.data(), sample_rows, item_blocks}, final_rows.data(), stats);
+    device_logits = offload->run_layers({&plan, item_row, positions, x.data(), sample_rows},
+                                        final_rows.data(), stats);
   } else {
     for (int l = 0; l < c.num_layers; ++l) {
       int ib = 0;
@@ -369,15 +373,20 @@ const EngineStats& BatchEngine::stats() const {
 void BatchEngine::run(std::vector<Request> requests,
                       const std::function<void(Completion&&)>& on_finished) {
   Impl& m = *impl_;
-  Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings);
-  for (Request& r : requests) sched.submit(std::move(r));
-  int64_t finished = 0;
+  Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings, {m.device_kv.get(), m.cpu_share});
+  int64_t finished = 0, turns_to_host = 0;
+  // A request that can never run fails alone, reported before the others finish.
+  for (Request& r : requests)
+    if (std::optional<Completion> failed = sched.submit(std::move(r))) {
+      ++finished;
+      on_finished(std::move(*failed));
+    }
   while (!sched.done()) {
     auto t0 = Clock::now();
     StepPlan plan = sched.plan_step();
     m.stats.scheduling_seconds += seconds_since(t0);
     if (plan.empty()) fail("engine: the scheduler has work left but planned an empty step");
-    m.stats.peak_kv_usage = std::max(m.stats.peak_kv_usage, m.kv.usage());
+    m.stats.peak_kv_usage = std::max(m.stats.peak_kv_usage, sched.kv_usage());
     auto t_step = Clock::now();
     const double weight_bytes_before = m.stats.device_weight_bytes;
     std::vector<int> sampled = m.execute(plan, sched);
@@ -396,10 +405,13 @@ void BatchEngine::run(std::vector<Request> requests,
     t0 = Clock::now();
     std::vector<Completion> done = sched.complete_step(plan, sampled);
     m.stats.scheduling_seconds += seconds_since(t0);
+    m.stats.device_gpu_share_full += sched.device_turns_to_host() - turns_to_host;
+    turns_to_host = sched.device_turns_to_host();
     finished += int64_t(done.size());
     for (Completion& c : done) on_finished(std::move(c));
     if (m.observe_step)
-      m.observe_step(m.stats, {finished, sched.active(), int64_t(sched.waiting()), m.kv.usage()});
+      m.observe_step(m.stats,
+                     {finished, sched.active(), int64_t(sched.waiting()), sched.kv_usage()});
   }
 }
 

@@ -33,8 +33,9 @@ struct EngineStats {
   double flops = 0;                // all GEMM and attention arithmetic
   double expert_flops = 0;
   int64_t expert_gemm_calls = 0, expert_tokens = 0;
-  size_t kv_cache_bytes = 0;
-  double peak_kv_usage = 0;  // fraction of KV blocks in use, at most
+  size_t kv_cache_bytes = 0;  // the host KV cache (the device KV pool is in device memory)
+  // Fraction of KV blocks in use at most, over the host cache and the device KV pool together.
+  double peak_kv_usage = 0;
   // The offload executor only (zero on the CPU engine).
   int64_t device_pages_copied = 0;    // expert weight pages copied host→device
   double device_bytes_to_device = 0;  // weight pages and activations, host→device
@@ -42,8 +43,8 @@ struct EngineStats {
   int64_t device_gpu_experts = 0, device_cpu_experts = 0;  // expert runs by place
   // Token rows whose attention ran on the device (the GPU share), summed over layers.
   int64_t device_gpu_attention_rows = 0;
-  // Sequences whose turn for the GPU share found the device KV pool without room for them: they
-  // joined the CPU share.
+  // Sequences whose turn for the GPU share found the device KV pool without room for them: the
+  // Scheduler placed them in the host cache (the CPU share) instead.
   int64_t device_gpu_share_full = 0;
   size_t device_peak_bytes = 0;           // most device memory held at once
   double device_weight_bytes = 0;         // inside device_bytes_to_device: the expert pages
@@ -68,7 +69,9 @@ class BatchEngine {
   ~BatchEngine();
 
   // Runs every request to completion; `on_finished` receives each completion as soon as its
-  // sequence retires (so results can be written while others still run).
+  // sequence retires (so results can be written while others still run). A request that can
+  // never run (its prompt fills the context, or its sequence needs more KV blocks than a KV pool
+  // has) fails alone: its Completion, FinishReason::kError with the reason, comes first.
   void run(std::vector<Request> requests, const std::function<void(Completion&&)>& on_finished);
 
   // Called with the logits row of every sampled position (tests and debugging).
@@ -79,7 +82,7 @@ class BatchEngine {
   // Called after every step, with the statistics so far and the KV-cache use (progress displays).
   struct Progress {
     int64_t finished = 0, active = 0, waiting = 0;
-    double kv_usage = 0;
+    double kv_usage = 0;  // blocks in use over all blocks, the device KV pool's included
   };
   using StepObserver = std::function<void(const EngineStats&, const Progress&)>;
   void set_step_observer(StepObserver observer);

@@ -220,30 +220,7 @@ class Job {
     return r;
   }
 
-  // With --kv-blocks given, a request whose whole sequence needs more blocks than the cache has
-  // can never run: it fails alone instead of the job.
-  std::vector<Request> fail_requests_larger_than_the_kv_cache(std::vector<Request> requests,
-                                                              ResultsFile& results) {
-    const int blocks = o_.policy.kv_blocks, block_size = o_.policy.kv_block_size;
-    if (blocks <= 0) return requests;
-    std::vector<Request> fitting;
-    for (Request& r : requests) {
-      const int tokens = int(r.prompt.size()) + r.max_new_tokens;
-      const int needed = (tokens + block_size - 1) / block_size;
-      if (needed <= blocks) {
-        fitting.push_back(std::move(r));
-        continue;
-      }
-      write_error(results, pending_[size_t(r.id)].custom_id, batch_error::kKvCacheTooSmall,
-                  fmt::format("{} prompt + {} new tokens need {} KV-cache blocks of {} tokens; "
-                              "--kv-blocks gives {}",
-                              r.prompt.size(), r.max_new_tokens, needed, block_size, blocks));
-    }
-    return fitting;
-  }
-
   void run_engine(std::vector<Request> requests, ResultsFile& results) {
-    requests = fail_requests_larger_than_the_kv_cache(std::move(requests), results);
     if (requests.empty()) return;
     DeviceOptions device = o_.device;
     const EnginePlan plan = plan_for_requests(
@@ -260,6 +237,10 @@ class Job {
     const std::string model = model_name(o_.model_dir);
     const auto t0 = Clock::now();
     engine.run(std::move(requests), [&](Completion&& c) {
+      if (c.reason == FinishReason::kError) {  // it could never run: it fails alone
+        write_error(results, pending_[size_t(c.id)].custom_id, error_code_of(c.failure), c.error);
+        return;
+      }
       results.append(format_batch_result(result_of(c, model)));
       ++summary_.completed;
       summary_.prompt_tokens += c.prompt_tokens;
@@ -268,6 +249,18 @@ class Job {
     summary_.engine_seconds = seconds_since(t0);
     summary_.engine = engine.stats();
     progress.clear();
+  }
+
+  static const char* error_code_of(RequestFailure f) {
+    switch (f) {
+      case RequestFailure::kPromptTooLong:
+        return batch_error::kContextLengthExceeded;
+      case RequestFailure::kKvCacheTooSmall:
+        return batch_error::kKvCacheTooSmall;
+      case RequestFailure::kNone:
+        break;
+    }
+    fail("run: the engine failed a request without saying why");
   }
 
   BatchResult result_of(const Completion& c, const std::string& model) const {

@@ -6,6 +6,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,7 @@
 #include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/profiler.h"
+#include "runtime/scheduler.h"
 
 namespace sluice {
 namespace {
@@ -118,9 +121,21 @@ OffloadConstraints executor_constraints(const OffloadSettings& s) {
 EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,
                              const std::vector<Request>& requests, size_t host_memory_bytes) {
+  // Requests that can never run with the KV blocks the user fixed (or with the context) do not
+  // run at all: the engine fails them alone, so they are left out of the workload. The device
+  // KV pool never has more blocks than the host cache (ceil((1-ω)·kv_blocks)): kv_blocks is the
+  // largest pool.
+  const bool fixed_kv = requested.kv_blocks > 0 && requested.kv_block_size > 0;
+  const int64_t largest_pool = fixed_kv ? requested.kv_blocks : INT64_MAX;
   std::vector<WorkloadRequest> work;
   work.reserve(requests.size());
-  for (const Request& r : requests) work.push_back({int(r.prompt.size()), r.max_new_tokens});
+  for (const Request& r : requests)
+    if (!never_runs(r, c.max_position_embeddings, std::max(1, requested.kv_block_size),
+                    largest_pool))
+      work.push_back({int(r.prompt.size()), r.max_new_tokens});
+  // None can run: the engine only reports their failures, with the smallest policy of a
+  // one-token request (planning the others would fail).
+  if (work.empty()) work.push_back({1, 1});
   return plan_for_workload(hw, c, requested, device, work, host_memory_bytes);
 }
 

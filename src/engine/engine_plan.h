@@ -40,7 +40,9 @@ OffloadConstraints executor_constraints(const OffloadSettings& settings);
 
 // The planner's policy for exactly these requests (their prompt lengths and generation limits),
 // within `host_memory_bytes` for weights, KV cache and activations; the non-zero fields of
-// `requested` are kept. Fails, saying what would fit, when nothing does.
+// `requested` are kept. Fails, saying what would fit, when nothing does. Requests that can never
+// run (never_runs: prompt fills the context, or more KV blocks than a fixed `kv_blocks`) are
+// left out: the engine fails them alone.
 //
 // With an offload device and a GPU in the profile, the plan is for the GPU pipeline within
 // --gpu-mem (default: 90% of the GPU's free memory, as the CUDA backend takes), and the

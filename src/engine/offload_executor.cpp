@@ -70,21 +70,11 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   size_t inv_freq_at = 0, resident_bytes = 0;
   char* resident = nullptr;  // device
   char* buffers = nullptr;   // device
-  // The GPU share of attention: the device KV pool, its free blocks, and the blocks held back for
-  // the live GPU-share sequences (each reserves all it will hold when it joins).
-  double omega = 1;
+  // The GPU share of attention: the device KV pool's memory, and its books (block tables by
+  // scheduler slot), kept by the scheduler: a sequence in `device_kv` is in the GPU share.
   DeviceKvLayout kv_layout;
-  char* kv_pool = nullptr;  // device
-  std::vector<int32_t> pool_free;
-  int64_t pool_reserved = 0;
-  enum class Share { kNone, kCpu, kGpu };
-  struct SequenceShare {
-    Share share = Share::kNone;
-    int length = 0;        // positions seen
-    int64_t reserved = 0;  // device pool blocks held back (GPU share)
-    std::vector<int32_t> blocks;
-  };
-  std::vector<SequenceShare> shares;  // by scheduler slot
+  char* kv_pool = nullptr;                  // device
+  const PagedKvCache* device_kv = nullptr;  // null without a GPU share
   // The step's rows of each share per micro-batch, and the CPU share's items.
   std::vector<int> mb_gpu, mb_cpu;
   std::vector<std::vector<HostAttentionItem>> cpu_items;
@@ -140,7 +130,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   int micro_batches() const override { return int(mb_row.size()) - 1; }
 
   Impl(const ModelConfig& config, const ModelWeights& weights, const Policy& p, PagedKvCache& cache,
-       const EngineDevice& d)
+       const PagedKvCache* device_cache, const EngineDevice& d)
       : c(config),
         w(weights),
         kv(cache),
@@ -149,9 +139,16 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         settings(place_lm_head(config, p, d.settings, free_bytes(*d.device))),
         sh(config, p, settings),
         buf(sh),
-        omega(cpu_attention_share(settings)),
         kv_layout(config, p, sh.gpu_kv_blocks),
+        device_kv(device_cache),
         lm_layout(config) {
+    const int64_t books = device_kv ? device_kv->total_blocks() : 0;
+    if (books != sh.gpu_kv_blocks ||
+        (device_kv && device_kv->config().block_size != kv.config().block_size))
+      fail(
+          "offload executor: field 'device_kv': expected the books of a device KV pool of {} "
+          "blocks of {} tokens (device_kv_config), got {} blocks",
+          sh.gpu_kv_blocks, kv.config().block_size, books);
     const OffloadFootprint f = offload_footprint(c, p, settings);
     const offload::MemoryBudget& b = dev.budget();
     const size_t free = free_bytes(dev);
@@ -196,10 +193,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
             static_cast<char*>(dev.allocate(resident_experts_size, "resident experts"));
       if (sh.lm_head) lm_head = static_cast<char*>(dev.allocate(lm_layout.bytes, "lm_head"));
       buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
-      if (kv_layout.bytes > 0) {
+      if (kv_layout.bytes > 0)
         kv_pool = static_cast<char*>(dev.allocate(kv_layout.bytes, "KV pool"));
-        for (int64_t k = kv_layout.blocks - 1; k >= 0; --k) pool_free.push_back(int32_t(k));
-      }
       slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
       upload_resident();
       build_pages();
@@ -398,68 +393,6 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   size_t qkv_offset(int mb) const { return size_t(mb_row[size_t(mb)]) * sh.qkv_row(); }
   int rows_of(int mb) const { return mb_row[size_t(mb) + 1] - mb_row[size_t(mb)]; }
 
-  void release_share(SequenceShare& q) {
-    for (int32_t b : q.blocks) pool_free.push_back(b);
-    pool_reserved -= q.reserved;
-    q = {};
-  }
-
-  // A new sequence joins the CPU share while it holds fewer than round(ω · n) of the n live
-  // sequences (this one included), else the GPU share if the device pool has room for every
-  // block it reserved; if not, the CPU share after all (counted in device_gpu_share_full).
-  void assign_share(SequenceShare& q, int blocks) {
-    int live = 0, on_cpu = 0;
-    for (const SequenceShare& o : shares) {
-      live += o.share != Share::kNone;
-      on_cpu += o.share == Share::kCpu;
-    }
-    const bool cpu_turn = on_cpu < std::llround(omega * double(live + 1));
-    if (!cpu_turn && kv_layout.blocks - pool_reserved >= blocks) {
-      q.share = Share::kGpu;
-      q.reserved = blocks;
-      pool_reserved += blocks;
-    } else {
-      q.share = Share::kCpu;
-      stats->device_gpu_share_full += !cpu_turn;
-    }
-  }
-
-  // Each item's sequence keeps its share; sequences gone since the last step (finished, or their
-  // slot taken by a new sequence, which starts at position 0) give theirs back first. The GPU
-  // share's device block tables grow with the sequences, as the host cache's did.
-  void assign_shares(const OffloadStepInput& in) {
-    const std::vector<StepItem>& items = plan->items;
-    if (sh.gpu_attention() && in.item_blocks.size() != items.size())
-      fail("offload executor: field 'item_blocks': expected one per plan item ({}), got {}",
-           items.size(), in.item_blocks.size());
-    for (size_t slot = 0; slot < shares.size(); ++slot) {
-      SequenceShare& q = shares[slot];
-      if (q.share != Share::kNone &&
-          (!kv.contains(int64_t(slot)) || kv.length(int64_t(slot)) < q.length))
-        release_share(q);
-    }
-    for (const StepItem& it : items)
-      if (it.first_pos == 0 && size_t(it.slot) < shares.size()) release_share(shares[it.slot]);
-    const int bs = kv.config().block_size;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const StepItem& it = items[i];
-      if (size_t(it.slot) >= shares.size()) shares.resize(size_t(it.slot) + 1);
-      SequenceShare& q = shares[size_t(it.slot)];
-      if (q.share == Share::kNone) assign_share(q, sh.gpu_attention() ? in.item_blocks[i] : 0);
-      q.length = it.first_pos + it.count;
-      if (q.share != Share::kGpu) continue;
-      while (int64_t(q.blocks.size()) * bs < q.length) {
-        if (int64_t(q.blocks.size()) >= q.reserved || pool_free.empty())
-          fail(
-              "offload executor: the sequence in slot {} needs more than the {} device KV blocks "
-              "it reserved when it joined the GPU share of attention",
-              it.slot, q.reserved);
-        q.blocks.push_back(pool_free.back());
-        pool_free.pop_back();
-      }
-    }
-  }
-
   // The step's rows of each share per micro-batch: the CPU share's items (their q|k|v and outputs
   // packed in the host blocks), and for the GPU share the row indices (AttentionIndex) and block
   // tables, staged in h_index; returns the table entries written.
@@ -478,7 +411,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     for (int mb = 0; mb < M; ++mb) {
       const size_t end = size_t(plan->micro_batch_end[size_t(mb)]);
       const int r0 = mb_row[size_t(mb)];
-      auto on_gpu = [&](size_t j) { return shares[size_t(items[j].slot)].share == Share::kGpu; };
+      auto on_gpu = [&](size_t j) { return device_kv && device_kv->contains(items[j].slot); };
       int ng = 0, nc = 0;
       for (size_t j = i; j < end; ++j) (on_gpu(j) ? ng : nc) += items[j].count;
       const float* qkv = h_qkv.data() + qkv_offset(mb);
@@ -498,18 +431,18 @@ struct OffloadExecutor::Impl final : offload::StepOps {
           }
           continue;
         }
-        const SequenceShare& q = shares[size_t(it.slot)];
-        std::copy(q.blocks.begin(), q.blocks.end(), tables + table_end);
+        const std::span<const int32_t> blocks = device_kv->block_table(it.slot);
+        std::copy(blocks.begin(), blocks.end(), tables + table_end);
         for (int t = 0; t < it.count; ++t, ++g) {
           const int pos = it.first_pos + t;
           const size_t r = size_t(r0 + g);
           ix[kGpuRows * T + r] = row0 + t;
           ix[kGpuPos * T + r] = pos;
           ix[kGpuTable * T + r] = table_end;
-          ix[kGpuSlot * T + r] = q.blocks[size_t(pos / bs)] * bs + pos % bs;
+          ix[kGpuSlot * T + r] = blocks[size_t(pos / bs)] * bs + pos % bs;
           ix[kMerge * T + size_t(r0 + row0 + t)] = g;
         }
-        table_end += int(q.blocks.size());
+        table_end += int(blocks.size());
         for (int l = 0; l < c.num_layers; ++l) account_attention(c, it.first_pos, it.count, *stats);
         stats->device_gpu_attention_rows += int64_t(it.count) * c.num_layers;
       }
@@ -816,9 +749,21 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 };
 
+KvCacheConfig device_kv_config(const ModelConfig& c, const Policy& p, const OffloadSettings& s) {
+  KvCacheConfig k;
+  k.n_layers = c.num_layers;
+  k.kv_heads = c.num_kv_heads;
+  k.head_dim = c.head_dim;
+  k.block_size = p.kv_block_size;
+  k.total_blocks = gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s));
+  k.with_storage = false;
+  return k;
+}
+
 OffloadExecutor::OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,
-                                 PagedKvCache& kv, const EngineDevice& device)
-    : impl_(std::make_unique<Impl>(c, weights, p, kv, device)) {}
+                                 PagedKvCache& kv, const PagedKvCache* device_kv,
+                                 const EngineDevice& device)
+    : impl_(std::make_unique<Impl>(c, weights, p, kv, device_kv, device)) {}
 OffloadExecutor::~OffloadExecutor() = default;
 
 int OffloadExecutor::page_slots() const {
@@ -846,7 +791,6 @@ std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, f
   m.to_device_bytes = m.to_host_bytes = 0;
   m.mb_row.assign(1, 0);
   for (int end : plan.micro_batch_end) m.mb_row.push_back(in.item_row[size_t(end)]);
-  m.assign_shares(in);
   const int table_entries = m.index_rows();
 
   // The embeddings and positions go up; the compute queue starts once they are there.

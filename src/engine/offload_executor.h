@@ -18,16 +18,19 @@
 //   KV pool  the GPU share of attention's KV blocks, ceil((1-ω)·kv_blocks) of the host cache's
 //            layout (none when ω = 1); their block tables and the split's row indices are among
 //            the buffers.
-// Attention is split by sequence (`cpu_attention_share` ω): a sequence is given to the CPU or
-// the GPU share when its first tokens arrive and stays there (its KV lives in one place); it
-// joins the CPU share while that holds fewer than round(ω·n) of the n live sequences, so each
-// step's split stays near ω (MoE-Gen's full KV offload is ω = 1). In attention_in
-// the device writes the GPU share's K/V into its KV pool and runs their attention there; only the
-// CPU share's q/k/v go to the host, where the CPU writes the engine's PagedKvCache and runs paged
-// attention, and only their outputs come back. The host cache still reserves blocks for every
-// sequence (the Scheduler's admission is unchanged); the device pool mirrors the GPU share's
-// block tables, and a sequence joins the GPU share only when the pool has room for every block
-// it reserved, else the CPU share: the pool never overflows.
+// Attention is split by sequence (`cpu_attention_share` ω), and the Scheduler makes the split:
+// it keeps two KV pools, the host's PagedKvCache and the books of the device KV pool (a
+// PagedKvCache without storage, device_kv_config, owned by the engine), and places each sequence
+// in one of them when it admits it, for its whole life (see runtime/scheduler.h: the host pool
+// while it holds fewer than round(ω·n) of the n live sequences, so each step's split stays near
+// ω; the other pool when the first lacks room). A sequence in the device pool's books is in the
+// GPU share, and its block table there indexes the executor's KV pool memory; the pool never
+// overflows, since the Scheduler admits a sequence only with room for all it will hold. The host
+// cache holds the CPU share's sequences only, so both pools together bound the batch
+// (MoE-Gen's full KV offload is ω = 1, no device pool). In attention_in the device writes the GPU
+// share's K/V into its KV pool and runs their attention there; only the CPU share's q/k/v go to
+// the host, where the CPU writes the engine's PagedKvCache and runs paged attention, and only
+// their outputs come back.
 // Experts of streamed layers with at most `cpu_expert_max_tokens` tokens whose pages are not yet
 // copied run on the host CPU on host weights, as step_pipeline decides; a resident layer's
 // experts always run on the device.
@@ -67,6 +70,11 @@ struct OffloadFootprint {
 };
 OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p, const OffloadSettings& s);
 
+// The books of the device KV pool (block tables, no storage: the K/V are on the device), in the
+// host cache's block size; total_blocks is 0 when attention has no GPU share (ω = 1). The engine
+// keeps a PagedKvCache of it for the Scheduler and hands it to the executor.
+KvCacheConfig device_kv_config(const ModelConfig& c, const Policy& p, const OffloadSettings& s);
+
 // One step's inputs, as the engine laid them out on the host.
 struct OffloadStepInput {
   const StepPlan* plan = nullptr;
@@ -74,17 +82,16 @@ struct OffloadStepInput {
   std::span<const int> positions;     // [T]
   const float* embeddings = nullptr;  // [T, H] host, the layers' input
   std::span<const int> sample_rows;   // rows whose final hidden state is wanted
-  // Per plan item: the KV blocks its sequence holds and has reserved in the host cache, all it
-  // will hold (the GPU share of attention admits a sequence only with room for them).
-  std::span<const int> item_blocks;
 };
 
 class OffloadExecutor {
  public:
-  // `weights` are the engine's (bf16 matrices, fp32 norms); they and `kv` outlive the executor.
-  // Fails if the device budget cannot hold the footprint with the fewest slots, naming it.
+  // `weights` are the engine's (bf16 matrices, fp32 norms); they, `kv` (the host cache: the CPU
+  // share's K/V) and `device_kv` (the device pool's books, of device_kv_config; null when that
+  // has no block) outlive the executor. Fails if the device budget cannot hold the footprint
+  // with the fewest slots, naming it.
   OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,
-                  PagedKvCache& kv, const EngineDevice& device);
+                  PagedKvCache& kv, const PagedKvCache* device_kv, const EngineDevice& device);
   ~OffloadExecutor();
 
   // Runs every layer of the step and adds to `stats`. With the lm_head on the device, returns

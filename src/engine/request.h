@@ -23,9 +23,36 @@ struct Request {
   std::function<bool(std::span<const int> generated)> stop_check;
 };
 
-enum class FinishReason { kStop, kLength };
+// kError: the request could never run (see RequestFailure) and failed alone, generating nothing.
+enum class FinishReason { kStop, kLength, kError };
 inline const char* finish_reason_name(FinishReason r) {
-  return r == FinishReason::kStop ? "stop" : "length";
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "?";
+}
+
+// Why a request failed alone (FinishReason::kError).
+enum class RequestFailure {
+  kNone,
+  kPromptTooLong,    // the prompt leaves no position of the model's context to generate in
+  kKvCacheTooSmall,  // its whole sequence needs more KV blocks than the largest KV pool has
+};
+inline const char* request_failure_code(RequestFailure f) {
+  switch (f) {
+    case RequestFailure::kNone:
+      return "none";
+    case RequestFailure::kPromptTooLong:
+      return "prompt_too_long";
+    case RequestFailure::kKvCacheTooSmall:
+      return "kv_cache_too_small";
+  }
+  return "?";
 }
 
 struct Completion {
@@ -33,6 +60,9 @@ struct Completion {
   std::vector<int> tokens;  // generated tokens, the stop token included when one ended it
   FinishReason reason = FinishReason::kLength;
   int prompt_tokens = 0;
+  // With FinishReason::kError: why, and a message naming the sizes that did not fit.
+  RequestFailure failure = RequestFailure::kNone;
+  std::string error;
 };
 
 }  // namespace sluice

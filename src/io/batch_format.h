@@ -31,7 +31,7 @@ inline constexpr const char* kInvalidRequest = "invalid_request";  // wrong shap
 inline constexpr const char* kInvalidUrl = "invalid_url";          // unsupported method or url
 inline constexpr const char* kTemplateError = "template_error";    // the chat template failed
 inline constexpr const char* kContextLengthExceeded = "context_length_exceeded";
-inline constexpr const char* kKvCacheTooSmall = "kv_cache_too_small";  // given --kv-blocks
+inline constexpr const char* kKvCacheTooSmall = "kv_cache_too_small";  // no KV pool holds it
 }  // namespace batch_error
 
 // One request as the input file states it; absent optional fields take the job's defaults.

@@ -1,5 +1,7 @@
 #include "runtime/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
 
@@ -10,36 +12,106 @@ namespace sluice {
 ActiveSequence::ActiveSequence(Request r)
     : request(std::move(r)), tokens(request.prompt), sampler(request.sampling) {}
 
-Scheduler::Scheduler(const Policy& policy, PagedKvCache& kv, int max_positions)
-    : policy_(policy), kv_(kv), max_positions_(max_positions), slots_(policy.batch) {
+Scheduler::Scheduler(const Policy& policy, PagedKvCache& kv, int max_positions, DeviceKvPool device)
+    : policy_(policy),
+      cpu_share_(device.cpu_share),
+      max_positions_(max_positions),
+      slots_(policy.batch) {
   if (policy.batch <= 0 || policy.attn_micro_batch <= 0 || policy.prefill_chunk <= 0)
     fail(
         "scheduler: policy fields batch, attn_micro_batch and prefill_chunk must be resolved "
         "(got {})",
         policy.describe());
+  pools_[0].kv = &kv;
+  if (device.kv) {
+    if (device.kv->config().block_size != kv.config().block_size)
+      fail(
+          "scheduler: field 'device.kv.block_size': expected the host cache's block size {}, "
+          "got {}",
+          kv.config().block_size, device.kv->config().block_size);
+    if (!(device.cpu_share >= 0 && device.cpu_share <= 1))
+      fail("scheduler: field 'device.cpu_share': expected in [0, 1], got {}", device.cpu_share);
+    pools_[1].kv = device.kv;
+  }
+}
+
+PagedKvCache& Scheduler::kv(KvPool p) const {
+  PagedKvCache* cache = pools_[p == KvPool::kDevice].kv;
+  if (!cache)
+    fail("scheduler: field 'pool': expected the host pool, this scheduler has no device pool");
+  return *cache;
+}
+
+double Scheduler::kv_usage() const {
+  int64_t used = 0, total = 0;
+  for (const Pool& p : pools_) {
+    if (!p.kv) continue;
+    used += p.kv->total_blocks() - p.kv->free_blocks();
+    total += p.kv->total_blocks();
+  }
+  return total > 0 ? double(used) / double(total) : 0.0;
 }
 
 int Scheduler::blocks_for(int tokens) const {
-  const int bs = kv_.config().block_size;
+  const int bs = pools_[0].kv->config().block_size;
   return (tokens + bs - 1) / bs;
 }
 
-void Scheduler::submit(Request r) {
-  if (r.prompt.empty()) fail("request {}: the prompt is empty", r.id);
-  if (r.max_new_tokens < 1) fail("request {}: max_new_tokens must be at least 1", r.id);
-  const int total = int(r.prompt.size()) + r.max_new_tokens;
-  if (int(r.prompt.size()) >= max_positions_)
-    fail("request {}: prompt of {} tokens does not fit the model's context of {}", r.id,
-         r.prompt.size(), max_positions_);
-  if (blocks_for(std::min(total, max_positions_)) > kv_.total_blocks())
-    fail("request {}: {} tokens need {} KV blocks, the cache has {}", r.id, total,
-         blocks_for(total), kv_.total_blocks());
-  queue_.push_back(std::move(r));
-  queue_sorted_ = false;
+std::optional<Completion> never_runs(const Request& r, int max_positions, int block_size,
+                                     int64_t largest_pool) {
+  Completion c;
+  c.id = r.id;
+  c.prompt_tokens = int(r.prompt.size());
+  c.reason = FinishReason::kError;
+  if (int(r.prompt.size()) >= max_positions) {
+    c.failure = RequestFailure::kPromptTooLong;
+    c.error = fmt::format(
+        "the prompt has {} tokens; the model's context holds {}, so none are left to generate",
+        r.prompt.size(), max_positions);
+    return c;
+  }
+  // A sequence stops at the end of the context: it never needs more blocks than that.
+  const int tokens = std::min(int(r.prompt.size()) + r.max_new_tokens, max_positions);
+  const int64_t needed = (int64_t(tokens) + block_size - 1) / block_size;
+  if (needed <= largest_pool) return std::nullopt;
+  c.failure = RequestFailure::kKvCacheTooSmall;
+  c.error = fmt::format(
+      "{} prompt + {} new tokens need {} KV-cache blocks of {} tokens; the largest KV pool has {}",
+      r.prompt.size(), r.max_new_tokens, needed, block_size, largest_pool);
+  return c;
 }
 
-// Admits queued requests, longest prompt first, while a slot is free and the KV cache can
-// hold the whole sequence on top of what running sequences have reserved.
+std::optional<Completion> Scheduler::submit(Request r) {
+  if (r.prompt.empty()) fail("request {}: the prompt is empty", r.id);
+  if (r.max_new_tokens < 1) fail("request {}: max_new_tokens must be at least 1", r.id);
+  int64_t largest = 0;
+  for (const Pool& p : pools_)
+    if (p.kv) largest = std::max(largest, p.kv->total_blocks());
+  if (std::optional<Completion> failed =
+          never_runs(r, max_positions_, pools_[0].kv->config().block_size, largest))
+    return failed;
+  queue_.push_back(std::move(r));
+  queue_sorted_ = false;
+  return std::nullopt;
+}
+
+// The pool a new sequence of `blocks` goes to, if any has room: the host's while it holds fewer
+// than round(ω · n) of the n live sequences (this one included), else the device's; the other
+// one when the chosen one lacks room.
+std::optional<KvPool> Scheduler::place(int blocks) {
+  if (!has_device_pool())
+    return pools_[0].has_room(blocks) ? std::optional(KvPool::kHost) : std::nullopt;
+  const bool host_turn = pools_[0].live < std::llround(cpu_share_ * double(active_count_ + 1));
+  const KvPool turn = host_turn ? KvPool::kHost : KvPool::kDevice;
+  const KvPool other = host_turn ? KvPool::kDevice : KvPool::kHost;
+  if (pool(turn).has_room(blocks)) return turn;
+  if (!pool(other).has_room(blocks)) return std::nullopt;
+  device_turns_to_host_ += !host_turn;
+  return other;
+}
+
+// Admits queued requests, longest prompt first, while a slot is free and a KV pool can hold the
+// whole sequence on top of what its running sequences have reserved.
 void Scheduler::admit() {
   if (queue_.empty() || active_count_ == int(slots_.size())) return;
   if (!queue_sorted_) {  // sorted once after submissions, not at every step
@@ -53,12 +125,16 @@ void Scheduler::admit() {
     const Request& next = queue_.front();
     const int total = std::min(int(next.prompt.size()) + next.max_new_tokens, max_positions_);
     const int need = blocks_for(total);
-    if (kv_.free_blocks() - reserved_total_ < need) return;  // defer until blocks free up
+    const std::optional<KvPool> where = place(need);
+    if (!where) return;  // defer until blocks free up
     auto seq = std::make_unique<ActiveSequence>(std::move(queue_.front()));
     queue_.pop_front();
+    Pool& p = pool(*where);
+    seq->pool = *where;
     seq->reserved_blocks = need;
-    reserved_total_ += need;
-    kv_.allocate(slot);
+    p.reserved += need;
+    ++p.live;
+    p.kv->allocate(int64_t(slot));
     slots_[slot] = std::move(seq);
     ++active_count_;
   }
@@ -91,13 +167,14 @@ StepPlan Scheduler::plan_step() {
   // Blocks for this step's positions come out of the sequence's reservation.
   for (const StepItem& item : plan.items) {
     ActiveSequence& s = *slots_[item.slot];
-    const int64_t before = kv_.free_blocks();
-    if (!kv_.append_slots(item.slot, item.count))
+    Pool& p = pool(s.pool);
+    const int64_t before = p.kv->free_blocks();
+    if (!p.kv->append_slots(item.slot, item.count))
       fail("scheduler: KV cache refused {} positions reserved for request {}", item.count,
            s.request.id);
-    const int taken = int(before - kv_.free_blocks());
+    const int taken = int(before - p.kv->free_blocks());
     s.reserved_blocks -= taken;
-    reserved_total_ -= taken;
+    p.reserved -= taken;
   }
   return plan;
 }
@@ -167,8 +244,10 @@ std::vector<Completion> Scheduler::complete_step(const StepPlan& plan,
     c.tokens.assign(s.tokens.begin() + c.prompt_tokens, s.tokens.end());
     c.reason = stop ? FinishReason::kStop : FinishReason::kLength;
     finished.push_back(std::move(c));
-    reserved_total_ -= s.reserved_blocks;
-    kv_.release(item.slot);
+    Pool& p = pool(s.pool);
+    p.reserved -= s.reserved_blocks;
+    --p.live;
+    p.kv->release(item.slot);
     slots_[item.slot].reset();
     --active_count_;
   }

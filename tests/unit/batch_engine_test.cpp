@@ -143,5 +143,51 @@ INSTANTIATE_TEST_SUITE_P(
                            }}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// Requests that can never run (a prompt that fills the context; a sequence needing more KV blocks
+// than the cache has) fail alone, reported first through on_finished; the others run as they run
+// without them, token for token.
+TEST(BatchEngineFailures, ARequestThatCanNeverRunFailsAloneAndTheOthersRun) {
+  const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
+  const EngineRun want = run_engine(m, Precision::kF32);
+  const Policy p = testing::exercising_policy(Precision::kF32, kNew);
+  const int context = m.config.max_position_embeddings;
+  std::vector<Request> requests = want.requests;
+  Request too_long;
+  too_long.id = 98;
+  too_long.prompt = prompt_of(context, 98, m.config.vocab_size);
+  too_long.max_new_tokens = 1;
+  Request too_big;
+  too_big.id = 99;
+  too_big.prompt = prompt_of(p.kv_blocks * p.kv_block_size, 99, m.config.vocab_size);
+  too_big.max_new_tokens = 1;
+  requests.insert(requests.begin() + 2, too_big);
+  requests.push_back(too_long);
+  BatchEngine engine(m, p);
+  std::vector<int64_t> order;
+  std::map<int64_t, Completion> done;
+  engine.run(requests, [&](Completion&& c) {
+    order.push_back(c.id);
+    done[c.id] = std::move(c);
+  });
+  ASSERT_EQ(done.size(), want.done.size() + 2);
+  ASSERT_GE(order.size(), 2u);
+  EXPECT_EQ(std::vector<int64_t>(order.begin(), order.begin() + 2), (std::vector<int64_t>{99, 98}));
+  EXPECT_EQ(done[98].reason, FinishReason::kError);
+  EXPECT_EQ(done[98].failure, RequestFailure::kPromptTooLong);
+  EXPECT_EQ(done[99].reason, FinishReason::kError);
+  EXPECT_EQ(done[99].failure, RequestFailure::kKvCacheTooSmall);
+  EXPECT_NE(done[99].error.find("the largest KV pool has " + std::to_string(p.kv_blocks)),
+            std::string::npos)
+      << done[99].error;
+  for (int64_t id : {98, 99}) {
+    EXPECT_TRUE(done[id].tokens.empty());
+    EXPECT_STREQ(finish_reason_name(done[id].reason), "error");
+  }
+  for (const auto& [id, c] : want.done) {
+    EXPECT_EQ(done[id].tokens, c.tokens) << "request " << id;
+    EXPECT_EQ(done[id].reason, c.reason) << "request " << id;
+  }
+}
+
 }  // namespace
 }  // namespace sluice

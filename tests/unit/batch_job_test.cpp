@@ -362,7 +362,8 @@ TEST_F(BatchJob, RequestLargerThanTheGivenKvCacheFailsAlone) {
   EXPECT_TRUE(results["short"]["error"].is_null()) << results["short"].dump();
   EXPECT_EQ(results["long"]["error"]["code"], "kv_cache_too_small");
   EXPECT_EQ(results["long"]["error"]["message"],
-            "3 prompt + 40 new tokens need 3 KV-cache blocks of 16 tokens; --kv-blocks gives 2");
+            "3 prompt + 40 new tokens need 3 KV-cache blocks of 16 tokens; the largest KV pool "
+            "has 2");
 }
 
 TEST_F(BatchJob, StopStringEndsTheTextBeforeIt) {

@@ -104,6 +104,27 @@ TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
   EXPECT_EQ(rows[0].rfind("[1] The quick brown fox", 0), 0u) << r.output;
 }
 
+// A prompt that can never run (here: more KV blocks than --kv-blocks gives) fails alone: the
+// others are printed, then its error, and the exit status is 1.
+TEST_F(Cli, GenerateFailsAPromptThatCanNeverRunAloneAndExitsNonZero) {
+  TempDir d;
+  testing::write_file(d / "prompts.txt",
+                      "Hi\none two three four five six seven eight nine ten eleven twelve thirteen "
+                      "fourteen fifteen sixteen seventeen eighteen nineteen twenty\n");
+  auto r = run_command(sluice_command("generate --model " + model().string() + " --input " +
+                                      (d / "prompts.txt").string() +
+                                      " --max-new-tokens 4 --kv-blocks 2 --kv-block-size 8"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("[1] Hi"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[2] "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: prompt 2 ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("KV-cache blocks of 8 tokens; the largest KV pool has 2 "
+                          "(kv_cache_too_small)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("error: 1 of 2 prompts failed"), std::string::npos) << r.output;
+}
+
 // The engine runs the planner's policy for the actual prompts unless a field is given; a host
 // memory limit too small for the weights fails with what would fit.
 TEST_F(Cli, GenerateRunsThePlannersPolicyWithinTheHostMemoryLimit) {

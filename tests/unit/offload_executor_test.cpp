@@ -38,7 +38,9 @@ struct EngineRun {
   std::map<int64_t, Completion> done;
   std::map<std::pair<int64_t, int>, std::vector<float>> logits;  // (request, position) -> row
   EngineStats stats;
-  int mixed_steps = 0;  // steps with both prefill and decode tokens
+  int mixed_steps = 0;      // steps with both prefill and decode tokens
+  int64_t max_active = 0;   // most sequences running at once
+  double max_kv_usage = 0;  // most of the KV blocks in use, as the progress reports it
 };
 
 EngineRun run(BatchEngine& engine, const ModelConfig& c) {
@@ -47,8 +49,10 @@ EngineRun run(BatchEngine& engine, const ModelConfig& c) {
     out.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
   });
   int64_t prefill = 0, decode = 0;
-  engine.set_step_observer([&](const EngineStats& s, const BatchEngine::Progress&) {
+  engine.set_step_observer([&](const EngineStats& s, const BatchEngine::Progress& progress) {
     out.mixed_steps += s.prefill_tokens > prefill && s.decode_tokens > decode;
+    out.max_active = std::max(out.max_active, progress.active);
+    out.max_kv_usage = std::max(out.max_kv_usage, progress.kv_usage);
     prefill = s.prefill_tokens, decode = s.decode_tokens;
   });
   std::vector<Request> requests;
@@ -338,13 +342,14 @@ TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
                    rows * c.num_layers * double(c.q_dim() + 2 * c.kv_dim()) * 4);
 }
 
-// Admission to the GPU share: a sequence joins it only when the device pool has room for every
-// block it reserved in the host cache, else it runs on the CPU share. The test's sequences
-// reserve 7 to 15 blocks of 4 tokens. With 15 blocks in the host cache and ω = 0.25 the pool has
-// 12: a sequence of more than 12 blocks cannot join the GPU share when its turn comes, nor can one
-// whose turn comes while another holds the pool (with this workload it happens once). The output
-// is the CPU engine's whatever the split, and the pool never overflows (the executor fails if it
-// would).
+// The Scheduler's two KV pools: a sequence joins the GPU share only when the device pool has room
+// for every block it will hold, else the host pool takes it if it has room, else it waits. The
+// test's sequences reserve 7 to 15 blocks of 4 tokens. With 15 blocks in the host cache and
+// ω = 0.25 the device pool has 12: the longest sequence (15 blocks) cannot join the GPU share when
+// its turn comes and goes to the host pool. The output is the CPU engine's whatever the split,
+// and the device pool never overflows (its books are a PagedKvCache that refuses to). The host
+// cache alone runs one of these sequences at a time (the CPU engine); with the device pool beside
+// it more run at once.
 TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   const Model m = model();
   Policy p = test_policy(Precision::kF32);
@@ -365,6 +370,14 @@ TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
       (long long)got.stats.device_gpu_share_full);
   EXPECT_GT(got.stats.device_gpu_attention_rows, 0);
   EXPECT_GT(got.stats.device_gpu_share_full, 0);
+  std::printf("at most %lld sequences at once with both pools, %lld with the host cache alone\n",
+              (long long)got.max_active, (long long)want.max_active);
+  EXPECT_GT(got.max_active, want.max_active);
+  // The KV use counts both pools' blocks: never more than all of them. The peak is taken with
+  // the step's blocks appended, the progress after its sequences retired.
+  EXPECT_LE(got.stats.peak_kv_usage, 1.0);
+  EXPECT_GT(got.max_kv_usage, 0.0);
+  EXPECT_GE(got.stats.peak_kv_usage, got.max_kv_usage);
 }
 
 // ω outside [0, 1] is refused, naming the field.

@@ -35,7 +35,9 @@ void replay_schedule(const Policy& p, int max_positions, int window,
     r.prompt.assign(size_t(std::max(0, requests[i].prompt_tokens)), 0);
     r.max_new_tokens = requests[i].new_tokens;
     r.ignore_eos = true;
-    sched.submit(std::move(r));
+    if (std::optional<Completion> failed = sched.submit(std::move(r)))
+      fail("workload simulation: request {} ({} prompt + {} new tokens) can never run: {}", i,
+           requests[i].prompt_tokens, requests[i].new_tokens, failed->error);
   }
   std::vector<int> sampled;
   while (!sched.done()) {

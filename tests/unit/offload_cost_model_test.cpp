@@ -210,6 +210,25 @@ TEST(OffloadCostModel, GpuMemoryByHand) {
   EXPECT_EQ(gpu_memory_use(c, p, o).page_slots, 0u);
 }
 
+// The KV blocks split between the pools: the host holds the rest of the GPU share's.
+TEST(OffloadCostModel, HostHoldsTheCpuShareOfTheKvCache) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  Policy p = small_policy();
+  p.kv_block_size = 16;
+  p.kv_blocks = 64;
+  const size_t block = 16 * 4 * 2 * 1024 * 2;  // 16 tokens × 4 layers × K|V × kv_dim × bf16
+  OffloadPlan o = streamed(3);
+  o.cpu_attention_share = 0.25;
+  EXPECT_EQ(host_kv_blocks(64, 0.25), 16);
+  EXPECT_EQ(host_memory_use(c, p, o).kv_cache, 16 * block);
+  EXPECT_EQ(host_kv_blocks(10, 0.3), 3);
+  EXPECT_EQ(host_kv_blocks(10, 1.0), 10);
+  EXPECT_EQ(host_kv_blocks(10, 0.0), 0);
+  // Without the GPU pipeline the host holds every block.
+  EXPECT_EQ(host_memory_use(c, p, OffloadPlan{}).kv_cache, 64 * block);
+  EXPECT_EQ(host_memory_use(c, p).kv_cache, 64 * block);
+}
+
 TEST(OffloadPlanner, PrefersMoreResidentLayersWhenMemoryAllows) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   const HardwareProfile hw = synthetic_gpu_profile(1e10);

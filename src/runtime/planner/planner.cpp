@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "runtime/planner/gpu_kv_blocks.h"
 
 namespace sluice {
 
@@ -38,11 +39,14 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   return m;
 }
 
-// The host KV cache is whole with the GPU pipeline too: the offload executor keeps every
-// sequence's blocks in the engine's host PagedKvCache (its admission bookkeeping), the GPU share's
-// K/V in a device pool beside it.
-HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan&) {
-  return host_memory_use(c, p);
+// With the GPU pipeline the host KV cache holds the CPU share's blocks only; the GPU share's
+// live in the device pool (gpu_memory_use).
+HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
+  HostMemoryUse m = host_memory_use(c, p);
+  if (o.gpu)
+    m.kv_cache = size_t(host_kv_blocks(p.kv_blocks, o.cpu_attention_share)) *
+                 kv_bytes_per_token(c) * size_t(p.kv_block_size);
+  return m;
 }
 
 std::vector<WorkloadRequest> uniform_workload(int requests, int prompt_tokens, int new_tokens) {

@@ -47,7 +47,7 @@ struct HostMemoryUse {
 };
 size_t model_weight_bytes(const ModelConfig& c);  // as the engine holds them (bf16)
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p);
-// With the GPU pipeline the host holds only the CPU's share ω of the KV cache.
+// With the GPU pipeline the host holds only the CPU share's KV blocks (host_kv_blocks).
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o);
 
 // Why a phase takes the time it does, from a representative step's task graph.

@@ -20,7 +20,9 @@ void add_policy_options(CLI::App& sub, Policy& p) {
   sub.add_option("--prefill-chunk", p.prefill_chunk, "Most prompt tokens prefilled per step")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
-  sub.add_option("--kv-blocks", p.kv_blocks, "KV-cache blocks in host memory")
+  sub.add_option("--kv-blocks", p.kv_blocks,
+                 "KV-cache blocks (with an offload device, of the host cache and the device KV "
+                 "pool together: the device holds the GPU share of attention)")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--kv-block-size", p.kv_block_size, "Tokens per KV-cache block")

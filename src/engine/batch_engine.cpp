@@ -87,7 +87,7 @@ struct BatchEngine::Impl {
   std::unique_ptr<OffloadExecutor> offload;
 
   Impl(const Model& model, const Policy& p, const EngineDevice& device)
-      : c(model.config), policy(p), kv(kv_config(model.config, p)) {
+      : c(model.config), policy(p), kv(kv_config(model.config, p, device)) {
     w.embed = model.weights.embed;
     w.final_norm = as_f32(model.weights.final_norm);
     w.lm_head = as_bf16(model.weights.lm_head);
@@ -114,13 +114,16 @@ struct BatchEngine::Impl {
     }
   }
 
-  static KvCacheConfig kv_config(const ModelConfig& c, const Policy& p) {
+  // The host cache: every KV block on the CPU engine; with an offload device the CPU share's,
+  // the device KV pool holding the rest (host_kv_blocks, as the planner sizes host memory).
+  static KvCacheConfig kv_config(const ModelConfig& c, const Policy& p, const EngineDevice& d) {
     KvCacheConfig k;
     k.n_layers = c.num_layers;
     k.kv_heads = c.num_kv_heads;
     k.head_dim = c.head_dim;
     k.block_size = p.kv_block_size;
-    k.total_blocks = p.kv_blocks;
+    k.total_blocks =
+        d.device ? host_kv_blocks(p.kv_blocks, cpu_attention_share(d.settings)) : p.kv_blocks;
     return k;
   }
 

@@ -15,9 +15,10 @@
 //              (gate, up and down are one page each, I·H bf16), so an expert is 3 pages and the
 //              fewest slots a step can run with is 3 (none when every layer is resident);
 //   buffers    the activations of the largest step (B decode tokens + a prefill chunk).
-//   KV pool  the GPU share of attention's KV blocks, ceil((1-ω)·kv_blocks) of the host cache's
-//            layout (none when ω = 1); their block tables and the split's row indices are among
-//            the buffers.
+//   KV pool  the GPU share of attention's KV blocks, ceil((1-ω)·kv_blocks) in the host cache's
+//            layout (none when ω = 1), the host cache holding the other kv_blocks
+//            (host_kv_blocks); their block tables and the split's row indices are among the
+//            buffers.
 // Attention is split by sequence (`cpu_attention_share` ω), and the Scheduler makes the split:
 // it keeps two KV pools, the host's PagedKvCache and the books of the device KV pool (a
 // PagedKvCache without storage, device_kv_config, owned by the engine), and places each sequence

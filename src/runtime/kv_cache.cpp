@@ -11,11 +11,14 @@ namespace {
 
 uint16_t* allocate_pool(const KvCacheConfig& c) {
   if (c.n_layers <= 0 || c.kv_heads <= 0 || c.head_dim <= 0 || c.block_size <= 0 ||
-      c.total_blocks <= 0 || c.total_blocks > INT32_MAX)
+      c.total_blocks < 0 || c.total_blocks > INT32_MAX)
     fail(
         "kv cache: field 'config': expected positive n_layers, kv_heads, head_dim, block_size "
-        "and 0 < total_blocks < 2^31, got {} {} {} {} {}",
+        "and 0 <= total_blocks < 2^31, got {} {} {} {} {}",
         c.n_layers, c.kv_heads, c.head_dim, c.block_size, c.total_blocks);
+  // An empty pool is valid: with the GPU holding every sequence's attention (ω = 0) the host
+  // cache has no blocks.
+  if (c.total_blocks == 0) return nullptr;
   const size_t bytes = size_t(c.total_blocks) * size_t(c.block_bytes());
   const size_t rounded = (bytes + 63) / 64 * 64;
   // Not zero-filled: the OS maps pages lazily on first write, and positions are only read after
@@ -89,7 +92,8 @@ std::span<const int32_t> PagedKvCache::block_table(int64_t seq_id) const {
 }
 
 double PagedKvCache::usage() const {
-  return 1.0 - double(free_blocks()) / double(config_.total_blocks);
+  return config_.total_blocks == 0 ? 0.0
+                                   : 1.0 - double(free_blocks()) / double(config_.total_blocks);
 }
 
 uint16_t* PagedKvCache::layer_base(int layer) const {

@@ -128,7 +128,6 @@ TEST(PagedKvCache, RejectsMisuse) {
   EXPECT_THROW(cache.write_tokens(0, 1, 0, 1, row.data(), row.data()), Error);  // not appended
   ASSERT_TRUE(cache.append_slots(1, 1));
   EXPECT_THROW(cache.write_tokens(2, 1, 0, 1, row.data(), row.data()), Error);  // bad layer
-  EXPECT_THROW(PagedKvCache(small_config(0)), Error);
 }
 
 TEST(PagedKvCache, BookkeepingOnlyCacheTracksBlocksButHoldsNoData) {
@@ -148,6 +147,19 @@ TEST(PagedKvCache, BookkeepingOnlyCacheTracksBlocksButHoldsNoData) {
   EXPECT_THROW(kv.write_tokens(0, 1, 0, 1, row.data(), row.data()), Error);
   kv.release(1);
   EXPECT_EQ(kv.free_blocks(), c.total_blocks);
+}
+
+// The host cache of a run whose attention is all on the GPU (ω = 0) has no blocks: it admits no
+// position and reports no use; a negative size is refused.
+TEST(PagedKvCache, AnEmptyPoolHoldsNothing) {
+  PagedKvCache cache(small_config(0));
+  EXPECT_EQ(cache.free_blocks(), 0);
+  EXPECT_DOUBLE_EQ(cache.usage(), 0.0);
+  cache.allocate(1);
+  EXPECT_FALSE(cache.append_slots(1, 1));
+  EXPECT_EQ(cache.length(1), 0);
+  cache.release(1);
+  EXPECT_THROW(PagedKvCache(small_config(-1)), Error);
 }
 
 }  // namespace

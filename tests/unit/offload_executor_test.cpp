@@ -344,20 +344,19 @@ TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
 
 // The Scheduler's two KV pools: a sequence joins the GPU share only when the device pool has room
 // for every block it will hold, else the host pool takes it if it has room, else it waits. The
-// test's sequences reserve 7 to 15 blocks of 4 tokens. With 15 blocks in the host cache and
-// ω = 0.25 the device pool has 12: the longest sequence (15 blocks) cannot join the GPU share when
-// its turn comes and goes to the host pool. The output is the CPU engine's whatever the split,
-// and the device pool never overflows (its books are a PagedKvCache that refuses to). The host
-// cache alone runs one of these sequences at a time (the CPU engine); with the device pool beside
-// it more run at once.
+// test's sequences reserve 7 to 15 blocks of 4 tokens. 32 KV blocks at ω = 0.5 are 16 in the
+// host cache and 16 in the device pool, each of which holds one of the longest sequences. The
+// output is the CPU engine's whatever the split, the device pool never overflows (its books are a
+// PagedKvCache that refuses to), and the host holds only its 16 blocks: it alone (the CPU engine
+// with 16 blocks) runs fewer sequences at once than both pools together.
 TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   const Model m = model();
   Policy p = test_policy(Precision::kF32);
-  p.kv_blocks = 15;
+  p.kv_blocks = 32;
   BatchEngine cpu_engine(m, p);
   const EngineRun want = run(cpu_engine, m.config);
   OffloadSettings settings{0, 6, 0};
-  settings.cpu_attention_share = 0.25;
+  settings.cpu_attention_share = 0.5;
   offload::CpuStandinDevice device(size_t(1) << 30);
   offload::HostMath math;
   BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
@@ -365,14 +364,20 @@ TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   const Comparison c = compare(got, want);
   EXPECT_EQ(c.bitwise, c.positions);
   std::printf(
-      "a pool of %lld blocks: %lld rows attended on the device, %lld sequences found it full\n",
-      (long long)gpu_kv_blocks(p.kv_blocks, 0.25), (long long)got.stats.device_gpu_attention_rows,
-      (long long)got.stats.device_gpu_share_full);
+      "pools of %lld host and %lld device blocks: %lld rows attended on the device, %lld device "
+      "turns went to the host\n",
+      (long long)host_kv_blocks(p.kv_blocks, 0.5), (long long)gpu_kv_blocks(p.kv_blocks, 0.5),
+      (long long)got.stats.device_gpu_attention_rows, (long long)got.stats.device_gpu_share_full);
+  EXPECT_EQ(host_kv_blocks(p.kv_blocks, 0.5), 16);
+  EXPECT_EQ(got.stats.kv_cache_bytes, want.stats.kv_cache_bytes / 2);
   EXPECT_GT(got.stats.device_gpu_attention_rows, 0);
-  EXPECT_GT(got.stats.device_gpu_share_full, 0);
-  std::printf("at most %lld sequences at once with both pools, %lld with the host cache alone\n",
-              (long long)got.max_active, (long long)want.max_active);
-  EXPECT_GT(got.max_active, want.max_active);
+  Policy host_only = p;
+  host_only.kv_blocks = 16;
+  BatchEngine host_engine(m, host_only);
+  const EngineRun alone = run(host_engine, m.config);
+  std::printf("at most %lld sequences at once with both pools, %lld with the host's alone\n",
+              (long long)got.max_active, (long long)alone.max_active);
+  EXPECT_GT(got.max_active, alone.max_active);
   // The KV use counts both pools' blocks: never more than all of them. The peak is taken with
   // the step's blocks appended, the progress after its sequences retired.
   EXPECT_LE(got.stats.peak_kv_usage, 1.0);

@@ -122,9 +122,9 @@ EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,
                              const std::vector<Request>& requests, size_t host_memory_bytes) {
   // Requests that can never run with the KV blocks the user fixed (or with the context) do not
-  // run at all: the engine fails them alone, so they are left out of the workload. The device
-  // KV pool never has more blocks than the host cache (ceil((1-ω)·kv_blocks)): kv_blocks is the
-  // largest pool.
+  // run at all: the engine fails them alone, so they are left out of the workload. With an
+  // offload device the host cache and the device KV pool split kv_blocks, so no pool has more
+  // (a request that fits kv_blocks but neither pool is still planned for, then failed alone).
   const bool fixed_kv = requested.kv_blocks > 0 && requested.kv_block_size > 0;
   const int64_t largest_pool = fixed_kv ? requested.kv_blocks : INT64_MAX;
   std::vector<WorkloadRequest> work;

@@ -97,6 +97,11 @@ elif [ -n "$prebuilt" ]; then
   else
     export LD_LIBRARY_PATH="$scratch/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     sluice="$scratch/bin/sluice" sluice_tests="$scratch/bin/sluice_tests"
+    # CUDA's libraries elsewhere than /usr/local/cuda (e.g. Python wheels): where they are found.
+    for lib in $(ldd "$sluice" 2>/dev/null | awk '/not found/ {print $1}'); do
+      found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+      [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+    done
     if ! "$sluice" --help >/dev/null 2>"$log_dir/prebuilt.err"; then
       export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$scratch/lib-fallback"
       grep -q GLIBCXX "$log_dir/prebuilt.err" &&

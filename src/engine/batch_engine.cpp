@@ -307,11 +307,16 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     if (plan.items[i].sample) sample_rows.push_back(item_row[i + 1] - 1);
   const int S = int(sample_rows.size());
   final_rows.resize(size_t(S) * H);
-  // The sampled rows' logits, [S, V]: from the device when its executor runs the lm_head.
-  std::span<const float> device_logits;
+  // The sampled rows' logits, [S, V], or their greedy tokens: from the device when its executor
+  // runs the lm_head.
+  OffloadStepOutput device_out;
   if (offload) {
-    device_logits = offload->run_layers({&plan, item_row, positions, x.data(), sample_rows},
-                                        final_rows.data(), stats);
+    OffloadStepInput in{&plan, item_row, positions, x.data(), sample_rows};
+    in.greedy = !observe_logits &&
+                std::all_of(plan.items.begin(), plan.items.end(), [&](const StepItem& it) {
+                  return !it.sample || sched.sequence(it.slot).request.sampling.temperature == 0.0f;
+                });
+    device_out = offload->run_layers(in, final_rows.data(), stats);
   } else {
     for (int l = 0; l < c.num_layers; ++l) {
       int ib = 0;
@@ -324,7 +329,7 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     for (int j = 0; j < S; ++j)
       std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);
   }
-  const float* logit_rows = device_logits.data();
+  const float* logit_rows = device_out.logits.data();
   if (!offload || !offload->lm_head_on_device()) {
     t0 = Clock::now();
     rms_norm(final_rows.data(), S, w.final_norm, h.data());
@@ -335,7 +340,12 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   }
 
   t0 = Clock::now();
-  std::vector<int> sampled;
+  // Picked on the device: what Sampler::sample picks at temperature 0 (it draws no random number).
+  std::vector<int> sampled(device_out.greedy_tokens.begin(), device_out.greedy_tokens.end());
+  if (!sampled.empty()) {
+    stats.sampling_seconds += seconds_since(t0);
+    return sampled;
+  }
   int j = 0;
   for (const StepItem& it : plan.items) {
     if (!it.sample) continue;

@@ -776,8 +776,8 @@ bool OffloadExecutor::lm_head_on_device() const {
   return impl_->lm_head != nullptr;
 }
 
-std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
-                                                   EngineStats& stats) {
+OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
+                                              EngineStats& stats) {
   Impl& m = *impl_;
   using offload::Queue;
   const StepPlan& plan = *in.plan;
@@ -826,11 +826,11 @@ std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, f
   // CPU engine computes them (final norm, then the lm_head GEMM at the policy's precision),
   // come back to the host instead.
   Impl* mp = &m;
-  const bool lm = m.lm_head != nullptr;
+  const bool lm = m.lm_head != nullptr, greedy = lm && in.greedy;
   const int V = m.sh.V;
   m.dev.enqueue(
       Queue::kCompute,
-      [mp, S, H, V, lm](void* s) {
+      [mp, S, H, V, lm, greedy](void* s) {
         float* rows = mp->at<float>(mp->buf.final_rows);
         mp->math.gather_rows_f32(s, mp->at<float>(mp->buf.x), H,
                                  mp->at<int32_t>(mp->buf.sample_rows), S, rows);
@@ -842,17 +842,29 @@ std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, f
         mp->gemm(s, S, V, H, normed,
                  reinterpret_cast<const uint16_t*>(mp->lm_head + mp->lm_layout.lm_head),
                  mp->at<float>(mp->buf.lm_logits), 0, mp->at<uint16_t>(mp->buf.xb));
+        // The tokens take the place of the sample rows, which the gather above has consumed.
+        if (greedy)
+          mp->math.argmax_rows(s, mp->at<float>(mp->buf.lm_logits), S, V,
+                               mp->at<int32_t>(mp->buf.sample_rows));
       },
       lm ? "final_norm+lm_head" : "final_rows");
   m.dev.wait(Queue::kTransfer, m.dev.record(Queue::kCompute));
-  std::span<const float> logits;
-  if (lm) {
+  OffloadStepOutput out;
+  if (greedy) {
+    m.dev.copy_to_host(Queue::kTransfer, m.h_sample_rows.data(), m.at<int32_t>(m.buf.sample_rows),
+                       size_t(S) * 4, "greedy_tokens>h");
+    m.dev.synchronize(m.dev.record(Queue::kTransfer));
+    out.greedy_tokens = {m.h_sample_rows.data(), size_t(S)};
+    m.to_host_bytes += double(S) * 4;
+  } else if (lm) {
     const size_t n = size_t(S) * size_t(V);
     m.dev.copy_to_host(Queue::kTransfer, m.h_logits.data(), m.at<float>(m.buf.lm_logits), n * 4,
                        "logits>h");
     m.dev.synchronize(m.dev.record(Queue::kTransfer));
-    logits = {m.h_logits.data(), n};
+    out.logits = {m.h_logits.data(), n};
     m.to_host_bytes += double(n) * 4;
+  }
+  if (lm) {
     // As the CPU engine's gemm() accounts the lm_head (which it skips without sampled rows).
     if (S > 0) {
       stats.flops += 2.0 * S * V * H;
@@ -888,7 +900,7 @@ std::span<const float> OffloadExecutor::run_layers(const OffloadStepInput& in, f
   stats.device_compute_busy_seconds += busy[Queue::kCompute];
   m.plan = nullptr;
   m.stats = nullptr;
-  return logits;
+  return out;
 }
 
 }  // namespace sluice

@@ -83,6 +83,17 @@ struct OffloadStepInput {
   std::span<const int> positions;     // [T]
   const float* embeddings = nullptr;  // [T, H] host, the layers' input
   std::span<const int> sample_rows;   // rows whose final hidden state is wanted
+  // Every sampled row picks its greedy token and nobody reads the logits: with the lm_head on
+  // the device, the device takes each row's argmax and only the S tokens come back (S·4 bytes
+  // instead of S·V·4).
+  bool greedy = false;
+};
+
+// What a step returns to the engine's sampling, in host memory the executor owns, valid until
+// the next step. Both empty when the lm_head is on the host (the final rows came back instead).
+struct OffloadStepOutput {
+  std::span<const float> logits;           // [S, V]: lm_head on the device, not greedy
+  std::span<const int32_t> greedy_tokens;  // [S]: lm_head on the device, greedy
 };
 
 class OffloadExecutor {
@@ -96,11 +107,10 @@ class OffloadExecutor {
   ~OffloadExecutor();
 
   // Runs every layer of the step and adds to `stats`. With the lm_head on the device, returns
-  // the sampled rows' logits [S, V] (after the final norm and lm_head) in host memory the
-  // executor owns, valid until the next call; otherwise writes the sampled rows' hidden states
-  // (before the final norm) to `final_rows` [S, H] on the host and returns an empty span.
-  std::span<const float> run_layers(const OffloadStepInput& in, float* final_rows,
-                                    EngineStats& stats);
+  // the sampled rows' logits (after the final norm and lm_head), or their greedy tokens;
+  // otherwise writes the sampled rows' hidden states (before the final norm) to `final_rows`
+  // [S, H] on the host and returns nothing.
+  OffloadStepOutput run_layers(const OffloadStepInput& in, float* final_rows, EngineStats& stats);
 
   int page_slots() const;
   int resident_expert_layers() const;

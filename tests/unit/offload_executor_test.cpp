@@ -43,11 +43,14 @@ struct EngineRun {
   double max_kv_usage = 0;  // most of the KV blocks in use, as the progress reports it
 };
 
-EngineRun run(BatchEngine& engine, const ModelConfig& c) {
+// Runs the test's requests; `observe`: records every sampled row's logits (which makes them
+// come back to the host whatever the device could pick there).
+EngineRun run(BatchEngine& engine, const ModelConfig& c, bool observe = true) {
   EngineRun out;
-  engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
-    out.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
-  });
+  if (observe)
+    engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
+      out.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
+    });
   int64_t prefill = 0, decode = 0;
   engine.set_step_observer([&](const EngineStats& s, const BatchEngine::Progress& progress) {
     out.mixed_steps += s.prefill_tokens > prefill && s.decode_tokens > decode;
@@ -340,6 +343,33 @@ TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
   EXPECT_GT(rows, 0);
   EXPECT_DOUBLE_EQ(stats[1].device_bytes_to_host - stats[0].device_bytes_to_host,
                    rows * c.num_layers * double(c.q_dim() + 2 * c.kv_dim()) * 4);
+}
+
+// Greedy requests with the lm_head on the device and nobody reading the logits: the device picks
+// each sampled row's token, the CPU engine's token, and only the tokens come back — S·4 bytes a
+// step instead of S·V·4, one sampled row per generated token.
+TEST_P(OffloadEngine, GreedyTokensArePickedOnTheDevice) {
+  const Model m = model();
+  const Policy p = test_policy(Precision::kF32);
+  BatchEngine cpu_engine(m, p);
+  const EngineRun want = run(cpu_engine, m.config, /*observe=*/false);
+  OffloadSettings settings{0, 6, 0};
+  settings.lm_head = LmHeadPlace::kDevice;
+  offload::CpuStandinDevice device(size_t(1) << 30), observed_device(size_t(1) << 30);
+  offload::HostMath math;
+  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+  BatchEngine observed_engine(m, p, EngineDevice{&observed_device, &math, settings});
+  const EngineRun got = run(engine, m.config, /*observe=*/false);
+  const EngineRun observed = run(observed_engine, m.config, /*observe=*/true);
+  ASSERT_EQ(got.done.size(), want.done.size());
+  int64_t generated = 0;
+  for (const auto& [id, done] : want.done) {
+    EXPECT_EQ(got.done.at(id).tokens, done.tokens) << "request " << id;
+    EXPECT_EQ(observed.done.at(id).tokens, done.tokens) << "request " << id;
+    generated += int64_t(done.tokens.size());
+  }
+  EXPECT_DOUBLE_EQ(observed.stats.device_bytes_to_host - got.stats.device_bytes_to_host,
+                   double(generated) * (m.config.vocab_size - 1) * 4);
 }
 
 // The Scheduler's two KV pools: a sequence joins the GPU share only when the device pool has room

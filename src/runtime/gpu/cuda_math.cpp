@@ -88,6 +88,10 @@ void CudaMath::paged_attention(void* s, const offload::DeviceKvLayer& kv,
   cuda::paged_attention(args, as_stream(s));
 }
 
+void CudaMath::argmax_rows(void* s, const float* logits, int64_t rows, int64_t cols, int32_t* out) {
+  cuda::argmax_rows(logits, rows, cols, out, as_stream(s));
+}
+
 void CudaMath::copy(void* s, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   SLUICE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(s)));

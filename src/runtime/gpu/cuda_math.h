@@ -35,6 +35,8 @@ class CudaMath final : public offload::DeviceMath {
                 const int32_t* rows, const int32_t* slots, int64_t n) override;
   void paged_attention(void* stream, const offload::DeviceKvLayer& kv,
                        const offload::PagedAttentionRows& a) override;
+  void argmax_rows(void* stream, const float* logits, int64_t rows, int64_t cols,
+                   int32_t* out) override;
   void copy(void* stream, void* dst, const void* src, size_t bytes) override;
 
  private:

@@ -84,6 +84,10 @@ class DeviceMath {
   // kernels/cpu/attention.h's paged attention over a device pool layer (the scale 1/√head_dim).
   virtual void paged_attention(void* stream, const DeviceKvLayer& kv,
                                const PagedAttentionRows& a) = 0;
+  // Greedy sampling: out[r] = the index of row r's largest logit, the lowest among equal maxima
+  // (sluice::argmax, what Sampler picks at temperature 0).
+  virtual void argmax_rows(void* stream, const float* logits, int64_t rows, int64_t cols,
+                           int32_t* out) = 0;
   // Device-to-device copy in queue order.
   virtual void copy(void* stream, void* dst, const void* src, size_t bytes) = 0;
 };

@@ -146,6 +146,13 @@ void HostMath::paged_attention(void*, const DeviceKvLayer& kv, const PagedAttent
   cpu::paged_attention(params, {kv.base, kv.block_size, kv.kv_heads, kv.head_dim}, seqs);
 }
 
+void HostMath::argmax_rows(void*, const float* logits, int64_t rows, int64_t cols, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {  // max_element: the first of equal maxima
+    const float* row = logits + r * cols;
+    out[r] = int32_t(std::max_element(row, row + cols) - row);
+  }
+}
+
 void HostMath::copy(void*, void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }

@@ -31,6 +31,8 @@ class HostMath final : public DeviceMath {
   void write_kv(void* stream, const DeviceKvLayer& kv, const float* k, const float* v,
                 const int32_t* rows, const int32_t* slots, int64_t n) override;
   void paged_attention(void* stream, const DeviceKvLayer& kv, const PagedAttentionRows& a) override;
+  void argmax_rows(void* stream, const float* logits, int64_t rows, int64_t cols,
+                   int32_t* out) override;
   void copy(void* stream, void* dst, const void* src, size_t bytes) override;
 };
 

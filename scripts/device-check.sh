@@ -226,10 +226,10 @@ grep -E '^GPU' "$log_dir/profile.txt" 2>/dev/null | tee -a "$text"
 # 6. The benchmark: Mixtral-8x7B-shaped, made in memory, --gpu-mem 24GiB, prompt 512, gen 256.
 #
 # Time arithmetic (H200: PCIe 5 x16, ~50 GB/s pinned H2D; 16 cores; 8 minutes in all):
-#   per layer, the experts are 8 x 3 matrices of 14336 x 4096 bf16 = 2.75 GiB = 2.95 GB, so a
-#   step streams 59 ms of weights per layer (every expert is hit at B = 256, top-2 of 8);
+#   per layer, the experts are 8 x 3 matrices of 14336 x 4096 bf16 = 2.62 GiB = 2.82 GB, so a
+#   step streams 56 ms of weights per layer (every expert is hit at B = 256, top-2 of 8);
 #   steps: 256 decode steps + prefill 256 x 512 tokens in chunks of 4096 = 32 steps -> ~290
-#   steps x 59 ms = 17 s per layer of streaming;
+#   steps x 56 ms = 16 s per layer of streaming;
 #   prefill attention on the CPU: 256 prompts x 4·512²/2·4096 FLOP = 0.55 TFLOP per layer at
 #   ~0.3 TFLOP/s on 16 cores = ~2 s per layer; decode attention (0.67 GB of KV per step per
 #   layer at B = 256, ~70 GB/s) overlaps the streaming;

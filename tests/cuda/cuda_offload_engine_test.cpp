@@ -3,7 +3,9 @@
 // on machines without a GPU; compiled everywhere nvcc is.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -154,28 +156,51 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
       o.settings.cpu_attention_share = v.omega;
       BatchEngine gpu_engine(m, p, o);
       const auto [got_tokens, got_logits] = run(gpu_engine);
-      int same_argmax = 0;
+      // Request by request, position by position: the logits agree and so does the argmax, up to
+      // the first position where the GPU picks another token. That may only be a near-tie (the
+      // CPU's top two logits closer than the two engines' difference there): other summation
+      // orders (cuBLASLt, warp reductions) may flip one; after it the contexts differ, and the
+      // request's later positions are not compared.
+      int compared = 0, same_argmax = 0, near_tie_flips = 0;
       double worst = 0;
-      for (const auto& [key, row] : want_logits) {
-        const auto& got = got_logits.at(key);
-        double diff = 0, scale = 0;
-        for (size_t i = 0; i < row.size(); ++i) {
-          diff = std::max(diff, double(std::fabs(got[i] - row[i])));
-          scale = std::max(scale, double(std::fabs(row[i])));
+      for (const auto& [id, want] : want_tokens) {
+        for (auto w = want_logits.lower_bound({id, 0});
+             w != want_logits.end() && w->first.first == id; ++w) {
+          const int pos = w->first.second;
+          const std::vector<float>& row = w->second;
+          const std::vector<float>& got = got_logits.at({id, pos});
+          double diff = 0, scale = 0;
+          for (size_t i = 0; i < row.size(); ++i) {
+            diff = std::max(diff, double(std::fabs(got[i] - row[i])));
+            scale = std::max(scale, double(std::fabs(row[i])));
+          }
+          worst = std::max(worst, diff / scale);
+          ++compared;
+          const int a = argmax(row), b = argmax(got);
+          if (a == b) {
+            ++same_argmax;
+          } else {
+            std::vector<float> sorted = row;
+            std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
+                              std::greater<float>());
+            EXPECT_LE(sorted[0] - sorted[1], 2 * diff)
+                << "request " << id << " position " << pos << ": the GPU picked " << b
+                << ", the CPU " << a << ", which is not a near-tie";
+            ++near_tie_flips;
+            break;
+          }
         }
-        worst = std::max(worst, diff / scale);
-        same_argmax += argmax(got) == argmax(row);
       }
       std::printf(
           "%s, %d of %d layers resident, lm_head on the %s, omega %.1f: worst relative logit "
-          "error %.3g, same argmax %d of %zu\n",
+          "error %.3g, same argmax %d of %d compared, %d near-tie flips\n",
           precision_name(precision), v.resident, L,
           v.lm_head == LmHeadPlace::kDevice ? "device" : "host", v.omega, worst, same_argmax,
-          want_logits.size());
+          compared, near_tie_flips);
       // Different summation orders (cuBLASLt, warp reductions): the bf16 engine tests' tolerance.
       EXPECT_LT(worst, 1e-2);
-      EXPECT_EQ(same_argmax, int(want_logits.size()));
-      if (precision == Precision::kF32) {
+      EXPECT_EQ(same_argmax + near_tie_flips, compared);
+      if (precision == Precision::kF32 && near_tie_flips == 0) {
         EXPECT_EQ(got_tokens, want_tokens);
       }
       if (v.omega < 1) {

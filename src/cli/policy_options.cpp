@@ -54,15 +54,17 @@ size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config)
 void add_device_options(CLI::App& sub, DeviceOptions& d) {
   const char* group = "Device";
   sub.add_option("--device", d.kind,
-                 "Where the layers run: cpu (this machine's CPU), cuda (the offload pipeline on "
-                 "the first GPU: experts streamed into --gpu-mem, attention on the CPU), or "
-                 "standin (the offload pipeline on a CPU stand-in device, for testing it)")
+                 "Where the layers run: auto (cuda when a GPU is usable, else cpu), cpu (this "
+                 "machine's CPU), cuda (the offload pipeline on the first GPU: experts streamed "
+                 "into --gpu-mem, attention split between the CPU and the GPU), or standin (the "
+                 "offload pipeline on a CPU stand-in device, for testing it)")
       ->group(group)
       ->transform(CLI::CheckedTransformer(
-          std::map<std::string, DeviceKind>{{"cpu", DeviceKind::kCpu},
+          std::map<std::string, DeviceKind>{{"auto", DeviceKind::kAuto},
+                                            {"cpu", DeviceKind::kCpu},
                                             {"cuda", DeviceKind::kCuda},
                                             {"standin", DeviceKind::kStandin}}))
-      ->default_str("cpu");
+      ->default_str("auto");
   sub.add_option("--gpu-mem", d.gpu_mem,
                  "Device memory the offload executor may use, e.g. 24GiB (default: 90% of the "
                  "GPU's free memory; unlimited on the stand-in)")

@@ -18,11 +18,20 @@ OffloadBackend::~OffloadBackend() {
   device.reset();
 }
 
+DeviceKind resolve_device_kind(DeviceKind kind) {
+  if (kind != DeviceKind::kAuto) return kind;
+#if SLUICE_HAS_CUDA
+  if (gpu::cuda_gpu_usable()) return DeviceKind::kCuda;
+#endif
+  return DeviceKind::kCpu;
+}
+
 std::unique_ptr<OffloadBackend> open_offload_backend(const DeviceOptions& o) {
-  if (o.kind == DeviceKind::kCpu) return nullptr;
+  const DeviceKind kind = resolve_device_kind(o.kind);
+  if (kind == DeviceKind::kCpu) return nullptr;
   const size_t budget = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
   auto b = std::make_unique<OffloadBackend>();
-  if (o.kind == DeviceKind::kStandin) {
+  if (kind == DeviceKind::kStandin) {
     b->device = std::make_unique<offload::CpuStandinDevice>(
         budget ? budget : std::numeric_limits<size_t>::max());
     b->math = std::make_unique<offload::HostMath>();

@@ -44,12 +44,13 @@ struct EngineDevice {
 
 // The command line's choice of device (`--device`, `--gpu-mem`, ...).
 enum class DeviceKind {
+  kAuto,     // cuda when this build has the CUDA backend and a GPU is usable, else cpu
   kCpu,      // the CPU engine
   kCuda,     // the offload executor on the first CUDA GPU
   kStandin,  // the offload executor on the CPU stand-in device: for testing the offload path
 };
 struct DeviceOptions {
-  DeviceKind kind = DeviceKind::kCpu;
+  DeviceKind kind = DeviceKind::kAuto;
   std::string gpu_mem;  // device memory budget ("24GiB"); empty: CUDA 90% of the free memory,
                         // the stand-in unlimited
   OffloadSettings settings;
@@ -63,7 +64,11 @@ struct OffloadBackend {
   ~OffloadBackend();
 };
 
-// Null for DeviceKind::kCpu. Fails when CUDA is asked for and this build or machine has none.
+// kAuto resolved on this machine; the other kinds as they are.
+DeviceKind resolve_device_kind(DeviceKind kind);
+
+// Null for DeviceKind::kCpu (and kAuto without a GPU). Fails when CUDA is asked for and this
+// build or machine has none.
 std::unique_ptr<OffloadBackend> open_offload_backend(const DeviceOptions& options);
 
 }  // namespace sluice

@@ -143,6 +143,7 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,
                              const std::vector<WorkloadRequest>& work, size_t host_memory_bytes) {
   MemoryLimits limits{host_memory_bytes, 0};
+  device.kind = resolve_device_kind(device.kind);
   if (device.settings.resident_expert_layers > c.num_layers)
     fail(
         "--resident-expert-layers: expected at most the model's {} layers, "

@@ -15,6 +15,10 @@
 #include "synthetic_profile.h"
 #include "test_util.h"
 
+#if SLUICE_HAS_CUDA
+#include "runtime/gpu/cuda_backend.h"
+#endif
+
 namespace sluice {
 namespace {
 
@@ -33,12 +37,32 @@ constexpr size_t kHost = size_t(256) << 30;
 TEST(EnginePlan, CpuDevicePlansTheCpuEngineForTheRequests) {
   const ModelConfig c = preset_config("mixtral-8x7b", 2);
   DeviceOptions device;
+  device.kind = DeviceKind::kCpu;
   const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                             requests(5, 40, 8), kHost);
   EXPECT_FALSE(plan.offload.gpu);
   EXPECT_LE(plan.policy.batch, 5);
   EXPECT_GT(plan.prediction.decode_tokens_per_s(), 0);
   EXPECT_EQ(device.settings.page_slots, 0);  // untouched
+}
+
+// --device auto (the default) is cuda exactly when this build has the CUDA backend and a GPU is
+// usable; planning resolves it, so the engine and the reports see the kind that runs.
+TEST(EnginePlan, AutoDeviceIsCudaWhenAGpuIsUsableElseCpu) {
+#if SLUICE_HAS_CUDA
+  const DeviceKind here = gpu::cuda_gpu_usable() ? DeviceKind::kCuda : DeviceKind::kCpu;
+#else
+  const DeviceKind here = DeviceKind::kCpu;
+#endif
+  EXPECT_EQ(resolve_device_kind(DeviceKind::kAuto), here);
+  for (DeviceKind k : {DeviceKind::kCpu, DeviceKind::kCuda, DeviceKind::kStandin})
+    EXPECT_EQ(resolve_device_kind(k), k);
+  DeviceOptions device;
+  EXPECT_EQ(device.kind, DeviceKind::kAuto);
+  if (here == DeviceKind::kCuda) return;  // planning for the GPU needs its profile
+  plan_for_requests(testing::synthetic_gpu_profile(), preset_config("mixtral-8x7b", 2), Policy{},
+                    device, requests(2, 16, 4), kHost);
+  EXPECT_EQ(device.kind, DeviceKind::kCpu);
 }
 
 TEST(EnginePlan, OffloadDevicePlansWhatTheExecutorRunsAndFillsItsSettings) {

@@ -7,6 +7,10 @@
 
 namespace sluice::gpu {
 
+bool cuda_gpu_usable() {
+  return cuda_device_count() > 0;
+}
+
 CudaBackend open_cuda_backend(size_t budget_bytes) {
   if (cuda_device_count() == 0)
     fail("--device cuda: no CUDA GPU is usable on this machine; use --device cpu");

@@ -18,4 +18,7 @@ struct CudaBackend {
 // budget_bytes 0: 90% of the GPU's free memory. Fails when no GPU is usable.
 CudaBackend open_cuda_backend(size_t budget_bytes);
 
+// Whether a CUDA GPU is usable here (a driver and at least one device).
+bool cuda_gpu_usable();
+
 }  // namespace sluice::gpu

@@ -19,6 +19,10 @@
 #include "runtime/planner/planner.h"
 #include "runtime/planner/profiler.h"
 #include "runtime/scheduler.h"
+#if SLUICE_HAS_CUDA
+#include "runtime/gpu/cuda_backend.h"
+#include "runtime/gpu/gpu_profiler.h"
+#endif
 
 namespace sluice {
 namespace {
@@ -82,17 +86,63 @@ Ceilings cached_quick_ceilings(int threads) {
   return measured;
 }
 
+// The GPU half for a profile without one, on a machine with a usable GPU: measured once (a few
+// seconds) and cached beside the quick ceilings, so that the default `--device auto` plans the
+// GPU pipeline from the first run. nullopt without the CUDA backend or a GPU, or when the
+// measurement fails (a warning says so, and the plan is the CPU engine's).
+std::optional<GpuProfile> cached_quick_gpu_profile() {
+#if SLUICE_HAS_CUDA
+  if (!gpu::cuda_gpu_usable()) return std::nullopt;
+  std::filesystem::path path = profile_cache_path(this_machine(), 0);
+  path.replace_filename("quick-gpu-" + path.filename().string());
+  FileLock lock(path.string() + ".lock");
+  if (std::ifstream in(path); in) {
+    try {
+      if (HardwareProfile cached = profile_from_json(nlohmann::json::parse(in), path.string());
+          cached.gpu)
+        return cached.gpu;
+    } catch (const std::exception&) {  // unreadable: measured again and rewritten
+    }
+  }
+  fmt::print(stderr,
+             "planner: measuring this machine's GPU once, for {} (`sluice profile` "
+             "measures the whole machine)\n",
+             path.string());
+  std::optional<GpuProfile> measured;
+  try {
+    measured = gpu::measure_gpu_profile();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "warning: measuring the GPU failed ({}); planning for the CPU engine\n",
+               e.what());
+    return std::nullopt;
+  }
+  if (measured) {
+    HardwareProfile holder;
+    holder.source = "quick GPU";
+    holder.gpu = measured;
+    write_cache_file(path, to_json(holder).dump() + "\n");
+  }
+  return measured;
+#else
+  return std::nullopt;
+#endif
+}
+
 }  // namespace
 
 HardwareProfile planner_profile(int threads) {
+  HardwareProfile p;
   if (std::optional<HardwareProfile> cached = load_cached_profile(threads)) {
+    p = *cached;
     // Profiles cached before the call overhead was measured: measure it now (a few ms).
-    if (cached->call_overhead_seconds <= 0)
-      cached->call_overhead_seconds = with_threads(threads, measure_call_overhead);
-    return *cached;
+    if (p.call_overhead_seconds <= 0)
+      p.call_overhead_seconds = with_threads(threads, measure_call_overhead);
+  } else {
+    const Ceilings c = cached_quick_ceilings(threads);
+    p = quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds);
   }
-  const Ceilings c = cached_quick_ceilings(threads);
-  return quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds);
+  if (!p.gpu) p.gpu = cached_quick_gpu_profile();
+  return p;
 }
 
 size_t default_host_memory(const ModelConfig& c) {

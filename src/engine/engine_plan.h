@@ -19,6 +19,8 @@ namespace sluice {
 // profile` of this machine when there is one; else the two quick ceilings (DRAM bandwidth and
 // bf16 GEMM peak), measured once per machine and thread count and cached beside it, so that
 // every later run plans with the same numbers (and so picks the same policy for the same input).
+// On a machine with a usable GPU, a profile without a GPU half gets one the same way (measured
+// once, cached), so the default device plans the GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
 
 // Host memory the planner may fill when the user gives no --host-mem: the weights, plus half of

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "../unit/tiny_model_cases.h"
 #include "core/dtype.h"
 #include "engine/batch_engine.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -114,15 +115,8 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
   };
   const int L = m.config.num_layers;
   for (Precision precision : {Precision::kF32, Precision::kBf16}) {
-    Policy p;
-    p.batch = 4;
-    p.attn_micro_batch = 8;
-    p.prefill_chunk = 16;
-    p.expert_batch = 5;
-    p.kv_block_size = 4;
+    Policy p = testing::exercising_policy(precision, 16);
     p.kv_blocks = 64;
-    p.threads = 2;
-    p.precision = precision;
     auto run = [&](BatchEngine& engine) {
       std::map<std::pair<int64_t, int>, std::vector<float>> logits;
       std::map<int64_t, std::vector<int>> tokens;

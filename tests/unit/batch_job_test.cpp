@@ -85,7 +85,8 @@ class BatchJob : public ::testing::Test {
   CommandResult run_job(const fs::path& input, const fs::path& output,
                         const std::string& extra = "") const {
     return testing::run_command(fmt::format("SOURCE_DATE_EPOCH={} {} {}", kPinnedTime,
-                                            SLUICE_BINARY, run_args(input, output, extra)));
+                                            testing::sluice_binary(),
+                                            run_args(input, output, extra)));
   }
 
   TempDir work_;
@@ -296,7 +297,7 @@ TEST_F(BatchJob, ResumesAfterSigkillWithoutLosingOrRepeatingResults) {
   ASSERT_EQ(split_lines(full).size(), size_t(kRequests));
 
   const fs::path out = work_ / "out.jsonl";
-  const std::string command = fmt::format("exec {} {} >/dev/null 2>&1", SLUICE_BINARY,
+  const std::string command = fmt::format("exec {} {} >/dev/null 2>&1", testing::sluice_binary(),
                                           run_args(work_ / "in.jsonl", out, flags));
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -402,7 +403,7 @@ TEST_F(BatchJob, GenerateChatSendsOneUserMessageThroughTheTemplate) {
   CommandResult generate = testing::run_command(fmt::format(
       "({} generate --model {} --prompt 'Hello there' --chat --max-new-tokens 6 --threads 1 "
       "2>/dev/null)",
-      SLUICE_BINARY, model_dir().string()));
+      testing::sluice_binary(), model_dir().string()));
   ASSERT_EQ(generate.status, 0) << generate.output;
   EXPECT_EQ(generate.output, reply + "\n");
 }
@@ -419,7 +420,7 @@ TEST_F(BatchJob, ChatRequestsFailAloneWhenTheModelHasNoChatTemplate) {
       R"({"custom_id": "text", "prompt": "Hi", "max_tokens": 2})"
       "\n");
   CommandResult run = testing::run_command(
-      fmt::format("{} run --model {} --input {} --output {} --threads 1", SLUICE_BINARY,
+      fmt::format("{} run --model {} --input {} --output {} --threads 1", testing::sluice_binary(),
                   model.string(), (work_ / "in.jsonl").string(), (work_ / "out.jsonl").string()));
   EXPECT_EQ(run.status, 2) << run.output;
   auto results = results_by_id(work_ / "out.jsonl");
@@ -435,7 +436,7 @@ TEST_F(BatchJob, FatalErrorsExitWithOneAndAClearMessage) {
                                  "\n");
   write_file(work_ / "empty.jsonl", "\n  \n");
   fs::create_directory(work_ / "folder");
-  const std::string bin = SLUICE_BINARY;
+  const std::string bin = testing::sluice_binary();
   auto expect_fatal = [&](const std::string& args, const std::string& mention) {
     CommandResult r = testing::run_command(bin + " " + args);
     EXPECT_EQ(r.status, 1) << args << "\n" << r.output;

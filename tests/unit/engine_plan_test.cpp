@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -30,6 +31,14 @@ std::vector<Request> requests(int n, int prompt, int generate) {
     out[size_t(i)].max_new_tokens = generate;
   }
   return out;
+}
+
+// The CPU stand-in device with a `gpu_mem` budget, as `--device standin --gpu-mem` gives it.
+DeviceOptions standin(const std::string& gpu_mem) {
+  DeviceOptions device;
+  device.kind = DeviceKind::kStandin;
+  device.gpu_mem = gpu_mem;
+  return device;
 }
 
 constexpr size_t kHost = size_t(256) << 30;
@@ -67,9 +76,7 @@ TEST(EnginePlan, AutoDeviceIsCudaWhenAGpuIsUsableElseCpu) {
 
 TEST(EnginePlan, OffloadDevicePlansWhatTheExecutorRunsAndFillsItsSettings) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
-  DeviceOptions device;
-  device.kind = DeviceKind::kStandin;
-  device.gpu_mem = "24GiB";
+  DeviceOptions device = standin("24GiB");
   const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                             requests(64, 128, 32), kHost);
   ASSERT_TRUE(plan.offload.gpu);
@@ -103,9 +110,7 @@ TEST(EnginePlan, PlannedResidentExpertLayersReachTheSettingsAndFit) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   for (const char* gpu_mem : {"8GiB", "24GiB"}) {
     SCOPED_TRACE(gpu_mem);
-    DeviceOptions device;
-    device.kind = DeviceKind::kStandin;
-    device.gpu_mem = gpu_mem;
+    DeviceOptions device = standin(gpu_mem);
     const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                               requests(64, 128, 32), kHost);
     ASSERT_TRUE(plan.offload.gpu);
@@ -118,9 +123,7 @@ TEST(EnginePlan, PlannedResidentExpertLayersReachTheSettingsAndFit) {
 TEST(EnginePlan, ResidentExpertLayersTheUserGaveAreKept) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   for (int resident : {0, 1, 4}) {
-    DeviceOptions device;
-    device.kind = DeviceKind::kStandin;
-    device.gpu_mem = "24GiB";
+    DeviceOptions device = standin("24GiB");
     device.settings.resident_expert_layers = resident;
     const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                               requests(64, 128, 32), kHost);
@@ -128,9 +131,7 @@ TEST(EnginePlan, ResidentExpertLayersTheUserGaveAreKept) {
     EXPECT_EQ(plan.offload.resident_expert_layers, resident);
     EXPECT_EQ(device.settings.resident_expert_layers, resident);
   }
-  DeviceOptions device;
-  device.kind = DeviceKind::kStandin;
-  device.gpu_mem = "24GiB";
+  DeviceOptions device = standin("24GiB");
   device.settings.resident_expert_layers = 5;
   EXPECT_ERROR_MENTIONS(plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                           requests(8, 64, 8), kHost),
@@ -144,9 +145,7 @@ TEST(EnginePlan, PlannedCpuAttentionShareReachesTheSettingsAndFits) {
   bool gpu_share = false;
   for (const char* gpu_mem : {"8GiB", "24GiB", "64GiB", "120GiB"}) {
     SCOPED_TRACE(gpu_mem);
-    DeviceOptions device;
-    device.kind = DeviceKind::kStandin;
-    device.gpu_mem = gpu_mem;
+    DeviceOptions device = standin(gpu_mem);
     const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                               requests(64, 512, 256), kHost);
     ASSERT_TRUE(plan.offload.gpu);
@@ -162,9 +161,7 @@ TEST(EnginePlan, PlannedCpuAttentionShareReachesTheSettingsAndFits) {
 TEST(EnginePlan, CpuAttentionShareTheUserGaveIsKept) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   for (double omega : {0.0, 0.5, 1.0}) {
-    DeviceOptions device;
-    device.kind = DeviceKind::kStandin;
-    device.gpu_mem = "64GiB";
+    DeviceOptions device = standin("64GiB");
     device.settings.cpu_attention_share = omega;
     const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                               requests(64, 128, 32), kHost);
@@ -176,9 +173,7 @@ TEST(EnginePlan, CpuAttentionShareTheUserGaveIsKept) {
 
 TEST(EnginePlan, SettingsTheUserGaveAreKept) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
-  DeviceOptions device;
-  device.kind = DeviceKind::kStandin;
-  device.gpu_mem = "24GiB";
+  DeviceOptions device = standin("24GiB");
   device.settings.page_slots = 9;
   device.settings.cpu_expert_max_tokens = 5;
   const EnginePlan plan = plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
@@ -192,9 +187,7 @@ TEST(EnginePlan, SettingsTheUserGaveAreKept) {
 
 TEST(EnginePlan, TooLittleGpuMemoryNamesTheMinimum) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
-  DeviceOptions device;
-  device.kind = DeviceKind::kStandin;
-  device.gpu_mem = "1GiB";
+  DeviceOptions device = standin("1GiB");
   EXPECT_ERROR_MENTIONS(plan_for_requests(testing::synthetic_gpu_profile(), c, Policy{}, device,
                                           requests(8, 64, 8), kHost),
                         "planner: needs at least", "GPU memory", "got 1.00 GiB");

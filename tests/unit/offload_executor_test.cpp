@@ -71,6 +71,15 @@ EngineRun run(BatchEngine& engine, const ModelConfig& c, bool observe = true) {
   return out;
 }
 
+// The offload engine on the CPU stand-in device of `budget` bytes, through run().
+EngineRun run_on_standin(const Model& m, const Policy& p, const OffloadSettings& settings,
+                         size_t budget = size_t(1) << 30, bool observe = true) {
+  offload::CpuStandinDevice device(budget);
+  offload::HostMath math;
+  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
+  return run(engine, m.config, observe);
+}
+
 struct Comparison {
   double worst = 0;
   int positions = 0, same_argmax = 0, bitwise = 0;
@@ -166,10 +175,7 @@ TEST_P(OffloadEngine, Fp32AllExpertsOnTheDeviceIsBitwiseTheCpuEngine) {
   const Policy p = test_policy(Precision::kF32);
   BatchEngine cpu_engine(m, p);
   const EngineRun want = run(cpu_engine, m.config);
-  offload::CpuStandinDevice device(size_t(1) << 30);
-  offload::HostMath math;
-  BatchEngine engine(m, p, EngineDevice{&device, &math, {0, 6, 0}});
-  const EngineRun got = run(engine, m.config);
+  const EngineRun got = run_on_standin(m, p, {0, 6, 0});
   const Comparison c = compare(got, want);
   EXPECT_EQ(c.bitwise, c.positions);
   EXPECT_EQ(got.stats.device_cpu_experts, 0);
@@ -183,10 +189,7 @@ TEST_P(OffloadEngine, Bf16MatchesTheCpuEngine) {
   const Policy p = test_policy(Precision::kBf16);
   BatchEngine cpu_engine(m, p);
   const EngineRun want = run(cpu_engine, m.config);
-  offload::CpuStandinDevice device(size_t(1) << 30);
-  offload::HostMath math;
-  BatchEngine engine(m, p, EngineDevice{&device, &math, {0, 4, 3}});
-  const EngineRun got = run(engine, m.config);
+  const EngineRun got = run_on_standin(m, p, {0, 4, 3});
   const Comparison c = compare(got, want);
   std::printf("bf16, 4 slots, CPU experts: %d positions, %d bitwise equal, worst %.3g\n",
               c.positions, c.bitwise, c.worst);
@@ -218,10 +221,7 @@ TEST_P(OffloadEngine, ResidentExpertLayersAndDeviceLmHeadEqualTheCpuEngine) {
         settings.lm_head = lm;
         const OffloadFootprint f = offload_footprint(m.config, p, settings);
         const size_t budget = f.with_slots(resident == L ? 0 : 6);
-        offload::CpuStandinDevice device(budget);
-        offload::HostMath math;
-        BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
-        const EngineRun got = run(engine, m.config);
+        const EngineRun got = run_on_standin(m, p, settings, budget);
         const Comparison c = compare(got, want);
         if (precision == Precision::kF32) {
           EXPECT_EQ(c.bitwise, c.positions);
@@ -255,10 +255,7 @@ TEST_P(OffloadEngine, CpuExpertsSkipResidentLayers) {
   const EngineRun want = run(cpu_engine, m.config);
   OffloadSettings settings{0, 3, 2};
   settings.resident_expert_layers = m.config.num_layers;
-  offload::CpuStandinDevice device(size_t(1) << 30);
-  offload::HostMath math;
-  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
-  const EngineRun got = run(engine, m.config);
+  const EngineRun got = run_on_standin(m, p, settings);
   const Comparison c = compare(got, want);
   EXPECT_EQ(c.bitwise, c.positions);  // no CPU expert: the CPU engine's order of additions
   EXPECT_EQ(got.stats.device_cpu_experts, 0);
@@ -332,10 +329,7 @@ TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
   for (int i = 0; i < 2; ++i) {
     OffloadSettings settings{0, 6, 0};
     settings.cpu_attention_share = i;  // 0: all on the device, 1: all on the host
-    offload::CpuStandinDevice device(size_t(1) << 30);
-    offload::HostMath math;
-    BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
-    stats[i] = run(engine, m.config).stats;
+    stats[i] = run_on_standin(m, p, settings).stats;
   }
   const ModelConfig& c = m.config;
   // Exactly the q/k/v of every row of every layer less.
@@ -355,12 +349,8 @@ TEST_P(OffloadEngine, GreedyTokensArePickedOnTheDevice) {
   const EngineRun want = run(cpu_engine, m.config, /*observe=*/false);
   OffloadSettings settings{0, 6, 0};
   settings.lm_head = LmHeadPlace::kDevice;
-  offload::CpuStandinDevice device(size_t(1) << 30), observed_device(size_t(1) << 30);
-  offload::HostMath math;
-  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
-  BatchEngine observed_engine(m, p, EngineDevice{&observed_device, &math, settings});
-  const EngineRun got = run(engine, m.config, /*observe=*/false);
-  const EngineRun observed = run(observed_engine, m.config, /*observe=*/true);
+  const EngineRun got = run_on_standin(m, p, settings, size_t(1) << 30, /*observe=*/false);
+  const EngineRun observed = run_on_standin(m, p, settings);
   ASSERT_EQ(got.done.size(), want.done.size());
   int64_t generated = 0;
   for (const auto& [id, done] : want.done) {
@@ -387,10 +377,7 @@ TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   const EngineRun want = run(cpu_engine, m.config);
   OffloadSettings settings{0, 6, 0};
   settings.cpu_attention_share = 0.5;
-  offload::CpuStandinDevice device(size_t(1) << 30);
-  offload::HostMath math;
-  BatchEngine engine(m, p, EngineDevice{&device, &math, settings});
-  const EngineRun got = run(engine, m.config);
+  const EngineRun got = run_on_standin(m, p, settings);
   const Comparison c = compare(got, want);
   EXPECT_EQ(c.bitwise, c.positions);
   std::printf(
@@ -520,16 +507,17 @@ class OffloadCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    auto r = testing::run_command(std::string(SLUICE_BINARY) +
-                                  " make-model --preset tiny-mixtral --out " +
-                                  (dir_->path() / "tiny").string() + " --seed 5");
+    auto r = testing::run_command(
+        testing::sluice_command("make-model --preset tiny-mixtral --out " +
+                                (dir_->path() / "tiny").string() + " --seed 5"));
     ASSERT_EQ(r.status, 0) << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string generate(const std::string& extra) {
-    return std::string(SLUICE_BINARY) + " generate --model " + (dir_->path() / "tiny").string() +
-           " --prompt 'The river' --max-new-tokens 12 --temperature 0 --precision f32 " +
-           "--threads 2 " + extra;
+    return testing::sluice_command("generate --model " + (dir_->path() / "tiny").string() +
+                                   " --prompt 'The river' --max-new-tokens 12 --temperature 0 "
+                                   "--precision f32 --threads 2 " +
+                                   extra);
   }
   static testing::TempDir* dir_;
 };

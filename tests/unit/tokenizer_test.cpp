@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/tokenizer/text_util.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -284,7 +285,7 @@ TEST(TokenizerRealFiles, SentencePieceModelDecodes) {
 // ---- the CLI
 
 std::string run_cli(const std::string& args) {
-  const std::string cmd = std::string(SLUICE_BINARY) + " tokenize " + args + " 2>&1";
+  const std::string cmd = testing::sluice_command("tokenize " + args + " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];

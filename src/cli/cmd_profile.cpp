@@ -7,9 +7,6 @@
 
 #include "cli/command.h"
 #include "runtime/planner/profiler.h"
-#if SLUICE_HAS_CUDA
-#include "runtime/gpu/gpu_profiler.h"
-#endif
 
 namespace sluice::cli {
 namespace {
@@ -77,11 +74,6 @@ void print_table(const HardwareProfile& p) {
 
 int run(const Options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
-#if SLUICE_HAS_CUDA
-  // Registered here, in code the binary certainly runs, rather than by a static object in the
-  // library that the linker could drop. Without a GPU it returns no GPU section, quietly.
-  set_gpu_profiler(gpu::measure_gpu_profile);
-#endif
   std::optional<HardwareProfile> p = o.refresh ? std::nullopt : load_cached_profile(o.threads);
   if (p && !p->gpu) {
     // Cached before a GPU (or this build's CUDA backend) was there: add the GPU half only.

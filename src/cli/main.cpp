@@ -9,6 +9,10 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "runtime/planner/profiler.h"
+#if SLUICE_HAS_CUDA
+#include "runtime/gpu/gpu_profiler.h"
+#endif
 
 namespace sluice::cli {
 
@@ -21,6 +25,12 @@ std::vector<Command>& command_registry() {
 
 int main(int argc, char** argv) {
   using namespace sluice::cli;
+#if SLUICE_HAS_CUDA
+  // The GPU half of the profile (`sluice profile`, and the planner's quick one), registered here,
+  // in code the binary certainly runs, rather than by a static object in the library that the
+  // linker could drop. Without a GPU it returns no GPU section, quietly.
+  sluice::set_gpu_profiler(sluice::gpu::measure_gpu_profile);
+#endif
   spdlog::set_pattern("%^[%L]%$ %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("sluice"));
   CLI::App app{"sluice: batch inference for Mixture-of-Experts models larger than fast memory"};

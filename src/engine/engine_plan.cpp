@@ -19,10 +19,6 @@
 #include "runtime/planner/planner.h"
 #include "runtime/planner/profiler.h"
 #include "runtime/scheduler.h"
-#if SLUICE_HAS_CUDA
-#include "runtime/gpu/cuda_backend.h"
-#include "runtime/gpu/gpu_profiler.h"
-#endif
 
 namespace sluice {
 namespace {
@@ -67,10 +63,15 @@ std::optional<Ceilings> read_ceilings(const std::filesystem::path& path) {
   return std::nullopt;  // unreadable: measured again and rewritten
 }
 
+// Where a quick measurement named `prefix` is cached: beside this machine's profile.
+std::filesystem::path quick_cache_path(const std::string& prefix, int threads) {
+  std::filesystem::path path = profile_cache_path(this_machine(), threads);
+  path.replace_filename(prefix + path.filename().string());
+  return path;
+}
+
 Ceilings cached_quick_ceilings(int threads) {
-  const MachineIdentity machine = this_machine();
-  std::filesystem::path path = profile_cache_path(machine, threads);
-  path.replace_filename("quick-" + path.filename().string());
+  const std::filesystem::path path = quick_cache_path("quick-", threads);
   FileLock lock(path.string() + ".lock");
   if (std::optional<Ceilings> cached = read_ceilings(path)) return *cached;
   fmt::print(stderr,
@@ -87,14 +88,13 @@ Ceilings cached_quick_ceilings(int threads) {
 }
 
 // The GPU half for a profile without one, on a machine with a usable GPU: measured once (a few
-// seconds) and cached beside the quick ceilings, so that the default `--device auto` plans the
-// GPU pipeline from the first run. nullopt without the CUDA backend or a GPU, or when the
-// measurement fails (a warning says so, and the plan is the CPU engine's).
+// seconds, by the registered GPU profiler, measure_gpu) and cached beside the quick ceilings, so
+// that the default `--device auto` plans the GPU pipeline from the first run. nullopt without a
+// usable GPU, or when the measurement fails (a warning says so, and the plan is the CPU
+// engine's).
 std::optional<GpuProfile> cached_quick_gpu_profile() {
-#if SLUICE_HAS_CUDA
-  if (!gpu::cuda_gpu_usable()) return std::nullopt;
-  std::filesystem::path path = profile_cache_path(this_machine(), 0);
-  path.replace_filename("quick-gpu-" + path.filename().string());
+  if (resolve_device_kind(DeviceKind::kAuto) != DeviceKind::kCuda) return std::nullopt;
+  const std::filesystem::path path = quick_cache_path("quick-gpu-", 0);
   FileLock lock(path.string() + ".lock");
   if (std::ifstream in(path); in) {
     try {
@@ -110,7 +110,7 @@ std::optional<GpuProfile> cached_quick_gpu_profile() {
              path.string());
   std::optional<GpuProfile> measured;
   try {
-    measured = gpu::measure_gpu_profile();
+    measured = measure_gpu();
   } catch (const std::exception& e) {
     fmt::print(stderr, "warning: measuring the GPU failed ({}); planning for the CPU engine\n",
                e.what());
@@ -123,9 +123,6 @@ std::optional<GpuProfile> cached_quick_gpu_profile() {
     write_cache_file(path, to_json(holder).dump() + "\n");
   }
   return measured;
-#else
-  return std::nullopt;
-#endif
 }
 
 }  // namespace

@@ -117,14 +117,9 @@ struct BatchEngine::Impl {
   // The host cache: every KV block on the CPU engine; with an offload device the CPU share's,
   // the device KV pool holding the rest (host_kv_blocks, as the planner sizes host memory).
   static KvCacheConfig kv_config(const ModelConfig& c, const Policy& p, const EngineDevice& d) {
-    KvCacheConfig k;
-    k.n_layers = c.num_layers;
-    k.kv_heads = c.num_kv_heads;
-    k.head_dim = c.head_dim;
-    k.block_size = p.kv_block_size;
-    k.total_blocks =
-        d.device ? host_kv_blocks(p.kv_blocks, cpu_attention_share(d.settings)) : p.kv_blocks;
-    return k;
+    return kv_pool_config(
+        c, p, d.device ? host_kv_blocks(p.kv_blocks, cpu_attention_share(d.settings)) : p.kv_blocks,
+        true);
   }
 
   // y = x · weightᵀ + beta · y. fp32 inputs are rounded to bf16 unless the policy asks for fp32
@@ -342,17 +337,15 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   t0 = Clock::now();
   // Picked on the device: what Sampler::sample picks at temperature 0 (it draws no random number).
   std::vector<int> sampled(device_out.greedy_tokens.begin(), device_out.greedy_tokens.end());
-  if (!sampled.empty()) {
-    stats.sampling_seconds += seconds_since(t0);
-    return sampled;
-  }
-  int j = 0;
-  for (const StepItem& it : plan.items) {
-    if (!it.sample) continue;
-    std::span<const float> row(logit_rows + size_t(j++) * c.vocab_size, size_t(c.vocab_size));
-    if (observe_logits)
-      observe_logits(sched.sequence(it.slot).request.id, it.first_pos + it.count - 1, row);
-    sampled.push_back(sched.sequence(it.slot).sampler.sample(row));
+  if (sampled.empty()) {
+    int j = 0;
+    for (const StepItem& it : plan.items) {
+      if (!it.sample) continue;
+      std::span<const float> row(logit_rows + size_t(j++) * c.vocab_size, size_t(c.vocab_size));
+      if (observe_logits)
+        observe_logits(sched.sequence(it.slot).request.id, it.first_pos + it.count - 1, row);
+      sampled.push_back(sched.sequence(it.slot).sampler.sample(row));
+    }
   }
   stats.sampling_seconds += seconds_since(t0);
   return sampled;
@@ -387,7 +380,8 @@ void BatchEngine::run(std::vector<Request> requests,
                       const std::function<void(Completion&&)>& on_finished) {
   Impl& m = *impl_;
   Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings, {m.device_kv.get(), m.cpu_share});
-  int64_t finished = 0, turns_to_host = 0;
+  int64_t finished = 0;
+  const int64_t share_full_before = m.stats.device_gpu_share_full;
   // A request that can never run fails alone, reported before the others finish.
   for (Request& r : requests)
     if (std::optional<Completion> failed = sched.submit(std::move(r))) {
@@ -418,8 +412,7 @@ void BatchEngine::run(std::vector<Request> requests,
     t0 = Clock::now();
     std::vector<Completion> done = sched.complete_step(plan, sampled);
     m.stats.scheduling_seconds += seconds_since(t0);
-    m.stats.device_gpu_share_full += sched.device_turns_to_host() - turns_to_host;
-    turns_to_host = sched.device_turns_to_host();
+    m.stats.device_gpu_share_full = share_full_before + sched.device_turns_to_host();
     finished += int64_t(done.size());
     for (Completion& c : done) on_finished(std::move(c));
     if (m.observe_step)

@@ -749,15 +749,20 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 };
 
-KvCacheConfig device_kv_config(const ModelConfig& c, const Policy& p, const OffloadSettings& s) {
+KvCacheConfig kv_pool_config(const ModelConfig& c, const Policy& p, int64_t blocks,
+                             bool with_storage) {
   KvCacheConfig k;
   k.n_layers = c.num_layers;
   k.kv_heads = c.num_kv_heads;
   k.head_dim = c.head_dim;
   k.block_size = p.kv_block_size;
-  k.total_blocks = gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s));
-  k.with_storage = false;
+  k.total_blocks = blocks;
+  k.with_storage = with_storage;
   return k;
+}
+
+KvCacheConfig device_kv_config(const ModelConfig& c, const Policy& p, const OffloadSettings& s) {
+  return kv_pool_config(c, p, gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s)), false);
 }
 
 OffloadExecutor::OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,

@@ -71,6 +71,9 @@ struct OffloadFootprint {
 };
 OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p, const OffloadSettings& s);
 
+// A KV pool of `blocks` blocks of the policy's block size for the model's layers and KV heads.
+KvCacheConfig kv_pool_config(const ModelConfig& c, const Policy& p, int64_t blocks,
+                             bool with_storage);
 // The books of the device KV pool (block tables, no storage: the K/V are on the device), in the
 // host cache's block size; total_blocks is 0 when attention has no GPU share (ω = 1). The engine
 // keeps a PagedKvCache of it for the Scheduler and hands it to the executor.

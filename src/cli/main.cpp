@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "kernels/cpu/isa.h"
 #include "runtime/planner/profiler.h"
 #if SLUICE_HAS_CUDA
 #include "runtime/gpu/gpu_profiler.h"
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    // A bad SLUICE_ISA is one clear error before any work starts.
+    sluice::cpu::check_isa_environment();
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const sluice::Error& e) {

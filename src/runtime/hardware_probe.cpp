@@ -79,7 +79,7 @@ double measure_dram_bandwidth() {
   std::unique_ptr<float, decltype(&std::free)> buffer(
       static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
   float* p = buffer.get();
-  const bool vector = cpu::has_avx512();
+  const bool vector = cpu::isa_at_least(cpu::IsaLevel::kAvx512);
   // First touch by the threads that will read it, in the same static partition.
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i += 1024) std::fill(p + i, p + std::min(n, i + 1024), 1.0f);

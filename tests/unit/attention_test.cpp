@@ -17,7 +17,7 @@ struct Case {
 
 // Fills a cache with one sequence per case (interleaving their blocks), runs the batched kernel
 // and compares every output with the dense double-precision reference.
-void expect_matches_reference(const std::vector<Case>& cases, bool scalar) {
+void expect_matches_reference(const std::vector<Case>& cases, IsaLevel level) {
   const Case& c0 = cases[0];
   int64_t blocks = 0;
   for (const Case& c : cases) blocks += (c.kv_len + c.block_size - 1) / c.block_size + 1;
@@ -66,9 +66,10 @@ void expect_matches_reference(const std::vector<Case>& cases, bool scalar) {
                                .kv_heads = c0.kv_heads,
                                .head_dim = c0.head_dim,
                                .sliding_window = c0.window};
-  force_scalar_kernels(scalar);
-  paged_attention(params, cache.layer_view(1), seqs);
-  force_scalar_kernels(false);
+  {
+    ScopedIsaLevel at(level);
+    paged_attention(params, cache.layer_view(1), seqs);
+  }
   for (size_t s = 0; s < cases.size(); ++s) {
     const Case& c = cases[s];
     std::vector<float> ref(size_t(c.n_q * q_width));
@@ -80,7 +81,7 @@ void expect_matches_reference(const std::vector<Case>& cases, bool scalar) {
       ASSERT_NEAR(outs[s][i], ref[i], 1e-5 * (1 + std::abs(ref[i])))
           << "heads=" << c.heads << " kv_heads=" << c.kv_heads << " d=" << c.head_dim
           << " bs=" << c.block_size << " kv_len=" << c.kv_len << " n_q=" << c.n_q
-          << " window=" << c.window << " at " << i << (scalar ? " (scalar)" : " (avx512)");
+          << " window=" << c.window << " at " << i << " (" << isa_name(level) << ")";
   }
 }
 
@@ -93,23 +94,23 @@ const Case kShapes[] = {
 };
 
 TEST(CpuAttention, DecodeMatchesReference) {
-  for (bool scalar : {false, true})
-    for (const Case& c : kShapes) expect_matches_reference({c, c}, scalar);
+  for (IsaLevel level : supported_isa_levels())
+    for (const Case& c : kShapes) expect_matches_reference({c, c}, level);
 }
 
 TEST(CpuAttention, PrefillChunkIsCausal) {
-  for (bool scalar : {false, true}) {
-    expect_matches_reference({{4, 2, 64, 16, 17, 17, 0}, {4, 2, 64, 16, 100, 33, 0}}, scalar);
-    expect_matches_reference({{32, 8, 128, 16, 513, 70, 0}}, scalar);
-    expect_matches_reference({{6, 2, 80, 32, 15, 15, 0}, {6, 2, 80, 32, 16, 1, 0}}, scalar);
+  for (IsaLevel level : supported_isa_levels()) {
+    expect_matches_reference({{4, 2, 64, 16, 17, 17, 0}, {4, 2, 64, 16, 100, 33, 0}}, level);
+    expect_matches_reference({{32, 8, 128, 16, 513, 70, 0}}, level);
+    expect_matches_reference({{6, 2, 80, 32, 15, 15, 0}, {6, 2, 80, 32, 16, 1, 0}}, level);
   }
 }
 
 TEST(CpuAttention, SlidingWindowHidesOldKeys) {
-  for (bool scalar : {false, true}) {
-    expect_matches_reference({{4, 1, 64, 16, 100, 1, 16}, {4, 1, 64, 16, 513, 1, 100}}, scalar);
-    expect_matches_reference({{6, 2, 80, 16, 100, 40, 17}, {6, 2, 80, 16, 17, 17, 1}}, scalar);
-    expect_matches_reference({{32, 8, 128, 32, 513, 65, 64}}, scalar);
+  for (IsaLevel level : supported_isa_levels()) {
+    expect_matches_reference({{4, 1, 64, 16, 100, 1, 16}, {4, 1, 64, 16, 513, 1, 100}}, level);
+    expect_matches_reference({{6, 2, 80, 16, 100, 40, 17}, {6, 2, 80, 16, 17, 17, 1}}, level);
+    expect_matches_reference({{32, 8, 128, 32, 513, 65, 64}}, level);
   }
 }
 

@@ -12,7 +12,7 @@ namespace sluice::cpu {
 namespace {
 
 TEST(CpuRmsNorm, MatchesReferenceOverAwkwardSizes) {
-  for (bool scalar : {false, true})
+  for (IsaLevel level : supported_isa_levels())
     for (int64_t dim : {1, 15, 16, 17, 100, 4096, 5120 + 3}) {
       for (DType wt : {DType::BF16, DType::F32}) {
         const int64_t rows = 5, stride = dim + 3;
@@ -29,14 +29,15 @@ TEST(CpuRmsNorm, MatchesReferenceOverAwkwardSizes) {
             .weight_dtype = wt,
             .eps = 1e-6f,
             .x_stride = stride};
-        force_scalar_kernels(scalar);
-        rms_norm(args);
-        force_scalar_kernels(false);
+        {
+          ScopedIsaLevel at(level);
+          rms_norm(args);
+        }
         args.y = ref.data();
         rms_norm_reference(args);
         // fp32 sum of squares over up to 5k elements vs double: ~1e-6 relative.
         for (size_t i = 0; i < y.size(); ++i)
-          ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7) << "dim=" << dim << " i=" << i;
+          ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7) << isa_name(level) << " dim=" << dim << " i=" << i;
       }
     }
 }

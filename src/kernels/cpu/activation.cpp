@@ -26,7 +26,7 @@ SLUICE_AVX512 void silu_mul_avx512(const float* gate, const float* up, float* ou
 // Roofline: 12 bytes per element (two reads, one write) for ~25 FLOP: bandwidth bound when the
 // rows come from DRAM, but they are the output of the gate/up GEMM and usually still in L2.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  if (has_avx512()) {
+  if (isa_at_least(IsaLevel::kAvx512)) {
     constexpr int64_t kChunk = 1 << 14;
 #pragma omp parallel for schedule(static) if (n >= 4 * kChunk)
     for (int64_t c = 0; c < n; c += kChunk)

@@ -287,7 +287,7 @@ void paged_attention(const AttentionParams& params, const KvLayerView& kv,
                      std::span<const AttentionSequence> seqs) {
   const auto [p, group] = resolve(params);
   for (const auto& s : seqs) check_sequence(p, kv, s);
-  if (!has_avx512()) {
+  if (!isa_at_least(IsaLevel::kAvx512)) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = 0; i < seqs.size(); ++i) attention_scalar(p, group, kv, seqs[i]);
     return;

@@ -29,12 +29,12 @@ SLUICE_AVX512 void bf16_to_f32_avx512(const uint16_t* src, float* dst, size_t n)
 }  // namespace
 
 void f32_to_bf16_row(const float* src, uint16_t* dst, size_t n) {
-  if (has_avx512_bf16()) return f32_to_bf16_avx512(src, dst, n);
+  if (isa_at_least(IsaLevel::kAvx512Bf16)) return f32_to_bf16_avx512(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 void bf16_to_f32_row(const uint16_t* src, float* dst, size_t n) {
-  if (has_avx512()) return bf16_to_f32_avx512(src, dst, n);
+  if (isa_at_least(IsaLevel::kAvx512)) return bf16_to_f32_avx512(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 

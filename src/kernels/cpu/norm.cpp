@@ -66,7 +66,7 @@ void rms_norm_row_scalar(const RmsNormArgs& a, const float* x, float* y) {
 // bound; rows usually sit in L2 right after the producing GEMM.
 void rms_norm(const RmsNormArgs& args) {
   const RmsNormArgs a = resolve(args);
-  const bool vector = has_avx512();
+  const bool vector = isa_at_least(IsaLevel::kAvx512);
 #pragma omp parallel for schedule(static) if (a.rows * a.dim >= (1 << 16))
   for (int64_t r = 0; r < a.rows; ++r) {
     if (vector)

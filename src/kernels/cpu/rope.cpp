@@ -67,7 +67,7 @@ std::vector<float> rope_inv_freq(int rotary_dim, float theta) {
 // 6 FLOP per rotated pair; q/k rows are in L1/L2 right after the QKV GEMM.
 void apply_rope(const RopeArgs& args) {
   const RopeArgs a = resolve(args);
-  const bool vector = has_avx512();
+  const bool vector = isa_at_least(IsaLevel::kAvx512);
   const int half = a.rotary_dim / 2;
 #pragma omp parallel if (a.rows >= 16)
   {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 
+#include "kernels/cpu/isa.h"
 #include "model/presets.h"
 #include "model/reference_forward.h"
 #include "model/synthetic.h"
@@ -47,12 +48,19 @@ EngineRun run_engine(const Model& model, Precision precision) {
   return run;
 }
 
-class BatchEngineMatchesReference : public ::testing::TestWithParam<Case> {
+// Each tiny model at every ISA level this run offers (SLUICE_ISA lowers the top): the engine runs
+// at that level, the reference forward is plain C++ at any level.
+class BatchEngineMatchesReference
+    : public ::testing::TestWithParam<std::tuple<Case, cpu::IsaLevel>> {
  protected:
   Model model() const {
     ModelConfig config = preset_config("tiny-mixtral");
-    GetParam().edit(config);
+    std::get<0>(GetParam()).edit(config);
     return make_random_model(config, 42);
+  }
+  EngineRun run_at_level(const Model& m, Precision precision) const {
+    cpu::ScopedIsaLevel at(std::get<1>(GetParam()));
+    return run_engine(m, precision);
   }
 };
 
@@ -64,7 +72,7 @@ class BatchEngineMatchesReference : public ::testing::TestWithParam<Case> {
 // ten times inside the foundation tolerance of 1e-2.
 TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
   const Model m = model();
-  EngineRun run = run_engine(m, Precision::kF32);
+  EngineRun run = run_at_level(m, Precision::kF32);
   ASSERT_EQ(run.done.size(), std::size(kPromptLengths));
   const size_t V = size_t(m.config.vocab_size);
   double worst = 0;
@@ -99,7 +107,7 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
 // positions within 1e-2, 99.5% same argmax).
 TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
   const Model m = model();
-  EngineRun run = run_engine(m, Precision::kBf16);
+  EngineRun run = run_at_level(m, Precision::kBf16);
   ASSERT_EQ(run.done.size(), std::size(kPromptLengths));
   const size_t V = size_t(m.config.vocab_size);
   double worst = 0;
@@ -130,18 +138,23 @@ TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     TinyModels, BatchEngineMatchesReference,
-    ::testing::Values(testing::tiny_mixtral_case(), testing::sliding_window_gqa_case(),
-                      Case{"attention_narrower_than_hidden",  // heads·head_dim = 32 < hidden = 64
-                           [](ModelConfig& c) { c.head_dim = 8; }},
-                      Case{"one_kv_head_top1_tied",
-                           [](ModelConfig& c) {
-                             c.num_heads = 4;
-                             c.num_kv_heads = 1;
-                             c.head_dim = 24;
-                             c.experts_per_token = 1;
-                             c.tie_word_embeddings = true;
-                           }}),
-    [](const auto& param_info) { return std::string(param_info.param.name); });
+    ::testing::Combine(
+        ::testing::Values(testing::tiny_mixtral_case(), testing::sliding_window_gqa_case(),
+                          Case{"attention_narrower_than_hidden",  // heads·head_dim 32 < hidden 64
+                               [](ModelConfig& c) { c.head_dim = 8; }},
+                          Case{"one_kv_head_top1_tied",
+                               [](ModelConfig& c) {
+                                 c.num_heads = 4;
+                                 c.num_kv_heads = 1;
+                                 c.head_dim = 24;
+                                 c.experts_per_token = 1;
+                                 c.tie_word_embeddings = true;
+                               }}),
+        ::testing::ValuesIn(cpu::isa_levels_up_to_current())),
+    [](const auto& p) {
+      return std::string(std::get<0>(p.param).name) + "_" +
+             cpu::isa_name(std::get<1>(p.param));
+    });
 
 // Requests that can never run (a prompt that fills the context; a sequence needing more KV blocks
 // than the cache has) fail alone, reported first through on_finished; the others run as they run

@@ -87,5 +87,15 @@ TEST(IsaCli, LevelAboveTheCpusIsOneClearError) {
       << r.output;
 }
 
+// The built-in job at the lowest level: no instruction above x86-64-v2 runs, and it still works
+// end to end (quick profile, planner, engine, results).
+TEST(IsaCli, DemoRunsAtTheScalarLevel) {
+  testing::TempDir cache;
+  auto r = testing::run_command("XDG_CACHE_HOME=" + cache.path().string() + " " +
+                                with_isa("scalar", "demo"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("8 completed, 0 failed"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace sluice::cpu

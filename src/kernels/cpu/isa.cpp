@@ -147,6 +147,12 @@ std::vector<IsaLevel> supported_isa_levels() {
   return levels;
 }
 
+std::vector<IsaLevel> isa_levels_up_to_current() {
+  std::vector<IsaLevel> levels = supported_isa_levels();
+  levels.resize(size_t(isa_level()) + 1);
+  return levels;
+}
+
 IsaLevel isa_level() {
   const int cached = g_level.load(std::memory_order_relaxed);
   if (cached >= 0) return IsaLevel(cached);

@@ -41,6 +41,9 @@ const std::string& cpu_model_name();
 // The highest level this CPU offers, and every level from scalar up to it.
 IsaLevel cpu_isa_level();
 std::vector<IsaLevel> supported_isa_levels();
+// Every level from scalar up to the one in force (isa_level()): what the tests loop over, so that
+// a run under SLUICE_ISA=avx2 proves the avx2 and scalar paths and nothing above them.
+std::vector<IsaLevel> isa_levels_up_to_current();
 
 // The level the kernels use now: the CPU's own, or lower when SLUICE_ISA or set_isa_level says
 // so. The first call reads SLUICE_ISA and fails (sluice::Error) on an unknown name or a level

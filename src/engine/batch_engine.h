@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/engine_device.h"
-#include "engine/request.h"
+#include "runtime/request.h"
 #include "model/weights.h"
 #include "runtime/policy.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/engine_device.h"
-#include "engine/request.h"
+#include "runtime/request.h"
 #include "model/config.h"
 #include "runtime/planner/hardware_profile.h"
 #include "runtime/planner/planner.h"

@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/request.h"
+#include "runtime/request.h"
 #include "runtime/kv_cache.h"
 #include "runtime/policy.h"
 

@@ -1,4 +1,5 @@
-// What the engine is asked to do and what it returns, independent of any file format.
+// What the engine is asked to do and what it returns, independent of any file format. It lives in
+// runtime/ because the scheduler admits and finishes requests; the engine above uses it as is.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling.h"
+#include "runtime/sampling.h"
 
 namespace sluice {
 

@@ -1,4 +1,4 @@
-#include "engine/sampling.h"
+#include "runtime/sampling.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {

@@ -17,7 +17,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/cuda_device.h"
 #include "runtime/kv_cache.h"
 
@@ -181,7 +181,8 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
 TEST(CudaKernels, GemmAndExpertGemmsMatchCpu) {
   SKIP_WITHOUT_GPU();
   gpu::CudaDevice device(0, size_t(1) << 30);
-  cuda::GemmContext ctx(device);
+  offload::DeviceBuffer workspace(device, cuda::GemmContext::kWorkspaceBytes, "workspace");
+  cuda::GemmContext ctx(workspace.ptr, workspace.bytes);
   for (auto [m, n, k] :
        {std::tuple<int64_t, int64_t, int64_t>{1, 64, 64}, {37, 300, 257}, {512, 1024, 4096}}) {
     auto x = random_bf16(size_t(m * k), 10), w = random_bf16(size_t(n * k), 11);

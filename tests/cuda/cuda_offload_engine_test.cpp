@@ -16,7 +16,7 @@
 #include "kernels/cuda/offload_ops.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {

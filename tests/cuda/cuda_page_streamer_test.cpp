@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/cuda_device.h"
 #include "runtime/gpu/pinned_host.h"
 #include "runtime/offload/page_streamer.h"

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attention.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 namespace {

@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 
@@ -31,16 +31,14 @@ uint32_t alignment_of(const void* p) {
 }  // namespace
 
 struct GemmContext::Impl {
-  offload::Device& device;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   // Shape, accumulate, and the alignments of W, X and Y.
   std::map<std::tuple<int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t>, Plan> plans;
 
-  Impl(offload::Device& d, size_t ws) : device(d), workspace_bytes(ws) {
+  Impl(void* ws, size_t ws_bytes) : workspace(ws), workspace_bytes(ws_bytes) {
     SLUICE_CUBLAS_CHECK(cublasLtCreate(&handle));
-    workspace = device.allocate(ws, "cuBLASLt workspace");
   }
   ~Impl() {
     for (auto& [key, p] : plans) {
@@ -49,7 +47,6 @@ struct GemmContext::Impl {
       cublasLtMatrixLayoutDestroy(p.c);
       cublasLtMatmulDescDestroy(p.op);
     }
-    device.deallocate(workspace, workspace_bytes);
     cublasLtDestroy(handle);
   }
 
@@ -99,8 +96,8 @@ struct GemmContext::Impl {
   }
 };
 
-GemmContext::GemmContext(offload::Device& device, size_t workspace_bytes)
-    : impl_(std::make_unique<Impl>(device, workspace_bytes)) {}
+GemmContext::GemmContext(void* workspace, size_t workspace_bytes)
+    : impl_(std::make_unique<Impl>(workspace, workspace_bytes)) {}
 GemmContext::~GemmContext() = default;
 
 void GemmContext::gemm(const GemmShape& s, const uint16_t* x, const uint16_t* w, float* y,

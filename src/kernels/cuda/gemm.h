@@ -11,8 +11,6 @@
 #include <memory>
 #include <span>
 
-#include "runtime/offload/device.h"
-
 namespace sluice::cuda {
 
 struct GemmShape {
@@ -21,8 +19,9 @@ struct GemmShape {
 
 class GemmContext {
  public:
-  // The workspace is taken from the device's budget.
-  explicit GemmContext(offload::Device& device, size_t workspace_bytes = 32u << 20);
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  // `workspace`: device memory the caller owns (and charges to its budget) for the context's life.
+  GemmContext(void* workspace, size_t workspace_bytes);
   ~GemmContext();
   GemmContext(const GemmContext&) = delete;
   GemmContext& operator=(const GemmContext&) = delete;

@@ -1,5 +1,5 @@
 #include "kernels/cuda/offload_ops.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 namespace {

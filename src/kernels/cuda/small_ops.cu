@@ -3,7 +3,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/ops.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 namespace {

@@ -1,7 +1,7 @@
 #include "runtime/gpu/cuda_backend.h"
 
 #include "core/error.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/cuda_device.h"
 #include "runtime/gpu/cuda_math.h"
 

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/pinned_host.h"
 
 namespace sluice::gpu {

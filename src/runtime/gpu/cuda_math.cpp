@@ -3,7 +3,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/offload_ops.h"
 #include "kernels/cuda/ops.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::gpu {
 
@@ -13,7 +13,9 @@ cudaStream_t as_stream(void* s) {
 }
 }  // namespace
 
-CudaMath::CudaMath(offload::Device& device) : gemm_(device) {}
+CudaMath::CudaMath(offload::Device& device)
+    : gemm_workspace_(device, cuda::GemmContext::kWorkspaceBytes, "cuBLASLt workspace"),
+      gemm_(gemm_workspace_.ptr, gemm_workspace_.bytes) {}
 
 void CudaMath::gemm_bf16(void* s, const offload::GemmDims& d, const uint16_t* x, const uint16_t* w,
                          float* y, float beta) {

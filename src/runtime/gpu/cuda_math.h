@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kernels/cuda/gemm.h"
+#include "runtime/offload/device.h"
 #include "runtime/offload/device_math.h"
 
 namespace sluice::gpu {
@@ -40,6 +41,7 @@ class CudaMath final : public offload::DeviceMath {
   void copy(void* stream, void* dst, const void* src, size_t bytes) override;
 
  private:
+  offload::DeviceBuffer gemm_workspace_;
   cuda::GemmContext gemm_;
 };
 

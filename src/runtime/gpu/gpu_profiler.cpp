@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/cuda_device.h"
 #include "runtime/gpu/pinned_host.h"
 
@@ -53,18 +53,6 @@ class Timer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
-// Device memory for the measurements, charged to the device's budget, freed at scope exit.
-struct DeviceBuffer {
-  offload::Device& device;
-  size_t bytes;
-  void* ptr;
-  DeviceBuffer(offload::Device& d, size_t n, const char* what)
-      : device(d), bytes(n), ptr(d.allocate(n, what)) {}
-  ~DeviceBuffer() { device.deallocate(ptr, bytes); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
 // Bandwidth of one direction of PCIe: `bytes` copied `reps` times, the best.
 double copy_bandwidth(Timer& timer, cudaStream_t stream, void* dst, const void* src, size_t bytes,
                       cudaMemcpyKind kind) {
@@ -80,9 +68,9 @@ GemmCurve gemm_curve(CudaDevice& device, cuda::GemmContext& ctx, Timer& timer, c
   const size_t w_bytes = size_t(n * k) * 2;
   const size_t copies = std::max<size_t>(2, (size_t(512) << 20) / w_bytes + 1);
   const int64_t max_m = ms.back();
-  DeviceBuffer w(device, w_bytes * copies, "profile GEMM weights");
-  DeviceBuffer x(device, size_t(max_m * k) * 2, "profile GEMM input");
-  DeviceBuffer y(device, size_t(max_m * n) * 4, "profile GEMM output");
+  offload::DeviceBuffer w(device, w_bytes * copies, "profile GEMM weights");
+  offload::DeviceBuffer x(device, size_t(max_m * k) * 2, "profile GEMM input");
+  offload::DeviceBuffer y(device, size_t(max_m * n) * 4, "profile GEMM output");
   // bf16 0x3c3c ≈ 0.0115: small non-zero values (the time does not depend on them).
   SLUICE_CUDA_CHECK(cudaMemsetAsync(w.ptr, 0x3c, w.bytes, stream));
   SLUICE_CUDA_CHECK(cudaMemsetAsync(x.ptr, 0x3c, x.bytes, stream));
@@ -120,7 +108,7 @@ std::optional<GpuProfile> measure_gpu_profile() {
   Timer timer(stream);
 
   const size_t bytes = size_t(256) << 20;
-  DeviceBuffer dev_a(device, bytes, "profile copy buffer"), dev_b(device, bytes, "profile copy");
+  offload::DeviceBuffer dev_a(device, bytes, "profile copy buffer"), dev_b(device, bytes, "profile copy");
   PinnedBuffer pinned(bytes);
   std::unique_ptr<char[]> pageable(new char[bytes]);
   std::memset(pinned.data(), 1, bytes);
@@ -137,7 +125,8 @@ std::optional<GpuProfile> measure_gpu_profile() {
   g.memory_bytes_per_s =
       2 * copy_bandwidth(timer, stream, dev_b.ptr, dev_a.ptr, bytes, cudaMemcpyDeviceToDevice);
 
-  cuda::GemmContext ctx(device);
+  offload::DeviceBuffer workspace(device, cuda::GemmContext::kWorkspaceBytes, "cuBLASLt workspace");
+  cuda::GemmContext ctx(workspace.ptr, workspace.bytes);
   const std::vector<int64_t> ms = {1, 16, 64, 256, 1024, 4096, 8192};
   g.gemm.push_back(gemm_curve(device, ctx, timer, stream, "expert", 14336, 4096, ms));
   g.gemm.push_back(gemm_curve(device, ctx, timer, stream, "expert_down", 4096, 14336, ms));

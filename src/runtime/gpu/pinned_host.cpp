@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::gpu {
 

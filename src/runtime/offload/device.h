@@ -87,4 +87,16 @@ class Device {
   virtual double measure_host_to_device(size_t bytes, int repeats) = 0;
 };
 
+// Device memory charged to the device's budget, freed at scope exit.
+struct DeviceBuffer {
+  Device& device;
+  size_t bytes;
+  void* ptr;
+  DeviceBuffer(Device& d, size_t n, std::string_view what)
+      : device(d), bytes(n), ptr(d.allocate(n, what)) {}
+  ~DeviceBuffer() { device.deallocate(ptr, bytes); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
 }  // namespace sluice::offload

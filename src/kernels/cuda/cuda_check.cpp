@@ -1,4 +1,4 @@
-#include "runtime/gpu/cuda_check.h"
+#include "kernels/cuda/cuda_check.h"
 
 #include "core/error.h"
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/isa.h"
 
 namespace sluice::cpu {
 namespace {
@@ -35,6 +36,7 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
                 .ldy = ldy,
                 .beta = beta};
   gemm(args);
+  SCOPED_TRACE(gemm_implementation(args));
   args.y = y_ref.data();
   gemm_reference(args);
   for (int64_t i = 0; i < c.m; ++i) {
@@ -53,28 +55,63 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
   }
 }
 
-const Case kAwkwardCases[] = {{1, 33, 96},    {3, 130, 33}, {17, 96, 130},
-                              {100, 33, 130}, {1, 1, 1},    {17, 257, 4100}};
+// Sizes that leave partial tiles in every direction: m around the 4-row tile and past the
+// 256-row block, n around the 3-column tile and past the 96-row column block, k short of a
+// 16-value group, and past the 1024-value depth of one pass.
+const Case kAwkwardCases[] = {{1, 33, 96},  {3, 130, 33}, {17, 96, 130},   {100, 33, 130},
+                              {1, 1, 1},    {2, 2, 15},   {17, 257, 4100}, {5, 97, 1040},
+                              {300, 7, 40}, {4, 3, 16}};
+
+// Every case at every ISA level up to the one in force (scalar, avx2, and oneDNN's at avx512+).
+void expect_all_match(DType x_dtype, float beta, int64_t pad) {
+  for (IsaLevel level : isa_levels_up_to_current()) {
+    ScopedIsaLevel scoped(level);
+    SCOPED_TRACE(isa_name(level));
+    for (auto c : kAwkwardCases) expect_matches_reference(c, x_dtype, beta, pad);
+  }
+}
 
 TEST(CpuGemm, MatchesReferenceWithF32Activations) {
-  for (auto c : kAwkwardCases) expect_matches_reference(c, DType::F32, 0.0f, 0);
+  expect_all_match(DType::F32, 0.0f, 0);
 }
 
 TEST(CpuGemm, MatchesReferenceWithBf16Activations) {
-  for (auto c : kAwkwardCases) expect_matches_reference(c, DType::BF16, 0.0f, 0);
+  expect_all_match(DType::BF16, 0.0f, 0);
 }
 
 TEST(CpuGemm, AccumulatesWithBetaAndHonoursStrides) {
-  for (auto c : kAwkwardCases) {
-    expect_matches_reference(c, DType::F32, 1.0f, 5);
-    expect_matches_reference(c, DType::BF16, 0.5f, 3);
-  }
+  expect_all_match(DType::F32, 1.0f, 5);
+  expect_all_match(DType::BF16, 0.5f, 3);
 }
 
 TEST(CpuGemm, RuntimeRowModeMatchesReference) {
   set_gemm_row_mode(GemmRowMode::kRuntime);
-  for (auto c : kAwkwardCases) expect_matches_reference(c, DType::F32, 0.0f, 0);
+  expect_all_match(DType::F32, 0.0f, 0);
   set_gemm_row_mode(GemmRowMode::kExact);
+}
+
+TEST(CpuGemm, OverwritesNonFiniteOutputWhenBetaIsZero) {
+  const std::vector<uint16_t> w(3 * 20, f32_to_bf16(1.0f));
+  const std::vector<float> x(2 * 20, 1.0f);
+  for (IsaLevel level : isa_levels_up_to_current()) {
+    ScopedIsaLevel scoped(level);
+    std::vector<float> y(2 * 3, std::nanf(""));
+    gemm({.m = 2, .n = 3, .k = 20, .x = x.data(), .w = w.data(), .y = y.data()});
+    for (float v : y) EXPECT_EQ(v, 20.0f) << isa_name(level);
+  }
+}
+
+TEST(CpuGemm, NamesTheImplementationOfEachLevel) {
+  const std::vector<uint16_t> w(8 * 8, 0);
+  const GemmArgs args{.m = 1, .n = 8, .k = 8, .w = w.data()};
+  {
+    ScopedIsaLevel scoped(IsaLevel::kScalar);
+    EXPECT_EQ(gemm_implementation(args), "sluice:scalar");
+  }
+  if (isa_level() >= IsaLevel::kAvx2) {
+    ScopedIsaLevel scoped(IsaLevel::kAvx2);
+    EXPECT_EQ(gemm_implementation(args), "sluice:avx2");
+  }
 }
 
 TEST(CpuGemm, ZeroRowsIsANoOp) {

@@ -1,4 +1,4 @@
-// Dense GEMM against bf16 weights in the Hugging Face nn.Linear layout, on oneDNN.
+// Dense GEMM against bf16 weights in the Hugging Face nn.Linear layout.
 //
 //   Y[m, n] = X[m, k] · Wᵀ + beta · Y       (torch: y = F.linear(x, w) + beta * y)
 //
@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 
@@ -29,7 +30,8 @@ struct GemmArgs {
   float beta = 0.0f;            // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y
 };
 
-// oneDNN primitive for each (shape, strides, dtype, beta), created once and cached.
+// At the AVX-512 levels a oneDNN primitive per (shape, strides, dtype, beta), created once and
+// cached; elsewhere sluice's tiles.
 void gemm(const GemmArgs& args);
 
 // Plain triple loop, fp32 accumulation in k order, X rounded to bf16 exactly as gemm() does.
@@ -45,9 +47,9 @@ enum class GemmRowMode : uint8_t {
 void set_gemm_row_mode(GemmRowMode mode);
 GemmRowMode gemm_row_mode();
 
-// Number of cached oneDNN primitives, and the name of the oneDNN implementation chosen for a
-// shape (e.g. "brg:avx512_core_bf16"), for benchmarks and reports.
+// Number of cached oneDNN primitives, and the implementation gemm() uses for a shape at the
+// level in force ("oneDNN brg:avx512_core_bf16", "sluice:avx2"), for benchmarks and reports.
 size_t gemm_cached_primitives();
-const char* gemm_implementation(const GemmArgs& args);
+std::string gemm_implementation(const GemmArgs& args);
 
 }  // namespace sluice::cpu

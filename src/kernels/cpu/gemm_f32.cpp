@@ -1,45 +1,26 @@
 #include "kernels/cpu/gemm_f32.h"
 
-#include <algorithm>
-#include <vector>
-
 #include "core/dtype.h"
-#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_tiled.h"
+#include "kernels/cpu/isa.h"
 
 namespace sluice::cpu {
 
-namespace {
-// Rows of W converted to fp32 at a time: 8 rows of a 14336-wide expert are 458 KB, inside L2,
-// and are then reused by every row of X.
-constexpr int64_t kRowsPerBlock = 8;
-
-float dot(const float* a, const float* b, int64_t k) {
-  float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < k; ++i) acc += a[i] * b[i];
-  return acc;
-}
-}  // namespace
-
 void gemm_f32(const GemmF32Args& a) {
-  const int64_t blocks = (a.n + kRowsPerBlock - 1) / kRowsPerBlock;
-#pragma omp parallel
-  {
-    std::vector<float> wf(size_t(kRowsPerBlock * a.k));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = b * kRowsPerBlock, rows = std::min(kRowsPerBlock, a.n - n0);
-      bf16_to_f32_row(a.w + n0 * a.k, wf.data(), size_t(rows * a.k));
-      for (int64_t i = 0; i < a.m; ++i) {
-        const float* xr = a.x + i * a.k;
-        float* yr = a.y + i * a.n + n0;
-        for (int64_t r = 0; r < rows; ++r) {
-          const float v = dot(xr, wf.data() + r * a.k, a.k);
-          yr[r] = a.beta == 0.0f ? v : v + a.beta * yr[r];
-        }
-      }
-    }
-  }
+  if (a.m == 0) return;
+  tiled_gemm({.m = a.m,
+              .n = a.n,
+              .k = a.k,
+              .x = a.x,
+              .x_dtype = DType::F32,
+              .ldx = a.k,
+              .round_x_to_bf16 = false,
+              .w = a.w,
+              .ldw = a.k,
+              .y = a.y,
+              .ldy = a.n,
+              .beta = a.beta},
+             isa_level());
 }
 
 void gemm_f32_reference(const GemmF32Args& a) {

@@ -1,6 +1,7 @@
 // GEMM with fp32 activations against bf16 weights: Y[m, n] = X[m, k] · Wᵀ + beta · Y, with W in
 // the nn.Linear [n, k] layout. Unlike cpu::gemm, X is not rounded to bf16, so the result differs
 // from an fp32 matmul of the same (bf16-valued) weights only in the order of additions.
+// It runs on the tiles of gemm_tiled.h at the level in force.
 // Used where that precision matters more than speed: the router (whose top-k choice is
 // discontinuous in its input) and the engine's fp32 precision mode.
 #pragma once

@@ -1,0 +1,145 @@
+#include "kernels/cpu/gemm_tiled.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/cpu/gemm_tiles.h"
+
+namespace sluice::cpu {
+namespace {
+
+using tiles::kGroup;
+using tiles::kMaxCols;
+using tiles::kMaxRows;
+
+// Rows of X packed at a time: bounds the scratch (256 rows × 14336 × 4 B = 14.7 MB at the widest
+// Mixtral input) while each weight byte brought from DRAM still meets 256 rows (≥ 256 FLOP per
+// byte, far above the ≈ 7 FLOP/byte where an AVX2 machine turns compute bound).
+constexpr int64_t kRowBlock = 256;
+// With more than one tile of rows, k is walked in ranges of kDepth values and W in blocks of
+// kColBlock rows, so a block of W (96 × 1024 × 2 B = 192 KB) stays in L2 while every tile of rows
+// passes over it, and each tile's activations (4 × 1024 × 4 B = 16 KB) stay in L1.
+constexpr int64_t kDepth = 1024;
+constexpr int64_t kColBlock = 32 * kMaxCols;
+
+int64_t round_up(int64_t v, int64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// A per-thread scratch for packed rows, grown as needed, 64-byte aligned.
+float* scratch(size_t floats) {
+  thread_local std::unique_ptr<float, AlignedFree> buffer;
+  thread_local size_t capacity = 0;
+  if (capacity < floats) {
+    const size_t bytes = round_up(int64_t(floats * sizeof(float)), 64);
+    buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    capacity = floats;
+  }
+  return buffer.get();
+}
+
+float activation(const TiledGemmArgs& a, int64_t row, int64_t p) {
+  if (a.x_dtype == DType::BF16)
+    return bf16_to_f32(static_cast<const uint16_t*>(a.x)[row * a.ldx + p]);
+  const float v = static_cast<const float*>(a.x)[row * a.ldx + p];
+  return a.round_x_to_bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+}
+
+// Rows [r0, r0 + rows) of X into the "evens then odds" groups of gemm_tiles.h.
+void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, float* out, int64_t ldp) {
+#pragma omp parallel for schedule(static) if (rows * a.k >= (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = out + r * ldp;
+    for (int64_t g = 0; g < ldp; g += kGroup) {
+      for (int64_t t = 0; t < kGroup; ++t) {
+        const int64_t p = g + t;
+        const int64_t slot = g + (t % 2) * (kGroup / 2) + t / 2;
+        dst[slot] = p < a.k ? activation(a, r0 + r, p) : 0.0f;
+      }
+    }
+  }
+}
+
+struct Block {
+  const TiledGemmArgs* a;
+  const float* packed;  // rows [r0, r0 + rows) of X, packed
+  int64_t ldp;          // packed row stride
+  int64_t r0, rows;
+  IsaLevel level;
+};
+
+tiles::TileFn tile_for(IsaLevel level, int rows, int cols) {
+  return level >= IsaLevel::kAvx2 ? tiles::avx2_tile(rows, cols) : tiles::scalar_tile(rows, cols);
+}
+
+// W rows [c0, c1) against every packed row of the block.
+void run_columns(const Block& b, int64_t c0, int64_t c1) {
+  const TiledGemmArgs& a = *b.a;
+  const bool one_row_tile = b.rows <= kMaxRows;
+  const int64_t depth = one_row_tile ? b.ldp : kDepth;
+  const int64_t col_block = one_row_tile ? c1 - c0 : kColBlock;
+  for (int64_t cb = c0; cb < c1; cb += col_block) {
+    const int64_t cb_end = std::min(c1, cb + col_block);
+    for (int64_t k0 = 0; k0 < b.ldp; k0 += depth) {
+      tiles::TileJob job;
+      job.ldx = b.ldp;
+      job.ldw = a.ldw;
+      job.k = a.k;
+      job.k0 = k0;
+      job.k1 = std::min(b.ldp, k0 + depth);
+      job.ldy = a.ldy;
+      job.first = k0 == 0;
+      job.beta = a.beta;
+      for (int64_t i = 0; i < b.rows; i += kMaxRows) {
+        const int mr = int(std::min<int64_t>(kMaxRows, b.rows - i));
+        for (int64_t j = cb; j < cb_end; j += kMaxCols) {
+          const int nr = int(std::min<int64_t>(kMaxCols, cb_end - j));
+          job.x = b.packed + i * b.ldp;
+          job.w = a.w + j * a.ldw;
+          job.y = a.y + (b.r0 + i) * a.ldy + j;
+          tile_for(b.level, mr, nr)(job);
+        }
+      }
+    }
+  }
+}
+
+// Each thread takes a contiguous share of W's rows, in whole tiles, so every weight byte is read
+// by one thread only.
+void run_block(const Block& b) {
+  const int64_t n = b.a->n;
+  const int64_t col_tiles = (n + kMaxCols - 1) / kMaxCols;
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), col_tiles));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t c0 = std::min(n, col_tiles * t / nt * kMaxCols);
+    const int64_t c1 = std::min(n, col_tiles * (t + 1) / nt * kMaxCols);
+    if (c0 < c1) run_columns(b, c0, c1);
+  }
+}
+
+}  // namespace
+
+void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
+  const int64_t ldp = round_up(a.k, kGroup);
+  for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
+    const int64_t rows = std::min(kRowBlock, a.m - r0);
+    float* packed = scratch(size_t(rows * ldp));
+    pack_rows(a, r0, rows, packed, ldp);
+    run_block({&a, packed, ldp, r0, rows, level});
+  }
+}
+
+const char* tiled_gemm_name(IsaLevel level) {
+  return level >= IsaLevel::kAvx2 ? "sluice:avx2" : "sluice:scalar";
+}
+
+}  // namespace sluice::cpu

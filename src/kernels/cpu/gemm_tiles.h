@@ -1,0 +1,60 @@
+// sluice's own GEMM against bf16 weights in place: the pieces shared by the driver
+// (gemm_tiled.cpp) and the per-level tile kernels (gemm_tiles_scalar.cpp, gemm_tiles_avx2.cpp).
+//
+// Y[m, n] = X[m, k] · Wᵀ, W bf16 [n, k] row-major, used where it lies (a mapped checkpoint).
+//
+// Packed X. Each row of X is copied once per call, as fp32, into groups of 16 k-values stored
+// "evens then odds": group g holds x[16g+0], x[16g+2], …, x[16g+14], then x[16g+1], …, x[16g+15],
+// zero-padded to a multiple of 16. With that order a tile widens 16 bf16 weights to fp32 with one
+// shift (the even ones, whose bits sit in the low half of each 32-bit pair) and one AND (the odd
+// ones, already in the high half): one integer instruction per 8 weights, no shuffles, and the
+// products meet the right activations.
+//
+// A tile computes MR rows of X against NR rows of W over a range of k, with MR × NR fp32
+// accumulators that are summed horizontally at the end of the range and written to Y.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice::cpu::tiles {
+
+constexpr int64_t kGroup = 16;  // k-values per packed group
+constexpr int kMaxRows = 4;     // MR: rows of X per tile
+constexpr int kMaxCols = 3;     // NR: rows of W per tile
+
+struct TileJob {
+  const float* x = nullptr;     // packed X, first row of the tile, at k = 0
+  int64_t ldx = 0;              // packed row stride (floats), a multiple of kGroup
+  const uint16_t* w = nullptr;  // first W row of the tile, at k = 0
+  int64_t ldw = 0;
+  int64_t k = 0;           // true k: W is not read at or past it
+  int64_t k0 = 0, k1 = 0;  // range of this call; k0 a multiple of kGroup, k1 ≤ padded k
+  float* y = nullptr;      // Y at the tile's first row and column
+  int64_t ldy = 0;
+  bool first = true;  // first k range: Y = acc + beta·Y; later ones: Y += acc
+  float beta = 0.0f;
+};
+
+using TileFn = void (*)(const TileJob&);
+
+// The tile of `rows` × `cols` (1..kMaxRows × 1..kMaxCols) for each level.
+TileFn scalar_tile(int rows, int cols);
+TileFn avx2_tile(int rows, int cols);
+
+// Widens the 16 bf16 weights of a group that runs past k into `out`, zero-filled past k, so the
+// tail group goes through the same code as the others without reading past the row.
+inline void copy_tail_group(const uint16_t* w_group, int64_t valid, uint16_t out[kGroup]) {
+  for (int64_t t = 0; t < kGroup; ++t) out[t] = t < valid ? w_group[t] : uint16_t(0);
+}
+
+// Writes one finished accumulator to Y under the job's first/beta rule.
+inline void store_sum(const TileJob& job, int i, int j, float sum) {
+  float& y = job.y[i * job.ldy + j];
+  if (!job.first) {
+    y += sum;
+  } else {
+    y = job.beta != 0.0f ? sum + job.beta * y : sum;
+  }
+}
+
+}  // namespace sluice::cpu::tiles

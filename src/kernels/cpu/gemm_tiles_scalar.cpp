@@ -1,0 +1,52 @@
+// The scalar-level tiles: plain C++ over the packed layout of gemm_tiles.h (the build's
+// x86-64-v2 baseline; the compiler may use SSE).
+#include <array>
+
+#include "core/dtype.h"
+#include "kernels/cpu/gemm_tiles.h"
+
+namespace sluice::cpu::tiles {
+namespace {
+
+template <int MR, int NR>
+void tile(const TileJob& job) {
+  float acc[MR][NR] = {};
+  uint16_t tail[NR][kGroup];
+  for (int64_t p = job.k0; p < job.k1; p += kGroup) {
+    const uint16_t* w[NR];
+    for (int j = 0; j < NR; ++j) {
+      w[j] = job.w + j * job.ldw + p;
+      if (p + kGroup > job.k) {
+        copy_tail_group(w[j], job.k - p, tail[j]);
+        w[j] = tail[j];
+      }
+    }
+    for (int t = 0; t < kGroup / 2; ++t) {
+      for (int i = 0; i < MR; ++i) {
+        const float even = job.x[i * job.ldx + p + t];
+        const float odd = job.x[i * job.ldx + p + kGroup / 2 + t];
+        for (int j = 0; j < NR; ++j)
+          acc[i][j] += even * bf16_to_f32(w[j][2 * t]) + odd * bf16_to_f32(w[j][2 * t + 1]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) store_sum(job, i, j, acc[i][j]);
+}
+
+template <int MR, int... NR>
+constexpr std::array<TileFn, sizeof...(NR)> row_of_tiles(std::integer_sequence<int, NR...>) {
+  return {&tile<MR, NR + 1>...};
+}
+
+}  // namespace
+
+TileFn scalar_tile(int rows, int cols) {
+  using Cols = std::make_integer_sequence<int, kMaxCols>;
+  static constexpr std::array<std::array<TileFn, kMaxCols>, kMaxRows> table = {
+      row_of_tiles<1>(Cols{}), row_of_tiles<2>(Cols{}), row_of_tiles<3>(Cols{}),
+      row_of_tiles<4>(Cols{})};
+  return table[rows - 1][cols - 1];
+}
+
+}  // namespace sluice::cpu::tiles

@@ -83,17 +83,18 @@ tiles::TileFn tile_for(IsaLevel level, int rows, int cols) {
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
   const TiledGemmArgs& a = *b.a;
   const bool one_row_tile = b.rows <= kMaxRows;
-  const int64_t depth = one_row_tile ? b.ldp : kDepth;
+  const int64_t k_padded = round_up(a.k, kGroup);
+  const int64_t depth = one_row_tile ? k_padded : kDepth;
   const int64_t col_block = one_row_tile ? c1 - c0 : kColBlock;
   for (int64_t cb = c0; cb < c1; cb += col_block) {
     const int64_t cb_end = std::min(c1, cb + col_block);
-    for (int64_t k0 = 0; k0 < b.ldp; k0 += depth) {
+    for (int64_t k0 = 0; k0 < k_padded; k0 += depth) {
       tiles::TileJob job;
       job.ldx = b.ldp;
       job.ldw = a.ldw;
       job.k = a.k;
       job.k0 = k0;
-      job.k1 = std::min(b.ldp, k0 + depth);
+      job.k1 = std::min(k_padded, k0 + depth);
       job.ldy = a.ldy;
       job.first = k0 == 0;
       job.beta = a.beta;
@@ -129,7 +130,9 @@ void run_block(const Block& b) {
 }  // namespace
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
-  const int64_t ldp = round_up(a.k, kGroup);
+  // One spare group per packed row: with k a multiple of 1024 (every real model), rows exactly
+  // k apart would all fall into the same L1 sets as each other and as W's rows.
+  const int64_t ldp = round_up(a.k, kGroup) + kGroup;
   for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, a.m - r0);
     float* packed = scratch(size_t(rows * ldp));

@@ -1,9 +1,9 @@
 // The AVX2 tiles (256-bit FMA; AVX2 has no bf16 instruction, so weights are widened to fp32).
 //
 // Per group of 16 k-values a tile of MR × NR issues NR 256-bit weight loads, NR shifts and NR
-// ANDs (the widening), 2·MR activation loads and 2·MR·NR FMAs. At 4 × 3 that is 24 FMAs to 14
+// blends (the widening), 2·MR activation loads and 2·MR·NR FMAs. At 4 × 3 that is 24 FMAs to 14
 // loads and 6 integer ops: with two FMA pipes and two 256-bit load ports the FMAs are the bound,
-// and 12 accumulators cover the FMA latency.
+// and 12 accumulators, each updated twice per group, cover the FMA latency.
 #include <immintrin.h>
 
 #include <array>
@@ -21,33 +21,133 @@ SLUICE_AVX2 inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Keeps an activation in a register for the NR FMAs that use it. Left alone, GCC folds the load
+// into each FMA as a memory operand, which issues NR loads where one will do, and the tile
+// becomes bound by the load ports instead of the FMA pipes.
+SLUICE_AVX2 inline __m256 in_register(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
 // One group: the even weights (low halves, shifted up) against the first 8 packed activations,
-// then the odd ones (high halves, masked) against the next 8.
+// then the odd ones against the next 8. The odd ones are the raw weights with their low halves
+// replaced by the zeros of the shifted even ones (a blend, which needs no mask register: with
+// MR × NR accumulators, NR widened weights and one activation, 4 × 3 uses all 16 registers).
 template <int MR, int NR>
 SLUICE_AVX2 inline void group(__m256 (&acc)[MR][NR], const float* x, int64_t ldx,
                               const uint16_t* const (&w)[NR]) {
-  const __m256i high_half = _mm256_set1_epi32(int(0xFFFF0000u));
-  __m256 wide[NR];
+  __m256i wide[NR];
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j)
-    wide[j] = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[j])), 16));
-#pragma GCC unroll 4
+    wide[j] = _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[j])), 16);
+#pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
-    const __m256 xv = _mm256_load_ps(x + i * ldx);
+    const __m256 xv = in_register(_mm256_load_ps(x + i * ldx));
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wide[j], acc[i][j]);
+    for (int j = 0; j < NR; ++j)
+      acc[i][j] = _mm256_fmadd_ps(xv, _mm256_castsi256_ps(wide[j]), acc[i][j]);
   }
 #pragma GCC unroll 4
   for (int j = 0; j < NR; ++j)
-    wide[j] = _mm256_castsi256_ps(
-        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[j])), high_half));
-#pragma GCC unroll 4
+    wide[j] = _mm256_blend_epi16(wide[j],
+                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[j])), 0xAA);
+#pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
-    const __m256 xv = _mm256_load_ps(x + i * ldx + kGroup / 2);
+    const __m256 xv = in_register(_mm256_load_ps(x + i * ldx + kGroup / 2));
 #pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wide[j], acc[i][j]);
+    for (int j = 0; j < NR; ++j)
+      acc[i][j] = _mm256_fmadd_ps(xv, _mm256_castsi256_ps(wide[j]), acc[i][j]);
   }
+}
+
+// The full 4 × 3 tile's loop over whole groups, with the registers laid out by hand
+// (accumulators in ymm0-11, widened weights in ymm12-14, the activation in ymm15). GCC, given the
+// same loop as intrinsics, spills accumulators once the 12 of them, 3 weights and the activation
+// need all 16 registers, and the stack round trips lengthen every accumulator's chain: on an EPYC
+// (AVX2 only) the intrinsics tile ran at ≈ 40% of the FMA rate of the same core, this one at
+// ≈ 55% (both in L1, measured in CPU time on a busy machine; bench/RESULTS.md has the figures on
+// a quiet one). Per group: 3 loads and shifts, 3 blends with a memory operand, 8 activation
+// loads, 24 FMAs.
+SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, const uint16_t* w,
+                            int64_t ldw, int64_t groups) {
+  const int64_t ldx_bytes = ldx * int64_t(sizeof(float));
+  const int64_t ldw_bytes = ldw * int64_t(sizeof(uint16_t));
+  const int64_t ldx3_bytes = 3 * ldx_bytes;
+  __asm__ volatile(
+      "vmovaps 0(%[acc]), %%ymm0\n\t"
+      "vmovaps 32(%[acc]), %%ymm1\n\t"
+      "vmovaps 64(%[acc]), %%ymm2\n\t"
+      "vmovaps 96(%[acc]), %%ymm3\n\t"
+      "vmovaps 128(%[acc]), %%ymm4\n\t"
+      "vmovaps 160(%[acc]), %%ymm5\n\t"
+      "vmovaps 192(%[acc]), %%ymm6\n\t"
+      "vmovaps 224(%[acc]), %%ymm7\n\t"
+      "vmovaps 256(%[acc]), %%ymm8\n\t"
+      "vmovaps 288(%[acc]), %%ymm9\n\t"
+      "vmovaps 320(%[acc]), %%ymm10\n\t"
+      "vmovaps 352(%[acc]), %%ymm11\n\t"
+      "1:\n\t"
+      "vmovdqu (%[w]), %%ymm12\n\t"
+      "vmovdqu (%[w],%[ldw],1), %%ymm13\n\t"
+      "vmovdqu (%[w],%[ldw],2), %%ymm14\n\t"
+      "vpslld $16, %%ymm12, %%ymm12\n\t"
+      "vpslld $16, %%ymm13, %%ymm13\n\t"
+      "vpslld $16, %%ymm14, %%ymm14\n\t"
+      "vmovaps (%[x]), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm0\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm1\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm2\n\t"
+      "vmovaps (%[x],%[ldx],1), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm3\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm4\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm5\n\t"
+      "vmovaps (%[x],%[ldx],2), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm6\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm7\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm8\n\t"
+      "vmovaps (%[x],%[ldx3],1), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm9\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm10\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm11\n\t"
+      "vpblendw $0xaa, (%[w]), %%ymm12, %%ymm12\n\t"
+      "vpblendw $0xaa, (%[w],%[ldw],1), %%ymm13, %%ymm13\n\t"
+      "vpblendw $0xaa, (%[w],%[ldw],2), %%ymm14, %%ymm14\n\t"
+      "vmovaps 32(%[x]), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm0\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm1\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm2\n\t"
+      "vmovaps 32(%[x],%[ldx],1), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm3\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm4\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm5\n\t"
+      "vmovaps 32(%[x],%[ldx],2), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm6\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm7\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm8\n\t"
+      "vmovaps 32(%[x],%[ldx3],1), %%ymm15\n\t"
+      "vfmadd231ps %%ymm12, %%ymm15, %%ymm9\n\t"
+      "vfmadd231ps %%ymm13, %%ymm15, %%ymm10\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm11\n\t"
+      "add $32, %[w]\n\t"
+      "add $64, %[x]\n\t"
+      "dec %[n]\n\t"
+      "jnz 1b\n\t"
+      "vmovaps %%ymm0, 0(%[acc])\n\t"
+      "vmovaps %%ymm1, 32(%[acc])\n\t"
+      "vmovaps %%ymm2, 64(%[acc])\n\t"
+      "vmovaps %%ymm3, 96(%[acc])\n\t"
+      "vmovaps %%ymm4, 128(%[acc])\n\t"
+      "vmovaps %%ymm5, 160(%[acc])\n\t"
+      "vmovaps %%ymm6, 192(%[acc])\n\t"
+      "vmovaps %%ymm7, 224(%[acc])\n\t"
+      "vmovaps %%ymm8, 256(%[acc])\n\t"
+      "vmovaps %%ymm9, 288(%[acc])\n\t"
+      "vmovaps %%ymm10, 320(%[acc])\n\t"
+      "vmovaps %%ymm11, 352(%[acc])\n\t"
+      : [w] "+r"(w), [x] "+r"(x), [n] "+r"(groups)
+      : [acc] "r"(&acc[0][0]), [ldw] "r"(ldw_bytes), [ldx] "r"(ldx_bytes), [ldx3] "r"(ldx3_bytes)
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
 }
 
 template <int MR, int NR>
@@ -57,6 +157,12 @@ SLUICE_AVX2 void tile(const TileJob& job) {
     for (auto& a : row) a = _mm256_setzero_ps();
   const int64_t full_end = job.k1 < job.k ? job.k1 : job.k - job.k % kGroup;
   int64_t p = job.k0;
+  if constexpr (MR == 4 && NR == 3) {
+    if (p < full_end) {
+      groups_4x3(acc, job.x + p, job.ldx, job.w + p, job.ldw, (full_end - p) / kGroup);
+      p = full_end;
+    }
+  }
   for (; p < full_end; p += kGroup) {
     const uint16_t* w[NR];
     for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw + p;
@@ -80,13 +186,16 @@ constexpr std::array<TileFn, sizeof...(NR)> row_of_tiles(std::integer_sequence<i
   return {&tile<MR, NR + 1>...};
 }
 
+template <int... MR>
+constexpr auto tile_table(std::integer_sequence<int, MR...>) {
+  using Cols = std::make_integer_sequence<int, kMaxCols>;
+  return std::array<std::array<TileFn, kMaxCols>, kMaxRows>{row_of_tiles<MR + 1>(Cols{})...};
+}
+
 }  // namespace
 
 TileFn avx2_tile(int rows, int cols) {
-  using Cols = std::make_integer_sequence<int, kMaxCols>;
-  static constexpr std::array<std::array<TileFn, kMaxCols>, kMaxRows> table = {
-      row_of_tiles<1>(Cols{}), row_of_tiles<2>(Cols{}), row_of_tiles<3>(Cols{}),
-      row_of_tiles<4>(Cols{})};
+  static constexpr auto table = tile_table(std::make_integer_sequence<int, kMaxRows>{});
   return table[rows - 1][cols - 1];
 }
 

@@ -39,13 +39,16 @@ constexpr std::array<TileFn, sizeof...(NR)> row_of_tiles(std::integer_sequence<i
   return {&tile<MR, NR + 1>...};
 }
 
+template <int... MR>
+constexpr auto tile_table(std::integer_sequence<int, MR...>) {
+  using Cols = std::make_integer_sequence<int, kMaxCols>;
+  return std::array<std::array<TileFn, kMaxCols>, kMaxRows>{row_of_tiles<MR + 1>(Cols{})...};
+}
+
 }  // namespace
 
 TileFn scalar_tile(int rows, int cols) {
-  using Cols = std::make_integer_sequence<int, kMaxCols>;
-  static constexpr std::array<std::array<TileFn, kMaxCols>, kMaxRows> table = {
-      row_of_tiles<1>(Cols{}), row_of_tiles<2>(Cols{}), row_of_tiles<3>(Cols{}),
-      row_of_tiles<4>(Cols{})};
+  static constexpr auto table = tile_table(std::make_integer_sequence<int, kMaxRows>{});
   return table[rows - 1][cols - 1];
 }
 

@@ -45,26 +45,34 @@ float* scratch(size_t floats) {
   return buffer.get();
 }
 
-float activation(const TiledGemmArgs& a, int64_t row, int64_t p) {
-  if (a.x_dtype == DType::BF16)
-    return bf16_to_f32(static_cast<const uint16_t*>(a.x)[row * a.ldx + p]);
-  const float v = static_cast<const float*>(a.x)[row * a.ldx + p];
-  return a.round_x_to_bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
-}
-
-// Rows [r0, r0 + rows) of X into the "evens then odds" groups of gemm_tiles.h.
-void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, float* out, int64_t ldp) {
-#pragma omp parallel for schedule(static) if (rows * a.k >= (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dst = out + r * ldp;
-    for (int64_t g = 0; g < ldp; g += kGroup) {
-      for (int64_t t = 0; t < kGroup; ++t) {
-        const int64_t p = g + t;
-        const int64_t slot = g + (t % 2) * (kGroup / 2) + t / 2;
-        dst[slot] = p < a.k ? activation(a, r0 + r, p) : 0.0f;
-      }
+// One row of X into the "evens then odds" groups of gemm_tiles.h, zero-padded to `ldp`.
+template <typename Load>
+void pack_row(Load load, int64_t k, float* dst, int64_t ldp) {
+  for (int64_t g = 0; g < ldp; g += kGroup) {
+    for (int64_t t = 0; t < kGroup; ++t) {
+      const int64_t slot = g + (t % 2) * (kGroup / 2) + t / 2;
+      dst[slot] = g + t < k ? load(g + t) : 0.0f;
     }
   }
+}
+
+void pack_row(const TiledGemmArgs& a, int64_t row, float* dst, int64_t ldp) {
+  if (a.x_dtype == DType::BF16) {
+    const uint16_t* x = static_cast<const uint16_t*>(a.x) + row * a.ldx;
+    pack_row([x](int64_t p) { return bf16_to_f32(x[p]); }, a.k, dst, ldp);
+  } else if (a.round_x_to_bf16) {
+    const float* x = static_cast<const float*>(a.x) + row * a.ldx;
+    pack_row([x](int64_t p) { return bf16_to_f32(f32_to_bf16(x[p])); }, a.k, dst, ldp);
+  } else {
+    const float* x = static_cast<const float*>(a.x) + row * a.ldx;
+    pack_row([x](int64_t p) { return x[p]; }, a.k, dst, ldp);
+  }
+}
+
+// Rows [r0, r0 + rows) of X, packed.
+void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, float* out, int64_t ldp) {
+#pragma omp parallel for schedule(static) if (rows * a.k >= (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) pack_row(a, r0 + r, out + r * ldp, ldp);
 }
 
 struct Block {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cli/command.h"
+#include "cli/machine_report.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -18,6 +19,7 @@
 #include "engine/device_report.h"
 #include "engine/engine_plan.h"
 #include "engine/throughput_report.h"
+#include "kernels/cpu/isa.h"
 #include "model/model_stats.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
@@ -135,7 +137,8 @@ int run(Options o) {
   const EngineStats& s = engine.stats();
 
   const int64_t prompt_tokens = int64_t(o.requests) * o.prompt_len;
-  const ThroughputReport r = summarize(s, wall, prompt_tokens, generated, ceilings);
+  const ThroughputReport r =
+      summarize(s, wall, prompt_tokens, generated, ceilings, policy.precision);
   auto share = [&](double cpu, double seconds) {
     return seconds > 0 ? cpu / (seconds * policy.threads) : 0;
   };
@@ -149,6 +152,8 @@ int run(Options o) {
     nlohmann::json j = report_json(r, s, ceilings);
     j["model"] = o.preset.empty() ? o.model_dir : o.preset;
     j["layers"] = c.num_layers;
+    j["cpu_model"] = cpu::cpu_model_name();
+    j["isa_level"] = cpu::isa_name(cpu::isa_level());
     j["load_seconds"] = load_seconds;
     j["requests"] = o.requests;
     j["prompt_len"] = o.prompt_len;
@@ -175,8 +180,13 @@ int run(Options o) {
   fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s\n",
              o.preset.empty() ? o.model_dir : o.preset, c.num_layers,
              human_bytes(double(weights_bytes)), load_seconds);
-  fmt::print("machine    {} threads, DRAM {:.1f} GB/s, bf16 GEMM peak {:.1f} GFLOP/s (measured)\n",
-             policy.threads, ceilings.dram_bytes_per_s / 1e9, ceilings.gemm_flops / 1e9);
+  fmt::print("machine    {}\n", machine_description());
+  fmt::print(
+      "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "
+      "sluice's bf16 GEMM {:.1f} GFLOP/s\n",
+      policy.threads, ceilings.dram_bytes_per_s / 1e9, r.compute_ceiling_flops / 1e9,
+      r.compute_ceiling_instruction.empty() ? "GEMM peak" : r.compute_ceiling_instruction,
+      ceilings.gemm_flops / 1e9);
   fmt::print("workload   {} requests, prompt {}, generate {}{}\n", o.requests, o.prompt_len,
              o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
   fmt::print("policy     {}{}\n\n", policy.describe(),

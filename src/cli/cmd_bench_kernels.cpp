@@ -1,11 +1,15 @@
-// `sluice bench-kernels`: measured ceilings of this machine and the CPU kernels' achieved rates
-// as fractions of them.
+// `sluice bench-kernels`: measured ceilings of this machine at the ISA level in force (the
+// instruction peaks with every thread busy, DRAM read bandwidth) and the CPU kernels' achieved
+// rates as fractions of them.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/machine_report.h"
 #include "kernels/cpu/bench.h"
+#include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
 
 namespace {
@@ -15,44 +19,63 @@ struct Options {
   bool skip_gemm = false, skip_attention = false;
 };
 
+// Roofline of Y[m,n] = X[m,k]·Wᵀ with W bf16: 2·m·n·k FLOPs on 2·n·k weight bytes, so m FLOP per
+// byte; below m = bf16 ceiling / DRAM bandwidth (≈ 7 on a 2-core AVX2 EPYC: 193 GFLOP/s over
+// 28 GB/s) it is bound by the weight reads (%dram is the figure to watch), above it by the
+// level's bf16 instruction (%ceil). %gemm is against sluice's own large-GEMM rate.
+void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceilings, double dram) {
+  using namespace sluice;
+  const double gemm_peak = measure_gemm_peak();
+  fmt::print("sluice bf16 GEMM (2048x4096x4096): {:.1f} GFLOP/s = {:.0f}% of the bf16 ceiling\n",
+             gemm_peak / 1e9, 100 * gemm_peak / ceilings.bf16_flops);
+  fmt::print("\nGEMM n={} k={} (W bf16 [n,k]), X bf16; ceiling {:.1f} GFLOP/s ({}):\n", o.n, o.k,
+             ceilings.bf16_flops / 1e9, ceilings.bf16_instruction);
+  fmt::print("{:>6} {:>10} {:>12} {:>7} {:>7} {:>12} {:>7} {:>12}\n", "m", "ms", "GFLOP/s",
+             "%ceil", "%gemm", "W GB/s", "%dram", "runtime-m ms");
+  for (int64_t m : {1, 8, 32, 128, 512, 2048}) {
+    auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
+    auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);
+    fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>6.1f}% {:>12.1f} {:>6.1f}% {:>12.3f}\n", m,
+               t.seconds * 1e3, t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.bf16_flops,
+               100 * t.flop_rate() / gemm_peak, t.byte_rate() / 1e9, 100 * t.byte_rate() / dram,
+               r.seconds * 1e3);
+  }
+}
+
 int run(const Options& o) {
   using namespace sluice;
+  fmt::print("machine {}, {} threads\n", cli::machine_description(), omp_get_max_threads());
   const double dram = measure_dram_bandwidth();
-  const double peak = measure_gemm_peak();
+  const InstructionCeilings ceilings = measure_instruction_ceilings();
   fmt::print("DRAM read bandwidth: {:.1f} GB/s\n", dram / 1e9);
-  fmt::print("bf16 GEMM peak (2048x4096x4096): {:.1f} GFLOP/s\n", peak / 1e9);
-  if (!o.skip_gemm) {
-    fmt::print("\nGEMM n={} k={} (W bf16 [n,k]), X bf16:\n", o.n, o.k);
-    fmt::print("{:>6} {:>10} {:>12} {:>8} {:>12} {:>8} {:>12}\n", "m", "ms", "GFLOP/s", "%peak",
-               "W GB/s", "%dram", "runtime-m ms");
-    for (int64_t m : {1, 8, 32, 128, 512, 2048}) {
-      auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
-      auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);
-      fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>7.1f}% {:>12.1f} {:>7.1f}% {:>12.3f}\n", m,
-                 t.seconds * 1e3, t.flop_rate() / 1e9, 100 * t.flop_rate() / peak,
-                 t.byte_rate() / 1e9, 100 * t.byte_rate() / dram, r.seconds * 1e3);
-    }
-  }
+  const std::string level = cpu::isa_name(cpu::isa_level());
+  fmt::print("instruction peaks at {}, every thread busy:\n", level);
+  cli::print_instruction_ceilings(ceilings, level, "  ");
+  if (!o.skip_gemm) print_gemm_table(o, ceilings, dram);
   if (!o.skip_attention) {
     fmt::print("\nPaged attention, 128 sequences, heads 32, kv_heads 8, head_dim 128, bs 16:\n");
-    fmt::print("{:>8} {:>5} {:>10} {:>10} {:>8} {:>10}\n", "context", "n_q", "ms", "KV GB/s",
-               "%dram", "GFLOP/s");
+    // Decode attention reads K and V once for 4 FLOP per element and query head group: bound
+    // by DRAM (%dram); prefill chunks reuse them n_q times, so %fma (of the fp32 FMA peak, the
+    // instruction attention's fp32 arithmetic issues) becomes the figure to watch.
+    fmt::print("{:>8} {:>5} {:>10} {:>10} {:>8} {:>10} {:>7}\n", "context", "n_q", "ms", "KV GB/s",
+               "%dram", "GFLOP/s", "%fma");
     for (auto [context, n_q] : {std::pair{1024, 1}, {4096, 1}, {1024, 16}}) {
       cpu::AttentionBenchShape shape;
       shape.context = context;
       shape.n_q = n_q;
       shape.batch = context >= 4096 ? 32 : 128;
       auto t = cpu::bench_attention(shape);
-      fmt::print("{:>8} {:>5} {:>10.3f} {:>10.1f} {:>7.1f}% {:>10.1f}\n", context, n_q,
+      fmt::print("{:>8} {:>5} {:>10.3f} {:>10.1f} {:>7.1f}% {:>10.1f} {:>6.1f}%\n", context, n_q,
                  t.seconds * 1e3, t.byte_rate() / 1e9, 100 * t.byte_rate() / dram,
-                 t.flop_rate() / 1e9);
+                 t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.fp32_fma_flops);
     }
   }
   return 0;
 }
 
 sluice::cli::RegisterCommand reg({"bench-kernels",
-                                  "Measure DRAM bandwidth, GEMM peak and CPU kernel throughput",
+                                  "Measure DRAM bandwidth, instruction peaks and CPU kernel "
+                                  "throughput",
                                   [](CLI::App& sub) {
                                     auto o = std::make_shared<Options>();
                                     sub.add_option("--gemm-n", o->n, "GEMM output features");

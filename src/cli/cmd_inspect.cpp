@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/machine_report.h"
 #include "core/units.h"
 #include "model/model_stats.h"
 
@@ -34,6 +35,7 @@ int run(const std::string& dir) {
              human_bytes(double(s.expert_bytes)));
   fmt::print("touched      {} of weights per decoded token at batch 1\n",
              human_bytes(double(s.bytes_touched_per_token)));
+  fmt::print("machine      {}\n", machine_description());
   return 0;
 }
 

@@ -171,6 +171,9 @@ int run(const Options& o) {
     j["layers"] = c.num_layers;
     j["requests"] = work.size();
     j["profile_source"] = hw.source;
+    j["cpu_model"] = hw.cpu_model;
+    j["isa_level"] = hw.isa_level;
+    j["compute_ceiling_flops"] = hw.compute_ceiling_flops("bf16");
     j["bottlenecks"] = nlohmann::json::array();
     for (const PhaseBottleneck& b : plan.bottlenecks)
       j["bottlenecks"].push_back({{"phase", b.phase},
@@ -215,9 +218,17 @@ int run(const Options& o) {
   for (const WorkloadRequest& r : work) prompt_sum += r.prompt_tokens, gen_sum += r.new_tokens;
   fmt::print("model      {} ({} layers), {} of weights\n", name, c.num_layers,
              human_bytes(double(model_weight_bytes(c))));
-  fmt::print("machine    {} profile: DRAM {:.1f} GB/s, bf16 GEMM peak {:.1f} GFLOP/s{}\n",
-             hw.source, hw.dram_bytes_per_s / 1e9, hw.gemm_peak_flops / 1e9,
-             hw.source == "quick" ? " (run `sluice profile` for measured GEMM curves)" : "");
+  fmt::print("machine    {}{}{}\n", hw.cpu_model.empty() ? "CPU not named" : hw.cpu_model,
+             hw.isa_level.empty() ? "" : ", ISA level " + hw.isa_level,
+             o.profile.empty() ? "" : " (from " + o.profile + ")");
+  fmt::print(
+      "ceilings   {} profile: DRAM {:.1f} GB/s, bf16 compute {:.1f} GFLOP/s ({}), sluice's bf16 "
+      "GEMM {:.1f} GFLOP/s{}\n",
+      hw.source, hw.dram_bytes_per_s / 1e9, hw.compute_ceiling_flops("bf16") / 1e9,
+      hw.instructions.measured() ? hw.instructions.bf16_instruction
+                                 : "the GEMM peak: the profile has no instruction peaks",
+      hw.gemm_peak_flops / 1e9,
+      hw.source == "quick" ? " (run `sluice profile` for measured GEMM curves)" : "");
   fmt::print("workload   {} requests, prompt {:.0f} tokens, generate {:.0f} tokens (means){}\n",
              work.size(), prompt_sum / double(work.size()), gen_sum / double(work.size()),
              o.input.empty() ? "" : " [estimated from " + o.input + " at 4 characters a token]");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/machine_report.h"
 #include "runtime/planner/profiler.h"
 
 namespace sluice::cli {
@@ -19,11 +20,14 @@ struct Options {
 void print_table(const HardwareProfile& p) {
   fmt::print("machine     {} ({} cores, {:.1f} GiB), key {}\n", p.cpu_model, p.cores,
              double(p.memory_bytes) / double(1 << 30), p.machine_key);
+  fmt::print("isa level   {}\n", p.isa_level.empty() ? "unknown (an older profile)" : p.isa_level);
   fmt::print("threads     {}\ncache       {}\n\n", p.threads,
              profile_cache_path(this_machine(), p.threads).string());
-  fmt::print("{:<36} {:>14}\n", "ceiling", "measured");
+  fmt::print("instruction peaks at {}, every thread busy (the compute ceilings):\n", p.isa_level);
+  print_instruction_ceilings(p.instructions, p.isa_level, "  ");
+  fmt::print("\n{:<36} {:>14}\n", "ceiling", "measured");
   fmt::print("{:<36} {:>11.1f} GB/s\n", "DRAM read", p.dram_bytes_per_s / 1e9);
-  fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "bf16 GEMM peak (2048x4096x4096)",
+  fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "sluice bf16 GEMM (2048x4096x4096)",
              p.gemm_peak_flops / 1e9);
   fmt::print("{:<36} {:>11.1f} us\n", "kernel call (1x64x64 GEMM + OpenMP)",
              p.call_overhead_seconds * 1e6);
@@ -37,17 +41,20 @@ void print_table(const HardwareProfile& p) {
   fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "paged attention, prefill", p.attention_flops / 1e9);
   fmt::print("{:<36} {:>11.1f} GB/s\n", "elementwise (SiLU-mul, cache-warm)",
              p.elementwise_bytes_per_s / 1e9);
+  // %ceil: of the machine's compute ceiling for these activations; %gemm: of sluice's own
+  // large-GEMM rate above.
   for (const GemmCurve& c : p.cpu_gemm) {
     fmt::print("\nGEMM {} {}x{}, {} activations, weights streamed from DRAM\n", c.name, c.n, c.k,
                c.activations);
-    fmt::print("{:>6} {:>10} {:>10} {:>7} {:>10} {:>7}\n", "m", "ms", "GFLOP/s", "%peak", "W GB/s",
-               "%DRAM");
+    fmt::print("{:>6} {:>10} {:>10} {:>7} {:>7} {:>10} {:>7}\n", "m", "ms", "GFLOP/s", "%ceil",
+               "%gemm", "W GB/s", "%DRAM");
+    const double ceiling = p.compute_ceiling_flops(c.activations);
     for (const auto& pt : c.points) {
       const double flops = 2.0 * double(pt.m) * double(c.n) * double(c.k) / pt.seconds;
       const double wbytes = 2.0 * double(c.n) * double(c.k) / pt.seconds;
-      fmt::print("{:>6} {:>10.3f} {:>10.1f} {:>6.0f}% {:>10.1f} {:>6.0f}%\n", pt.m,
-                 pt.seconds * 1e3, flops / 1e9, 100 * flops / p.gemm_peak_flops, wbytes / 1e9,
-                 100 * wbytes / p.dram_bytes_per_s);
+      fmt::print("{:>6} {:>10.3f} {:>10.1f} {:>6.0f}% {:>6.0f}% {:>10.1f} {:>6.0f}%\n", pt.m,
+                 pt.seconds * 1e3, flops / 1e9, 100 * flops / ceiling,
+                 100 * flops / p.gemm_peak_flops, wbytes / 1e9, 100 * wbytes / p.dram_bytes_per_s);
     }
   }
   if (!p.gpu) {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/throughput_report.h"
+#include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
 #include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
@@ -56,11 +57,17 @@ std::optional<Ceilings> read_ceilings(const std::filesystem::path& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     Ceilings c{j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
-               j.at("call_seconds").get<double>()};
-    if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0) return c;
+               j.at("call_seconds").get<double>(), {}};
+    const nlohmann::json& i = j.at("instruction_ceilings");
+    c.instructions = {i.at("fp32_fma_flops").get<double>(), i.at("bf16_flops").get<double>(),
+                      i.at("int8_ops").get<double>(),       i.at("fp32_instruction"),
+                      i.at("bf16_instruction"),             i.at("int8_instruction")};
+    if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0 &&
+        c.instructions.measured())
+      return c;
   } catch (const nlohmann::json::exception&) {
   }
-  return std::nullopt;  // unreadable: measured again and rewritten
+  return std::nullopt;  // unreadable, or written before a field existed: measured again
 }
 
 // Where a quick measurement named `prefix` is cached: beside this machine's profile.
@@ -75,13 +82,14 @@ Ceilings cached_quick_ceilings(int threads) {
   FileLock lock(path.string() + ".lock");
   if (std::optional<Ceilings> cached = read_ceilings(path)) return *cached;
   fmt::print(stderr,
-             "planner: measuring this machine's DRAM bandwidth and GEMM peak once, for {} "
-             "(`sluice profile` measures it fully)\n",
+             "planner: measuring this machine's DRAM bandwidth, GEMM peak and instruction peaks "
+             "once, for {} (`sluice profile` measures it fully)\n",
              path.string());
   const Ceilings measured = with_threads(threads, measure_ceilings);
   write_cache_file(path, nlohmann::json{{"dram_bytes_per_s", measured.dram_bytes_per_s},
                                         {"gemm_flops", measured.gemm_flops},
-                                        {"call_seconds", measured.call_seconds}}
+                                        {"call_seconds", measured.call_seconds},
+                                        {"instruction_ceilings", to_json(measured.instructions)}}
                                  .dump() +
                              "\n");
   return measured;
@@ -137,6 +145,14 @@ HardwareProfile planner_profile(int threads) {
   } else {
     const Ceilings c = cached_quick_ceilings(threads);
     p = quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds);
+    const MachineIdentity machine = this_machine();
+    p.machine_key = machine.key();
+    p.cpu_model = machine.cpu_model;
+    p.isa_level = cpu::isa_name(cpu::isa_level());
+    p.cores = machine.cores;
+    p.threads = threads > 0 ? threads : machine.cores;
+    p.memory_bytes = machine.memory_bytes;
+    p.instructions = c.instructions;
   }
   if (!p.gpu) p.gpu = cached_quick_gpu_profile();
   return p;

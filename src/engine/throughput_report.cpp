@@ -7,6 +7,7 @@
 
 #include "core/units.h"
 #include "runtime/hardware_probe.h"
+#include "runtime/planner/hardware_profile.h"
 
 namespace sluice {
 
@@ -17,12 +18,23 @@ Ceilings measure_ceilings() {
     measured.dram_bytes_per_s = measure_dram_bandwidth();
     measured.gemm_flops = measure_gemm_peak();
     measured.call_seconds = measure_call_overhead();
+    measured.instructions = measure_instruction_ceilings();
   });
   return measured;
 }
 
+double Ceilings::compute_flops(Precision precision) const {
+  if (!instructions.measured()) return gemm_flops;
+  return precision == Precision::kF32 ? instructions.fp32_fma_flops : instructions.bf16_flops;
+}
+
+const std::string& Ceilings::compute_instruction(Precision precision) const {
+  return precision == Precision::kF32 ? instructions.fp32_instruction
+                                      : instructions.bf16_instruction;
+}
+
 ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tokens,
-                           int64_t generated, const Ceilings& c) {
+                           int64_t generated, const Ceilings& c, Precision precision) {
   ThroughputReport r;
   r.wall_seconds = wall;
   r.prompt_tokens = prompt_tokens;
@@ -35,10 +47,15 @@ ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tok
   r.flops_per_s = s.flops / wall;
   r.fraction_of_dram = r.bytes_per_s / c.dram_bytes_per_s;
   r.fraction_of_gemm_peak = r.flops_per_s / c.gemm_flops;
-  r.roofline_seconds = std::max(bytes / c.dram_bytes_per_s, s.flops / c.gemm_flops);
+  r.compute_ceiling_flops = c.compute_flops(precision);
+  r.compute_ceiling_instruction = c.compute_instruction(precision);
+  r.fraction_of_compute_ceiling = r.flops_per_s / r.compute_ceiling_flops;
+  r.roofline_seconds =
+      std::max(bytes / c.dram_bytes_per_s, s.flops / r.compute_ceiling_flops);
   r.fraction_of_roofline = r.roofline_seconds / wall;
   r.expert_gemm_flops = s.expert_gemm_seconds > 0 ? s.expert_flops / s.expert_gemm_seconds : 0;
   r.expert_gemm_fraction_of_peak = r.expert_gemm_flops / c.gemm_flops;
+  r.expert_gemm_fraction_of_ceiling = r.expert_gemm_flops / r.compute_ceiling_flops;
   r.tokens_per_expert_gemm =
       double(s.expert_tokens) / double(std::max<int64_t>(1, s.expert_gemm_calls));
   return r;
@@ -65,14 +82,22 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
       "\nmoved      {:.2f} GB/s = {:.0f}% of DRAM bandwidth {:.1f} GB/s (weights {}, KV {})\n",
       r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, c.dram_bytes_per_s / 1e9,
       human_bytes(s.weight_bytes), human_bytes(s.kv_bytes));
-  fmt::print("computed   {:.1f} GFLOP/s = {:.0f}% of GEMM peak {:.1f} GFLOP/s\n",
-             r.flops_per_s / 1e9, 100 * r.fraction_of_gemm_peak, c.gemm_flops / 1e9);
   fmt::print(
-      "experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of GEMM peak, {:.1f} tokens per "
-      "expert GEMM\n",
-      r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_peak, r.tokens_per_expert_gemm);
-  fmt::print("roofline   the work done bounds the run at {:.2f} s: {:.0f}% of roofline\n",
-             r.roofline_seconds, 100 * r.fraction_of_roofline);
+      "computed   {:.1f} GFLOP/s = {:.0f}% of the compute ceiling {:.1f} GFLOP/s ({}), {:.0f}% "
+      "of sluice's GEMM peak {:.1f} GFLOP/s\n",
+      r.flops_per_s / 1e9, 100 * r.fraction_of_compute_ceiling, r.compute_ceiling_flops / 1e9,
+      r.compute_ceiling_instruction.empty() ? "the GEMM peak: no instruction peaks measured"
+                                            : r.compute_ceiling_instruction,
+      100 * r.fraction_of_gemm_peak, c.gemm_flops / 1e9);
+  fmt::print(
+      "experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of the compute ceiling, {:.0f}% of "
+      "sluice's GEMM peak, {:.1f} tokens per expert GEMM\n",
+      r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_ceiling,
+      100 * r.expert_gemm_fraction_of_peak, r.tokens_per_expert_gemm);
+  fmt::print(
+      "roofline   the work done bounds the run at {:.2f} s (DRAM bandwidth and the compute "
+      "ceiling): {:.0f}% of roofline\n",
+      r.roofline_seconds, 100 * r.fraction_of_roofline);
 }
 
 nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {
@@ -87,6 +112,11 @@ nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, cons
           {"roofline_seconds", r.roofline_seconds},
           {"dram_bytes_per_s", c.dram_bytes_per_s},
           {"gemm_peak_flops", c.gemm_flops},
+          {"compute_ceiling_flops", r.compute_ceiling_flops},
+          {"compute_ceiling_instruction", r.compute_ceiling_instruction},
+          {"fraction_of_compute_ceiling", r.fraction_of_compute_ceiling},
+          {"expert_gemm_fraction_of_ceiling", r.expert_gemm_fraction_of_ceiling},
+          {"instruction_ceilings", to_json(c.instructions)},
           {"achieved_bytes_per_s", r.bytes_per_s},
           {"achieved_flops", r.flops_per_s},
           {"fraction_of_dram", r.fraction_of_dram},

@@ -2,20 +2,30 @@
 // FLOPs per second, and each as a fraction of this machine's measured ceilings.
 //
 // Roofline: work that reads `bytes` (weights and KV) and does `flops` cannot finish faster than
-// max(bytes / DRAM bandwidth, flops / GEMM peak). fraction_of_roofline is that bound divided by
-// the measured time: 1.0 means the run went as fast as the machine's ceilings allow.
+// max(bytes / DRAM bandwidth, flops / compute ceiling), where the compute ceiling is the
+// machine's instruction peak at the ISA level in force (the bf16 dot product, or the fp32 FMA
+// where the level has none), not sluice's own best GEMM. fraction_of_roofline is that bound
+// divided by the measured time: 1.0 means the run went as fast as the machine allows.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include "engine/batch_engine.h"
+#include "runtime/hardware_probe.h"
+#include "runtime/policy.h"
 
 namespace sluice {
 
 struct Ceilings {
-  double dram_bytes_per_s = 0;  // measured streaming read bandwidth
-  double gemm_flops = 0;        // measured large bf16 GEMM throughput
-  double call_seconds = 0;      // measured overhead of one kernel call
+  double dram_bytes_per_s = 0;       // measured streaming read bandwidth
+  double gemm_flops = 0;             // measured large bf16 GEMM throughput (cpu::gemm)
+  double call_seconds = 0;           // measured overhead of one kernel call
+  InstructionCeilings instructions;  // the ISA level's instruction peaks
+
+  // The machine's compute ceiling for GEMMs at this precision: the instruction peak, or the
+  // measured GEMM where the instruction peaks are missing.
+  double compute_flops(Precision precision) const;
+  const std::string& compute_instruction(Precision precision) const;
 };
 Ceilings measure_ceilings();  // a few seconds; measured once per process
 
@@ -25,13 +35,19 @@ struct ThroughputReport {
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, total_tokens_per_s = 0;
   double bytes_per_s = 0, flops_per_s = 0;
   double fraction_of_dram = 0, fraction_of_gemm_peak = 0;
+  double compute_ceiling_flops = 0, fraction_of_compute_ceiling = 0;
+  std::string compute_ceiling_instruction;  // "" where the GEMM peak stands in for it
   double roofline_seconds = 0, fraction_of_roofline = 0;
   double expert_gemm_flops = 0, expert_gemm_fraction_of_peak = 0;
+  double expert_gemm_fraction_of_ceiling = 0;
   double tokens_per_expert_gemm = 0;
 };
 
+// `precision` chooses the compute ceiling: bf16 activations are bound by the level's bf16
+// ceiling, fp32 ones by its fp32 FMA.
 ThroughputReport summarize(const EngineStats& s, double wall_seconds, int64_t prompt_tokens,
-                           int64_t generated_tokens, const Ceilings& ceilings);
+                           int64_t generated_tokens, const Ceilings& ceilings,
+                           Precision precision = Precision::kBf16);
 
 // The multi-line human report of `sluice bench` (throughput, stages, bytes, FLOPs, roofline).
 void print_report(const ThroughputReport& r, const EngineStats& s, const Ceilings& c);

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/peaks.h"
 
 namespace sluice {
 namespace {
@@ -101,6 +102,16 @@ double measure_dram_bandwidth() {
   // The sum is used so the reads cannot be optimised away.
   if (sink == -1.0) return 0;
   return double(bytes) / best;
+}
+
+InstructionCeilings measure_instruction_ceilings() {
+  const cpu::InstructionPeaks p = cpu::measure_instruction_peaks();
+  return {.fp32_fma_flops = p.fp32_fma_flops,
+          .bf16_flops = p.bf16_flops,
+          .int8_ops = p.int8_ops,
+          .fp32_instruction = cpu::peak_loop_name(p.loops.fp32),
+          .bf16_instruction = cpu::peak_loop_name(p.loops.bf16),
+          .int8_instruction = cpu::peak_loop_name(p.loops.int8)};
 }
 
 double measure_call_overhead() {

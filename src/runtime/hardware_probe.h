@@ -2,7 +2,24 @@
 // speed figure as a fraction of what the hardware actually achieved. Each takes well under 2 s.
 #pragma once
 
+#include <string>
+
 namespace sluice {
+
+// The compute ceilings of the ISA level in force (kernels/cpu/peaks.h): the rate of the
+// instruction each GEMM kind's inner loop issues, with every OpenMP thread busy, and its name.
+// All 0 where not measured (profiles written before they existed).
+struct InstructionCeilings {
+  double fp32_fma_flops = 0;  // the level's fp32 FMA: GEMMs with fp32 activations (gemm_f32)
+  double bf16_flops = 0;      // bf16 GEMMs: the fp32 FMA again below avx512bf16 (no bf16 op)
+  double int8_ops = 0;        // int8 GEMMs, OP/s: vpmaddubsw, AVX-VNNI, AVX512-VNNI or AMX
+  std::string fp32_instruction, bf16_instruction, int8_instruction;
+
+  bool measured() const { return fp32_fma_flops > 0 && bf16_flops > 0 && int8_ops > 0; }
+};
+
+// About 0.3-0.8 s: each peak is a short loop on every OpenMP thread.
+InstructionCeilings measure_instruction_ceilings();
 
 // Achieved FLOP/s of one large bf16 GEMM through cpu::gemm (m=2048, n=k=4096, bf16 activations,
 // all OpenMP threads): the compute ceiling of expert GEMMs on this CPU.

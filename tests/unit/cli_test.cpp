@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kernels/cpu/isa.h"
 #include "model/presets.h"
 #include "model/reference_forward.h"
 #include "model/synthetic.h"
@@ -74,6 +75,23 @@ TEST_F(Cli, InspectReportsShapesAndCounts) {
   for (const char* part : {"MixtralForCausalLM", "8 per layer, top 2", "369.98 K total",
                            "active per token", "BF16", "per decoded token"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << " in\n" << r.output;
+  const std::string machine = cpu::cpu_model_name() + ", ISA level " + cpu::isa_name(cpu::isa_level());
+  EXPECT_NE(r.output.find(machine), std::string::npos) << machine << " in\n" << r.output;
+}
+
+// The ceilings follow the level: under SLUICE_ISA=scalar, bench-kernels names the CPU and the
+// level, and its instruction peaks are the scalar loops' (bf16 being the fp32 one).
+TEST(CliBenchKernels, ScalarLevelPrintsTheLevelTheCpuAndItsInstructionPeaks) {
+  auto r = run_command("SLUICE_ISA=scalar " +
+                       sluice_command("bench-kernels --skip-gemm --skip-attention"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string& part :
+       {cpu::cpu_model_name(), std::string("ISA level scalar"), std::string("DRAM read bandwidth"),
+        std::string("instruction peaks at scalar"), std::string("scalar fp32 mul+add"),
+        std::string("no bf16 instruction at scalar"), std::string("scalar int8 mul+add")})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << " in\n" << r.output;
+  for (const char* above : {"vfmadd", "vpmadd", "vpdpbusd", "ymm", "zmm"})
+    EXPECT_EQ(r.output.find(above), std::string::npos) << above << " at scalar in\n" << r.output;
 }
 
 // Token-for-token equality of the engine and the reference is tested in batch_engine_test; here

@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "kernels/cpu/isa.h"
 #include "model/presets.h"
 #include "runtime/kv_cache.h"
 #include "runtime/planner/cost_model.h"
+#include "runtime/planner/profiler.h"
 #include "runtime/planner/roofline_svg.h"
 #include "runtime/planner/workload_file.h"
 #include "runtime/planner/workload_sim.h"
@@ -97,6 +99,83 @@ TEST(HardwareProfile, JsonRoundTripAndNamedErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("p.json: field 'dram_bytes_per_s'"), std::string::npos)
         << e.what();
+  }
+}
+
+// The ISA level, the CPU model and the instruction ceilings survive the JSON round trip; a
+// profile written before they existed still loads, and its compute ceiling is the GEMM peak.
+TEST(HardwareProfile, InstructionCeilingsRoundTripAndOlderProfilesLoad) {
+  HardwareProfile p = round_profile();
+  p.cpu_model = "AMD EPYC 7B13";
+  p.isa_level = "avx2";
+  p.instructions = {.fp32_fma_flops = 1.9e11,
+                    .bf16_flops = 1.9e11,
+                    .int8_ops = 3.9e11,
+                    .fp32_instruction = "avx2 vfmadd231ps ymm",
+                    .bf16_instruction = "avx2 vfmadd231ps ymm",
+                    .int8_instruction = "avx2 vpmaddubsw+vpmaddwd+vpaddd ymm"};
+  const nlohmann::json j = to_json(p);
+  const HardwareProfile q = profile_from_json(j, "p.json");
+  EXPECT_EQ(q.cpu_model, "AMD EPYC 7B13");
+  EXPECT_EQ(q.isa_level, "avx2");
+  EXPECT_DOUBLE_EQ(q.instructions.fp32_fma_flops, 1.9e11);
+  EXPECT_DOUBLE_EQ(q.instructions.bf16_flops, 1.9e11);
+  EXPECT_DOUBLE_EQ(q.instructions.int8_ops, 3.9e11);
+  EXPECT_EQ(q.instructions.int8_instruction, "avx2 vpmaddubsw+vpmaddwd+vpaddd ymm");
+  EXPECT_DOUBLE_EQ(q.compute_ceiling_flops("bf16"), 1.9e11);
+  EXPECT_DOUBLE_EQ(q.compute_ceiling_flops("f32"), 1.9e11);
+
+  nlohmann::json older = j;
+  older.erase("isa_level");
+  older.erase("instruction_ceilings");
+  const HardwareProfile o = profile_from_json(older, "old.json");
+  EXPECT_EQ(o.isa_level, "");
+  EXPECT_FALSE(o.instructions.measured());
+  EXPECT_DOUBLE_EQ(o.compute_ceiling_flops("bf16"), o.gemm_peak_flops);
+
+  nlohmann::json broken = j;
+  broken["instruction_ceilings"].erase("int8_ops");
+  try {
+    profile_from_json(broken, "p.json");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("p.json: field 'instruction_ceilings'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The bound a GEMM is called by is the machine's: a GEMM over sluice's own GEMM peak in
+// FLOPs but under the instruction peak reads its weights longer than the machine computes.
+TEST(CostModel, BoundWordsUseTheInstructionCeilingNotTheGemmPeak) {
+  ModelConfig c = preset_config("mixtral-8x7b", 1);
+  Policy p;
+  p.expert_batch = 1024;
+  HardwareProfile hw = round_profile();  // 1e10 B/s, GEMM peak 1e12: ridge at m = 100
+  const Task by_gemm_peak = CpuCostModel(hw, c, p).gemm_task("q", "g", 400, 4096, 4096);
+  EXPECT_EQ(by_gemm_peak.bound, Bound::kCompute);
+  hw.instructions = {.fp32_fma_flops = 1e13,
+                     .bf16_flops = 1e13,
+                     .int8_ops = 2e13,
+                     .fp32_instruction = "f",
+                     .bf16_instruction = "b",
+                     .int8_instruction = "i"};  // ridge at m = 1000
+  const Task by_ceiling = CpuCostModel(hw, c, p).gemm_task("q", "g", 400, 4096, 4096);
+  EXPECT_EQ(by_ceiling.bound, Bound::kMemory);
+  // The time is still sluice's: its curve, never under its own peak.
+  EXPECT_DOUBLE_EQ(by_ceiling.seconds, by_gemm_peak.seconds);
+}
+
+// SLUICE_ISA=avx2 on an AVX-512 machine never reads the avx512 profile: the path names the level.
+TEST(ProfileCache, PathNamesTheIsaLevel) {
+  for (cpu::IsaLevel level : cpu::isa_levels_up_to_current()) {
+    cpu::ScopedIsaLevel at(level);
+    const std::string name = profile_cache_path(this_machine(), 0).filename().string();
+    EXPECT_EQ(name, "profile-" + this_machine().key() + "-" + cpu::isa_name(level) + ".json");
+    const int threads = this_machine().cores + 1;  // not all cores: the name says how many
+    EXPECT_EQ(profile_cache_path(this_machine(), threads).filename().string(),
+              "profile-" + this_machine().key() + "-" + cpu::isa_name(level) + "-t" +
+                  std::to_string(threads) + ".json");
   }
 }
 

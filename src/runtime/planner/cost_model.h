@@ -11,7 +11,9 @@
 // Every task also pays the measured overhead of one kernel call (HardwareProfile::
 // call_overhead_seconds: the OpenMP pool and the dispatch), which is what the steps of a small
 // model, or the small-m GEMMs of a large one at low batch, are mostly made of.
-// A task is called compute bound when FLOPs / peak exceeds bytes / bandwidth, else memory bound.
+// A task is called compute bound when FLOPs / compute ceiling exceeds bytes / bandwidth, else
+// memory bound; for GEMMs the ceiling is the machine's (HardwareProfile::compute_ceiling_flops:
+// the instruction peak of the ISA level), not sluice's own GEMM peak.
 //
 // Expert work is an expectation over routing: with uniform routing, the tokens an expert gets in
 // a step of T tokens follow Binomial(T, k/E), so an expert costs Σ_m P(m)·cost(m), where cost(m)

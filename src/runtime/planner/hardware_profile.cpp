@@ -65,6 +65,11 @@ double HardwareProfile::gemm_seconds(int64_t m, int64_t n, int64_t k,
   return gemm_seconds(double(m), n, k, act);
 }
 
+double HardwareProfile::compute_ceiling_flops(const std::string& activations) const {
+  if (!instructions.measured()) return gemm_peak_flops;
+  return activations == "f32" ? instructions.fp32_fma_flops : instructions.bf16_flops;
+}
+
 namespace {
 
 nlohmann::json curve_json(const GemmCurve& c) {
@@ -98,11 +103,42 @@ GemmCurve curve_from_json(const nlohmann::json& j, const std::string& source) {
   return c;
 }
 
+// Profiles written before the instruction ceilings existed have no such field: all 0 then.
+InstructionCeilings instructions_from_json(const nlohmann::json& j, const std::string& source) {
+  InstructionCeilings c;
+  if (!j.contains("instruction_ceilings")) return c;
+  const nlohmann::json& o = j["instruction_ceilings"];
+  try {
+    c.fp32_fma_flops = o.at("fp32_fma_flops").get<double>();
+    c.bf16_flops = o.at("bf16_flops").get<double>();
+    c.int8_ops = o.at("int8_ops").get<double>();
+    c.fp32_instruction = o.at("fp32_instruction").get<std::string>();
+    c.bf16_instruction = o.at("bf16_instruction").get<std::string>();
+    c.int8_instruction = o.at("int8_instruction").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(
+        "{}: field 'instruction_ceilings': expected {{fp32_fma_flops, bf16_flops, int8_ops}} and "
+        "their instructions, got error: {}",
+        source, e.what());
+  }
+  if (c.fp32_fma_flops < 0 || c.bf16_flops < 0 || c.int8_ops < 0)
+    fail("{}: field 'instruction_ceilings': expected rates >= 0, got {}", source, o.dump());
+  return c;
+}
+
 }  // namespace
+
+nlohmann::json to_json(const InstructionCeilings& c) {
+  return {{"fp32_fma_flops", c.fp32_fma_flops}, {"fp32_instruction", c.fp32_instruction},
+          {"bf16_flops", c.bf16_flops},         {"bf16_instruction", c.bf16_instruction},
+          {"int8_ops", c.int8_ops},             {"int8_instruction", c.int8_instruction}};
+}
 
 nlohmann::json to_json(const HardwareProfile& p) {
   nlohmann::json j = {{"machine_key", p.machine_key},
                       {"cpu_model", p.cpu_model},
+                      {"isa_level", p.isa_level},
+                      {"instruction_ceilings", to_json(p.instructions)},
                       {"cores", p.cores},
                       {"threads", p.threads},
                       {"memory_bytes", p.memory_bytes},
@@ -145,6 +181,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   if (!j.is_object()) fail("{}: expected a JSON object, got {}", source, j.type_name());
   p.machine_key = j.value("machine_key", "");
   p.cpu_model = j.value("cpu_model", "");
+  p.isa_level = j.value("isa_level", "");  // absent in older profiles
+  p.instructions = instructions_from_json(j, source);
   p.cores = j.value("cores", 0);
   p.threads = j.value("threads", p.cores);
   p.memory_bytes = j.value("memory_bytes", size_t(0));

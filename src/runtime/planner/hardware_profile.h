@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/hardware_probe.h"
+
 namespace sluice {
 
 // Best time of one GEMM Y[m,n] = X[m,k]·Wᵀ (W bf16, streamed from DRAM) at several m.
@@ -52,14 +54,16 @@ struct GpuProfile {
 
 struct HardwareProfile {
   std::string machine_key;  // hash of CPU model, cores, memory size and hostname
-  std::string cpu_model;
+  std::string cpu_model;    // the CPU's brand string (cpu::cpu_model_name())
+  std::string isa_level;    // the ISA level the kernels ran at ("avx2"); "" in older profiles
   int cores = 0;
   int threads = 0;  // OpenMP threads the measurements used (the engine's policy.threads)
   size_t memory_bytes = 0;
   std::string source;  // "measured" (sluice profile) or "quick" (built from measure_ceilings)
 
   double dram_bytes_per_s = 0;         // streaming read, all threads
-  double gemm_peak_flops = 0;          // large bf16 GEMM
+  double gemm_peak_flops = 0;          // large bf16 GEMM through cpu::gemm: sluice's own best
+  InstructionCeilings instructions;    // the machine's compute ceilings at isa_level
   double disk_bytes_per_s = 0;         // sequential O_DIRECT read; 0 when not measured
   double attention_bytes_per_s = 0;    // decode paged attention, KV bytes read per second
   double attention_flops = 0;          // prefill paged attention, FLOP/s
@@ -74,8 +78,12 @@ struct HardwareProfile {
   // Predicted time of one CPU GEMM: the nearest curve's time, scaled by the weight size ratio.
   double gemm_seconds(int64_t m, int64_t n, int64_t k, const std::string& activations) const;
   double gemm_seconds(double m, int64_t n, int64_t k, const std::string& activations) const;
+  // The machine's compute ceiling for a GEMM with these activations ("bf16" or "f32"): the
+  // instruction peak of the profile's ISA level, or gemm_peak_flops where the profile has none.
+  double compute_ceiling_flops(const std::string& activations) const;
 };
 
+nlohmann::json to_json(const InstructionCeilings& c);
 nlohmann::json to_json(const HardwareProfile& p);
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& source);
 

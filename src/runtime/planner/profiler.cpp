@@ -19,6 +19,7 @@
 #include "kernels/cpu/bench.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
 
 namespace sluice {
@@ -122,7 +123,7 @@ std::string MachineIdentity::key() const {
 
 MachineIdentity this_machine() {
   MachineIdentity m;
-  m.cpu_model = first_match("/proc/cpuinfo", "model name");
+  m.cpu_model = cpu::cpu_model_name();
   m.cores = omp_get_num_procs();
   const std::string total = first_match("/proc/meminfo", "MemTotal");
   m.memory_bytes = total.empty() ? 0 : std::stoull(total) * 1024;
@@ -150,7 +151,8 @@ std::filesystem::path cache_directory() {
 std::filesystem::path profile_cache_path(const MachineIdentity& machine, int threads) {
   const std::string suffix =
       threads <= 0 || threads == machine.cores ? "" : fmt::format("-t{}", threads);
-  return cache_directory() / ("profile-" + machine.key() + suffix + ".json");
+  return cache_directory() /
+         fmt::format("profile-{}-{}{}.json", machine.key(), cpu::isa_name(cpu::isa_level()), suffix);
 }
 
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
@@ -220,12 +222,15 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   HardwareProfile p;
   p.machine_key = machine.key();
   p.cpu_model = machine.cpu_model;
+  p.isa_level = cpu::isa_name(cpu::isa_level());
   p.cores = machine.cores;
   p.threads = omp_get_max_threads();
   p.memory_bytes = machine.memory_bytes;
   p.source = "measured";
   say("DRAM read bandwidth");
   p.dram_bytes_per_s = measure_dram_bandwidth();
+  say(fmt::format("instruction peaks at ISA level {} (fp32 FMA, bf16, int8)", p.isa_level));
+  p.instructions = measure_instruction_ceilings();
   say("bf16 GEMM peak");
   p.gemm_peak_flops = measure_gemm_peak();
   say("kernel call overhead");

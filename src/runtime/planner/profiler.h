@@ -22,8 +22,9 @@ MachineIdentity this_machine();
 
 // $XDG_CACHE_HOME/sluice, or ~/.cache/sluice; created if missing.
 std::filesystem::path cache_directory();
-// One profile per thread count: "profile-<key>.json" for all cores, "profile-<key>-t<N>.json"
-// for N threads (the engine's speed, and so every curve, depends on it).
+// One profile per ISA level and thread count: "profile-<key>-<level>.json" for all cores,
+// "profile-<key>-<level>-t<N>.json" for N threads (the engine's speed, and so every curve,
+// depends on both; SLUICE_ISA=avx2 on an AVX-512 machine never reads the avx512 profile).
 std::filesystem::path profile_cache_path(const MachineIdentity& machine, int threads);
 // Replaces `path` with `text` at once (a temporary file of this process, then a rename), so
 // readers, and other processes writing it too, never see half a file.

@@ -57,8 +57,11 @@ std::string escape(const std::string& s) {
 std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePoint>& points,
                          const std::string& title, bool gpu_ceilings) {
   gpu_ceilings = gpu_ceilings && hw.gpu && hw.gpu->gemm_peak_flops() > 0;
-  const double top_rate =
-      gpu_ceilings ? std::max(hw.gemm_peak_flops, hw.gpu->gemm_peak_flops()) : hw.gemm_peak_flops;
+  // The roof is the machine's bf16 compute ceiling (the ISA level's instruction peak); sluice's
+  // own GEMM peak is drawn dashed below it. Profiles without instruction peaks: the GEMM peak.
+  const double roof = hw.compute_ceiling_flops("bf16");
+  const bool machine_roof = hw.instructions.measured();
+  const double top_rate = gpu_ceilings ? std::max(roof, hw.gpu->gemm_peak_flops()) : roof;
   // The legend on the right holds lines of up to ~85 characters at 12 px.
   const double W = 1150, Hgt = 600, left = 80, right = 580, top = 50, bottom = 60;
   const double pw = W - left - right, ph = Hgt - top - bottom;
@@ -94,16 +97,29 @@ std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePo
       "<text x=\"20\" y=\"{0}\" transform=\"rotate(-90 20 {0})\" "
       "text-anchor=\"middle\">FLOP/s</text>\n",
       top + ph / 2);
-  // Ceilings: min(peak, intensity × DRAM bandwidth), as a polyline through the ridge point.
-  const double ridge = hw.gemm_peak_flops / hw.dram_bytes_per_s;
+  // Ceilings: min(roof, intensity × DRAM bandwidth), as a polyline through the ridge point.
+  const double ridge = roof / hw.dram_bytes_per_s;
   const double ai0 = std::pow(10, x_lo), ai1 = std::pow(10, x_hi);
   s += fmt::format(
       "<polyline fill=\"none\" stroke=\"black\" stroke-width=\"2\" "
       "points=\"{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}\"/>\n",
-      X(ai0), Y(ai0 * hw.dram_bytes_per_s), X(ridge), Y(hw.gemm_peak_flops), X(ai1),
-      Y(hw.gemm_peak_flops));
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">GEMM peak {:.0f} GFLOP/s</text>\n",
-                   X(ridge) + 8, Y(hw.gemm_peak_flops) - 6, hw.gemm_peak_flops / 1e9);
+      X(ai0), Y(ai0 * hw.dram_bytes_per_s), X(ridge), Y(roof), X(ai1), Y(roof));
+  if (machine_roof) {
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\">bf16 ceiling {:.0f} GFLOP/s ({}, {})</text>\n",
+        X(ridge) + 8, Y(roof) - 6, roof / 1e9, escape(hw.isa_level),
+        escape(hw.instructions.bf16_instruction));
+    const double gemm = hw.gemm_peak_flops;
+    s += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#888\" "
+        "stroke-dasharray=\"6 3\"/>\n<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#888\">sluice "
+        "GEMM peak {:.0f} GFLOP/s</text>\n",
+        X(gemm / hw.dram_bytes_per_s), Y(gemm), X(ai1), Y(gemm), X(ai1) - 200, Y(gemm) + 14,
+        gemm / 1e9);
+  } else {
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">GEMM peak {:.0f} GFLOP/s</text>\n",
+                     X(ridge) + 8, Y(roof) - 6, roof / 1e9);
+  }
   s += fmt::format(
       "<text x=\"{:.1f}\" y=\"{:.1f}\" transform=\"rotate(-{:.1f} {:.1f} {:.1f})\">"
       "DRAM {:.1f} GB/s</text>\n",

@@ -1,4 +1,5 @@
-// The roofline picture of a plan: the machine's ceilings (DRAM bandwidth slope, GEMM peak) on
+// The roofline picture of a plan: the machine's ceilings (DRAM bandwidth slope, the ISA level's
+// bf16 instruction peak, and sluice's measured GEMM peak below it) on
 // log-log axes of arithmetic intensity (FLOP/byte) and rate (FLOP/s), with each task group of
 // the representative prefill and decode steps placed at its intensity and predicted rate.
 #pragma once

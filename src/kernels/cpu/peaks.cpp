@@ -1,12 +1,11 @@
 #include "kernels/cpu/peaks.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -325,22 +324,44 @@ const LoopSpec& spec_of(PeakLoop loop) {
   return kLoops[size_t(loop)];
 }
 
-// Wall seconds of every OpenMP thread running `iterations` rounds of the loop at once; `threads`
-// receives how many ran.
-double parallel_seconds(const LoopSpec& spec, int64_t iterations, int* threads) {
-  double sink = 0;
-  const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel reduction(+ : sink)
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Iterations per call of a loop so that one call takes about 20 us: short beside a window, long
+// beside a clock read and the loop's own setup (an AMX tile configuration). Timed on this thread
+// alone; a preemption makes the chunk shorter, which costs nothing.
+int64_t chunk_iterations(const LoopSpec& spec) {
+  constexpr int64_t kProbe = 256;
+  const auto start = Clock::now();
+  volatile double sink = spec.run(kProbe);
+  (void)sink;
+  const double per_iteration = seconds_since(start) / kProbe;
+  return std::clamp<int64_t>(int64_t(20e-6 / per_iteration), 16, int64_t(1) << 20);
+}
+
+// Operations per second of every OpenMP thread running the loop, in calls of `chunk`
+// iterations, from a common start until `window` seconds have passed. A thread the OS takes
+// the core from does fewer iterations in the window; it never stretches the window, so a
+// loaded machine lowers the rate by the share it took, and no more.
+double window_rate(const LoopSpec& spec, int64_t chunk, double window) {
+  double iterations = 0, sink = 0;
+  Clock::time_point start;
+#pragma omp parallel reduction(+ : iterations, sink)
   {
-    sink += spec.run(iterations);
-#pragma omp single nowait
-    *threads = omp_get_num_threads();
+#pragma omp single
+    start = Clock::now();  // the implicit barrier after it starts every thread together
+    while (seconds_since(start) < window) {
+      sink += spec.run(chunk);
+      iterations += double(chunk);
+    }
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);  // to the last thread's last call
   // Used, so the loops' results (and so the loops) cannot be optimised away.
   if (sink == -1.0) return 0;
-  return seconds;
+  return spec.ops_per_iteration * iterations / seconds;
 }
 
 }  // namespace
@@ -354,24 +375,18 @@ bool peak_loop_available(PeakLoop loop) {
   return isa_at_least(s.level) && (s.has == nullptr || s.has());
 }
 
-// Calibrates the iteration count until a run takes a sixteenth of `seconds`, then keeps the
-// fastest of three runs of a third of it each (the slower ones met other load on the machine).
+// The best of five windows of a fifth of `seconds` each: the one least disturbed by other load
+// on the machine.
 double measure_peak(PeakLoop loop, double seconds) {
   const LoopSpec& spec = spec_of(loop);
   if (!peak_loop_available(loop))
     fail("instruction peak '{}': not available at ISA level {} on this CPU ({})", spec.name,
          isa_name(isa_level()), cpu_model_name());
-  int threads = 1;
-  int64_t iterations = 256;
-  double t = parallel_seconds(spec, iterations, &threads);
-  while (t < seconds / 16) {
-    iterations *= 4;
-    t = parallel_seconds(spec, iterations, &threads);
-  }
-  iterations = std::max<int64_t>(1, int64_t(double(iterations) * (seconds / 3) / t));
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) best = std::min(best, parallel_seconds(spec, iterations, &threads));
-  return spec.ops_per_iteration * double(iterations) * double(threads) / best;
+  const int64_t chunk = chunk_iterations(spec);
+  double best = 0;
+  for (int window = 0; window < 5; ++window)
+    best = std::max(best, window_rate(spec, chunk, seconds / 5));
+  return best;
 }
 
 PeakLoops peak_loops() {

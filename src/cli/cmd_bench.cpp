@@ -139,6 +139,7 @@ int run(Options o) {
   const int64_t prompt_tokens = int64_t(o.requests) * o.prompt_len;
   const ThroughputReport r =
       summarize(s, wall, prompt_tokens, generated, ceilings, policy.precision);
+  const std::string activations = policy.precision == Precision::kF32 ? "f32" : "bf16";
   auto share = [&](double cpu, double seconds) {
     return seconds > 0 ? cpu / (seconds * policy.threads) : 0;
   };
@@ -167,6 +168,7 @@ int run(Options o) {
     j["cpu_share_prefill"] = prefill_share;
     j["cpu_share_decode"] = decode_share;
     j["profile_gemm_peak_flops"] = hw.gemm_peak_flops;
+    j["profile_compute_ceiling_flops"] = hw.compute_ceiling_flops(activations);
     j["profile_dram_bytes_per_s"] = hw.dram_bytes_per_s;
     j["peak_resident_bytes"] = peak_rss;
     j["weights_bytes"] = weights_bytes;
@@ -203,8 +205,9 @@ int run(Options o) {
   fmt::print("cpu share  the run had {:.0f}% of {} core(s) in prefill, {:.0f}% in decode\n",
              100 * prefill_share, policy.threads, 100 * decode_share);
   fmt::print(
-      "           ceilings now are {:.0f}% (GEMM) and {:.0f}% (DRAM) of the profile's: other "
-      "load on the machine slows the measurement, not the prediction\n",
+      "           ceilings now are {:.0f}% (compute), {:.0f}% (sluice's GEMM) and {:.0f}% (DRAM) "
+      "of the profile's: other load on the machine slows the measurement, not the prediction\n",
+      100 * r.compute_ceiling_flops / hw.compute_ceiling_flops(activations),
       100 * ceilings.gemm_flops / hw.gemm_peak_flops,
       100 * ceilings.dram_bytes_per_s / hw.dram_bytes_per_s);
   fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",

@@ -56,16 +56,14 @@ std::optional<Ceilings> read_ceilings(const std::filesystem::path& path) {
   if (!in) return std::nullopt;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    Ceilings c{j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
-               j.at("call_seconds").get<double>(), {}};
-    const nlohmann::json& i = j.at("instruction_ceilings");
-    c.instructions = {i.at("fp32_fma_flops").get<double>(), i.at("bf16_flops").get<double>(),
-                      i.at("int8_ops").get<double>(),       i.at("fp32_instruction"),
-                      i.at("bf16_instruction"),             i.at("int8_instruction")};
+    const Ceilings c{
+        j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
+        j.at("call_seconds").get<double>(),
+        instruction_ceilings_from_json(j.at("instruction_ceilings"), path.string())};
     if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0 &&
         c.instructions.measured())
       return c;
-  } catch (const nlohmann::json::exception&) {
+  } catch (const std::exception&) {  // a JSON error, or the Error of a bad field
   }
   return std::nullopt;  // unreadable, or written before a field existed: measured again
 }

@@ -103,11 +103,17 @@ GemmCurve curve_from_json(const nlohmann::json& j, const std::string& source) {
   return c;
 }
 
-// Profiles written before the instruction ceilings existed have no such field: all 0 then.
-InstructionCeilings instructions_from_json(const nlohmann::json& j, const std::string& source) {
+}  // namespace
+
+nlohmann::json to_json(const InstructionCeilings& c) {
+  return {{"fp32_fma_flops", c.fp32_fma_flops}, {"fp32_instruction", c.fp32_instruction},
+          {"bf16_flops", c.bf16_flops},         {"bf16_instruction", c.bf16_instruction},
+          {"int8_ops", c.int8_ops},             {"int8_instruction", c.int8_instruction}};
+}
+
+InstructionCeilings instruction_ceilings_from_json(const nlohmann::json& o,
+                                                   const std::string& source) {
   InstructionCeilings c;
-  if (!j.contains("instruction_ceilings")) return c;
-  const nlohmann::json& o = j["instruction_ceilings"];
   try {
     c.fp32_fma_flops = o.at("fp32_fma_flops").get<double>();
     c.bf16_flops = o.at("bf16_flops").get<double>();
@@ -124,14 +130,6 @@ InstructionCeilings instructions_from_json(const nlohmann::json& j, const std::s
   if (c.fp32_fma_flops < 0 || c.bf16_flops < 0 || c.int8_ops < 0)
     fail("{}: field 'instruction_ceilings': expected rates >= 0, got {}", source, o.dump());
   return c;
-}
-
-}  // namespace
-
-nlohmann::json to_json(const InstructionCeilings& c) {
-  return {{"fp32_fma_flops", c.fp32_fma_flops}, {"fp32_instruction", c.fp32_instruction},
-          {"bf16_flops", c.bf16_flops},         {"bf16_instruction", c.bf16_instruction},
-          {"int8_ops", c.int8_ops},             {"int8_instruction", c.int8_instruction}};
 }
 
 nlohmann::json to_json(const HardwareProfile& p) {
@@ -182,7 +180,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.machine_key = j.value("machine_key", "");
   p.cpu_model = j.value("cpu_model", "");
   p.isa_level = j.value("isa_level", "");  // absent in older profiles
-  p.instructions = instructions_from_json(j, source);
+  if (j.contains("instruction_ceilings"))  // absent in older profiles: all 0
+    p.instructions = instruction_ceilings_from_json(j["instruction_ceilings"], source);
   p.cores = j.value("cores", 0);
   p.threads = j.value("threads", p.cores);
   p.memory_bytes = j.value("memory_bytes", size_t(0));

@@ -84,6 +84,9 @@ struct HardwareProfile {
 };
 
 nlohmann::json to_json(const InstructionCeilings& c);
+// Fails naming `source` and the field when one is missing or negative.
+InstructionCeilings instruction_ceilings_from_json(const nlohmann::json& j,
+                                                   const std::string& source);
 nlohmann::json to_json(const HardwareProfile& p);
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& source);
 

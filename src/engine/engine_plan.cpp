@@ -51,18 +51,29 @@ auto with_threads(int threads, F measure) {
   return result;
 }
 
-std::optional<Ceilings> read_ceilings(const std::filesystem::path& path) {
+// What the planner measures once per machine, level and thread count when there is no
+// `sluice profile`: the ceilings, and the expert GEMM at a few small m, where GEMMs fall
+// furthest below the roofline.
+struct QuickMeasurements {
+  Ceilings ceilings;
+  GemmCurve small_m;
+};
+const std::vector<int64_t> kQuickSmallM = {1, 4, 16};
+
+std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    const Ceilings c{
-        j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
-        j.at("call_seconds").get<double>(),
-        instruction_ceilings_from_json(j.at("instruction_ceilings"), path.string())};
+    const QuickMeasurements q{
+        {j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
+         j.at("call_seconds").get<double>(),
+         instruction_ceilings_from_json(j.at("instruction_ceilings"), path.string())},
+        gemm_curve_from_json(j.at("small_m_gemm"), path.string())};
+    const Ceilings& c = q.ceilings;
     if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0 &&
         c.instructions.measured())
-      return c;
+      return q;
   } catch (const std::exception&) {  // a JSON error, or the Error of a bad field
   }
   return std::nullopt;  // unreadable, or written before a field existed: measured again
@@ -75,19 +86,24 @@ std::filesystem::path quick_cache_path(const std::string& prefix, int threads) {
   return path;
 }
 
-Ceilings cached_quick_ceilings(int threads) {
+QuickMeasurements cached_quick_measurements(int threads) {
   const std::filesystem::path path = quick_cache_path("quick-", threads);
   FileLock lock(path.string() + ".lock");
-  if (std::optional<Ceilings> cached = read_ceilings(path)) return *cached;
+  if (std::optional<QuickMeasurements> cached = read_quick_measurements(path)) return *cached;
   fmt::print(stderr,
-             "planner: measuring this machine's DRAM bandwidth, GEMM peak and instruction peaks "
-             "once, for {} (`sluice profile` measures it fully)\n",
+             "planner: measuring this machine's DRAM bandwidth, GEMM peak, instruction peaks "
+             "and small-m expert GEMMs once, for {} (`sluice profile` measures it fully)\n",
              path.string());
-  const Ceilings measured = with_threads(threads, measure_ceilings);
-  write_cache_file(path, nlohmann::json{{"dram_bytes_per_s", measured.dram_bytes_per_s},
-                                        {"gemm_flops", measured.gemm_flops},
-                                        {"call_seconds", measured.call_seconds},
-                                        {"instruction_ceilings", to_json(measured.instructions)}}
+  const QuickMeasurements measured = with_threads(threads, [] {
+    return QuickMeasurements{measure_ceilings(),
+                             measure_gemm_curve("expert", 14336, 4096, false, kQuickSmallM)};
+  });
+  const Ceilings& c = measured.ceilings;
+  write_cache_file(path, nlohmann::json{{"dram_bytes_per_s", c.dram_bytes_per_s},
+                                        {"gemm_flops", c.gemm_flops},
+                                        {"call_seconds", c.call_seconds},
+                                        {"instruction_ceilings", to_json(c.instructions)},
+                                        {"small_m_gemm", to_json(measured.small_m)}}
                                  .dump() +
                              "\n");
   return measured;
@@ -141,8 +157,9 @@ HardwareProfile planner_profile(int threads) {
     if (p.call_overhead_seconds <= 0)
       p.call_overhead_seconds = with_threads(threads, measure_call_overhead);
   } else {
-    const Ceilings c = cached_quick_ceilings(threads);
-    p = quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds);
+    const QuickMeasurements q = cached_quick_measurements(threads);
+    const Ceilings& c = q.ceilings;
+    p = quick_profile(c.dram_bytes_per_s, c.gemm_flops, c.call_seconds, q.small_m);
     const MachineIdentity machine = this_machine();
     p.machine_key = machine.key();
     p.cpu_model = machine.cpu_model;

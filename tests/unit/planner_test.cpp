@@ -102,6 +102,28 @@ TEST(HardwareProfile, JsonRoundTripAndNamedErrors) {
   }
 }
 
+// The quick profile follows the roofline except where GEMMs measured at small m were slower:
+// their times, scaled by weight size, and never falling as m grows.
+TEST(HardwareProfile, QuickProfileKeepsTheSlowerSmallMSamples) {
+  const double w = 2.0 * 14336 * 4096;  // expert weight bytes: 11.7 ms at 1e10 B/s
+  const GemmCurve samples{
+      "expert", "bf16", 14336, 4096, {{1, 2 * w / 1e10}, {4, 2 * w / 1e10}, {16, 0.5 * w / 1e10}}};
+  const HardwareProfile p = quick_profile(1e10, 1e12, 0, samples);  // ridge at m = 100
+  const GemmCurve& expert = p.curve_for(14336, 4096, "bf16");
+  EXPECT_DOUBLE_EQ(expert.seconds_at(1), 2 * w / 1e10);  // the sample: slower than the roofline
+  EXPECT_DOUBLE_EQ(expert.seconds_at(4), 2 * w / 1e10);
+  // At 16 the sample is faster than the roofline, and the roofline than m = 4: m = 4's time.
+  EXPECT_DOUBLE_EQ(expert.seconds_at(16), 2 * w / 1e10);
+  EXPECT_DOUBLE_EQ(expert.seconds_at(4096), 2.0 * 4096 * 14336 * 4096 / 1e12);  // compute bound
+  // Another weight shape: the samples scaled by its weight size.
+  const GemmCurve& attention = p.curve_for(4096, 4096, "bf16");
+  EXPECT_DOUBLE_EQ(attention.seconds_at(1), 2 * w / 1e10 * (4096.0 / 14336.0));
+  EXPECT_DOUBLE_EQ(p.curve_for(14336, 4096, "f32").seconds_at(1), 2 * w / 1e10);
+  // Without samples, the plain roofline.
+  EXPECT_DOUBLE_EQ(quick_profile(1e10, 1e12).curve_for(14336, 4096, "bf16").seconds_at(1),
+                   w / 1e10);
+}
+
 // The ISA level, the CPU model and the instruction ceilings survive the JSON round trip; a
 // profile written before they existed still loads, and its compute ceiling is the GEMM peak.
 TEST(HardwareProfile, InstructionCeilingsRoundTripAndOlderProfilesLoad) {

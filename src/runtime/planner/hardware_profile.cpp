@@ -1,6 +1,7 @@
 #include "runtime/planner/hardware_profile.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -70,9 +71,7 @@ double HardwareProfile::compute_ceiling_flops(const std::string& activations) co
   return activations == "f32" ? instructions.fp32_fma_flops : instructions.bf16_flops;
 }
 
-namespace {
-
-nlohmann::json curve_json(const GemmCurve& c) {
+nlohmann::json to_json(const GemmCurve& c) {
   nlohmann::json pts = nlohmann::json::array();
   for (const auto& p : c.points)
     pts.push_back({{"m", p.m},
@@ -82,7 +81,7 @@ nlohmann::json curve_json(const GemmCurve& c) {
       {"name", c.name}, {"activations", c.activations}, {"n", c.n}, {"k", c.k}, {"points", pts}};
 }
 
-GemmCurve curve_from_json(const nlohmann::json& j, const std::string& source) {
+GemmCurve gemm_curve_from_json(const nlohmann::json& j, const std::string& source) {
   GemmCurve c;
   try {
     c.name = j.at("name").get<std::string>();
@@ -102,8 +101,6 @@ GemmCurve curve_from_json(const nlohmann::json& j, const std::string& source) {
            c.name);
   return c;
 }
-
-}  // namespace
 
 nlohmann::json to_json(const InstructionCeilings& c) {
   return {{"fp32_fma_flops", c.fp32_fma_flops}, {"fp32_instruction", c.fp32_instruction},
@@ -149,13 +146,13 @@ nlohmann::json to_json(const HardwareProfile& p) {
                       {"elementwise_bytes_per_s", p.elementwise_bytes_per_s},
                       {"call_overhead_seconds", p.call_overhead_seconds}};
   j["cpu_gemm"] = nlohmann::json::array();
-  for (const auto& c : p.cpu_gemm) j["cpu_gemm"].push_back(curve_json(c));
+  for (const auto& c : p.cpu_gemm) j["cpu_gemm"].push_back(to_json(c));
   if (!p.gpu) {
     j["gpu"] = nullptr;
   } else {
     const GpuProfile& g = *p.gpu;
     nlohmann::json gemm = nlohmann::json::array();
-    for (const auto& c : g.gemm) gemm.push_back(curve_json(c));
+    for (const auto& c : g.gemm) gemm.push_back(to_json(c));
     j["gpu"] = {{"name", g.name},
                 {"h2d_pinned_bytes_per_s", g.h2d_pinned_bytes_per_s},
                 {"h2d_pageable_bytes_per_s", g.h2d_pageable_bytes_per_s},
@@ -195,7 +192,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.call_overhead_seconds = j.value("call_overhead_seconds", 0.0);  // absent in older profiles
   if (!j.contains("cpu_gemm") || !j["cpu_gemm"].is_array())
     fail("{}: field 'cpu_gemm': expected an array of GEMM curves", source);
-  for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(curve_from_json(c, source));
+  for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(gemm_curve_from_json(c, source));
   if (j.contains("gpu") && !j["gpu"].is_null()) {
     const auto& g = j["gpu"];
     GpuProfile gp;
@@ -207,13 +204,44 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
     gp.memory_bytes_per_s = g.value("memory_bytes_per_s", 0.0);
     gp.memory_free_bytes = g.value("memory_free_bytes", size_t(0));
     if (g.contains("gemm"))
-      for (const auto& c : g["gemm"]) gp.gemm.push_back(curve_from_json(c, source));
+      for (const auto& c : g["gemm"]) gp.gemm.push_back(gemm_curve_from_json(c, source));
     p.gpu = gp;
   }
   return p;
 }
 
-HardwareProfile quick_profile(double dram, double peak, double call_overhead_seconds) {
+namespace {
+
+// A quick curve for one shape: the roofline max(weight bytes / DRAM, FLOPs / rate) at m = 1, at
+// its corner (so linear interpolation follows both ceilings) and at 4096; where `small_m` has a
+// measured point, that time scaled by the weight size replaces the roofline's when slower (a
+// small-m GEMM reads its weights well below DRAM bandwidth). Seconds never fall as m grows.
+GemmCurve quick_curve(const std::string& name, const std::string& act, int64_t n, int64_t k,
+                      double dram, double rate, const std::optional<GemmCurve>& small_m) {
+  const double nk = double(n) * double(k);
+  auto roofline = [&](double m) { return std::max(2.0 * nk / dram, 2.0 * m * nk / rate); };
+  std::vector<int64_t> ms = {1, std::clamp<int64_t>(int64_t(rate / dram), 2, 4095), 4096};
+  if (small_m)
+    for (const auto& pt : small_m->points) ms.push_back(pt.m);
+  std::sort(ms.begin(), ms.end());
+  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+  GemmCurve c{name, act, n, k, {}};
+  for (int64_t m : ms) {
+    double seconds = roofline(double(m));
+    if (small_m)
+      for (const auto& pt : small_m->points)
+        if (pt.m == m)
+          seconds = std::max(seconds, pt.seconds * nk / (double(small_m->n) * double(small_m->k)));
+    if (!c.points.empty()) seconds = std::max(seconds, c.points.back().seconds);
+    c.points.push_back({m, seconds});
+  }
+  return c;
+}
+
+}  // namespace
+
+HardwareProfile quick_profile(double dram, double peak, double call_overhead_seconds,
+                              const std::optional<GemmCurve>& small_m) {
   HardwareProfile p;
   p.source = "quick";
   p.call_overhead_seconds = call_overhead_seconds;
@@ -228,21 +256,11 @@ HardwareProfile quick_profile(double dram, double peak, double call_overhead_sec
   };
   for (Shape s : {Shape{"expert", 14336, 4096}, Shape{"attention", 4096, 4096}}) {
     for (const char* act : {"bf16", "f32"}) {
-      GemmCurve c{s.name, act, s.n, s.k, {}};
       // cpu::gemm_f32 measured at about a quarter of the bf16 rate on AVX512-BF16 machines
-      // (fp32 FMAs instead of vdpbf16ps, and no oneDNN blocking).
+      // (fp32 FMAs instead of vdpbf16ps, and no oneDNN blocking). At small m both stream the
+      // same bf16 weights, so the small-m samples stand for both.
       const double rate = std::string(act) == "bf16" ? peak : peak / 4;
-      for (int64_t m : {1, 4096}) {
-        const double bytes = 2.0 * double(s.n * s.k);
-        const double flops = 2.0 * double(m * s.n * s.k);
-        c.points.push_back({m, std::max(bytes / dram, flops / rate)});
-      }
-      // The roofline's corner, so linear interpolation follows both ceilings.
-      const int64_t ridge = std::clamp<int64_t>(int64_t(rate / dram), 2, 4095);
-      c.points.insert(c.points.begin() + 1,
-                      {ridge, std::max(2.0 * double(s.n * s.k) / dram,
-                                       2.0 * double(ridge * s.n * s.k) / rate)});
-      p.cpu_gemm.push_back(c);
+      p.cpu_gemm.push_back(quick_curve(s.name, act, s.n, s.k, dram, rate, small_m));
     }
   }
   return p;

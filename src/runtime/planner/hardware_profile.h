@@ -83,6 +83,9 @@ struct HardwareProfile {
   double compute_ceiling_flops(const std::string& activations) const;
 };
 
+nlohmann::json to_json(const GemmCurve& c);
+// Fails naming `source` and the field when the curve is malformed.
+GemmCurve gemm_curve_from_json(const nlohmann::json& j, const std::string& source);
 nlohmann::json to_json(const InstructionCeilings& c);
 // Fails naming `source` and the field when one is missing or negative.
 InstructionCeilings instruction_ceilings_from_json(const nlohmann::json& j,
@@ -92,8 +95,10 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
 
 // A profile built from the two quick ceilings (DRAM bandwidth and GEMM peak) when no measured
 // profile is cached: GEMM curves follow the plain roofline max(weight bytes / bandwidth,
-// FLOPs / peak), without the measured losses at small m.
+// FLOPs / peak), except where `small_m` (a bf16 GEMM measured at a few small m) is slower: its
+// times, scaled by weight size, hold the losses of small-m GEMMs that the roofline has not.
 HardwareProfile quick_profile(double dram_bytes_per_s, double gemm_peak_flops,
-                              double call_overhead_seconds = 0);
+                              double call_overhead_seconds = 0,
+                              const std::optional<GemmCurve>& small_m = std::nullopt);
 
 }  // namespace sluice

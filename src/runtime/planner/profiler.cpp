@@ -63,9 +63,11 @@ double best_seconds(F&& run, double min_seconds) {
   return best;
 }
 
-// GEMM time versus m for one weight shape. Several copies of W, together larger than the L3,
-// are used in turn so every call streams its weights from DRAM, as the engine's GEMMs do (a
-// step reads every layer's weights once, far more than any cache).
+}  // namespace
+
+// Several copies of W, together larger than the L3, are used in turn so every call streams its
+// weights from DRAM, as the engine's GEMMs do (a step reads every layer's weights once, far
+// more than any cache).
 GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool f32_activations,
                              const std::vector<int64_t>& ms) {
   const size_t w_elems = size_t(n * k);
@@ -101,6 +103,8 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
     curve.points[i].seconds = std::min(curve.points[i].seconds, curve.points[i + 1].seconds);
   return curve;
 }
+
+namespace {
 
 // SiLU·mul over three 8 MiB buffers, warm in cache as the engine's reused step buffers are:
 // the rate of the engine's small elementwise passes (norms, RoPE, gather, scatter-add).

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/planner/hardware_profile.h"
 
@@ -33,6 +34,11 @@ void write_cache_file(const std::filesystem::path& path, const std::string& text
 // Measures everything with the current OpenMP thread count; `progress` receives a line before
 // each measurement.
 HardwareProfile measure_profile(const std::function<void(const std::string&)>& progress = {});
+
+// GEMM time versus m (increasing) for one weight shape, W bf16 streamed from DRAM: the best of
+// at least 0.15 s at each m. bf16 activations through cpu::gemm, or fp32 through gemm_f32.
+GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool f32_activations,
+                             const std::vector<int64_t>& ms);
 
 // Sequential read bandwidth with O_DIRECT (so the page cache does not answer) of a temporary
 // file of `bytes` in `dir`, deleted afterwards; nullopt (with `why`) when O_DIRECT is refused.

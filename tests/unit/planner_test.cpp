@@ -398,6 +398,17 @@ TEST(Planner, RooflineSvgHasCeilingsAndPoints) {
   EXPECT_NE(svg.find("GEMM peak 1000 GFLOP/s"), std::string::npos);
   EXPECT_NE(svg.find("DRAM 10.0 GB/s"), std::string::npos);
   EXPECT_NE(svg.find("decode: expert GEMMs"), std::string::npos);
+  // With instruction peaks, the roof is the machine's and sluice's GEMM peak is drawn below it.
+  HardwareProfile machine = hw;
+  machine.instructions = {.fp32_fma_flops = 1e13,
+                          .bf16_flops = 1e13,
+                          .int8_ops = 2e13,
+                          .fp32_instruction = "avx2 vfmadd231ps ymm",
+                          .bf16_instruction = "avx2 vfmadd231ps ymm",
+                          .int8_instruction = "avx2 vpmaddubsw+vpmaddwd+vpaddd ymm"};
+  const std::string roofs = roofline_svg(machine, points, "t");
+  EXPECT_NE(roofs.find("bf16 ceiling 10000 GFLOP/s (avx2 vfmadd231ps ymm)"), std::string::npos);
+  EXPECT_NE(roofs.find("sluice GEMM peak 1000 GFLOP/s"), std::string::npos);
 }
 
 TEST(WorkloadFile, JsonlAndTextEstimates) {

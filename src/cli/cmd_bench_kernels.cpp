@@ -30,8 +30,8 @@ void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceili
              gemm_peak / 1e9, 100 * gemm_peak / ceilings.bf16_flops);
   fmt::print("\nGEMM n={} k={} (W bf16 [n,k]), X bf16; ceiling {:.1f} GFLOP/s ({}):\n", o.n, o.k,
              ceilings.bf16_flops / 1e9, ceilings.bf16_instruction);
-  fmt::print("{:>6} {:>10} {:>12} {:>7} {:>7} {:>12} {:>7} {:>12}\n", "m", "ms", "GFLOP/s",
-             "%ceil", "%gemm", "W GB/s", "%dram", "runtime-m ms");
+  fmt::print("{:>6} {:>10} {:>12} {:>7} {:>7} {:>12} {:>7} {:>12}\n", "m", "ms", "GFLOP/s", "%ceil",
+             "%gemm", "W GB/s", "%dram", "runtime-m ms");
   for (int64_t m : {1, 8, 32, 128, 512, 2048}) {
     auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
     auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);

@@ -17,18 +17,19 @@ std::string machine_description() {
 void print_instruction_ceilings(const InstructionCeilings& c, const std::string& isa_level,
                                 const std::string& indent) {
   if (!c.measured()) {
-    fmt::print("{}instruction peaks not measured (a profile written before they existed: run "
-               "`sluice profile --refresh`)\n",
-               indent);
+    fmt::print(
+        "{}instruction peaks not measured (a profile written before they existed: run "
+        "`sluice profile --refresh`)\n",
+        indent);
     return;
   }
   fmt::print("{}fp32 FMA {:>9.1f} GFLOP/s  {}\n", indent, c.fp32_fma_flops / 1e9,
              c.fp32_instruction);
-  fmt::print("{}bf16     {:>9.1f} GFLOP/s  {}{}\n", indent, c.bf16_flops / 1e9, c.bf16_instruction,
-             c.bf16_instruction == c.fp32_instruction
-                 ? fmt::format(" (no bf16 instruction at {}: weights are widened to fp32)",
-                               isa_level)
-                 : "");
+  fmt::print(
+      "{}bf16     {:>9.1f} GFLOP/s  {}{}\n", indent, c.bf16_flops / 1e9, c.bf16_instruction,
+      c.bf16_instruction == c.fp32_instruction
+          ? fmt::format(" (no bf16 instruction at {}: weights are widened to fp32)", isa_level)
+          : "");
   fmt::print("{}int8     {:>9.1f} GOP/s    {}\n", indent, c.int8_ops / 1e9, c.int8_instruction);
 }
 

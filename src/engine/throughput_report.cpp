@@ -50,8 +50,7 @@ ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tok
   r.compute_ceiling_flops = c.compute_flops(precision);
   r.compute_ceiling_instruction = c.compute_instruction(precision);
   r.fraction_of_compute_ceiling = r.flops_per_s / r.compute_ceiling_flops;
-  r.roofline_seconds =
-      std::max(bytes / c.dram_bytes_per_s, s.flops / r.compute_ceiling_flops);
+  r.roofline_seconds = std::max(bytes / c.dram_bytes_per_s, s.flops / r.compute_ceiling_flops);
   r.fraction_of_roofline = r.roofline_seconds / wall;
   r.expert_gemm_flops = s.expert_gemm_seconds > 0 ? s.expert_flops / s.expert_gemm_seconds : 0;
   r.expert_gemm_fraction_of_peak = r.expert_gemm_flops / c.gemm_flops;

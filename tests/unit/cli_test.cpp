@@ -75,7 +75,8 @@ TEST_F(Cli, InspectReportsShapesAndCounts) {
   for (const char* part : {"MixtralForCausalLM", "8 per layer, top 2", "369.98 K total",
                            "active per token", "BF16", "per decoded token"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << " in\n" << r.output;
-  const std::string machine = cpu::cpu_model_name() + ", ISA level " + cpu::isa_name(cpu::isa_level());
+  const std::string machine =
+      cpu::cpu_model_name() + ", ISA level " + cpu::isa_name(cpu::isa_level());
   EXPECT_NE(r.output.find(machine), std::string::npos) << machine << " in\n" << r.output;
 }
 

@@ -161,8 +161,7 @@ TEST(HardwareProfile, InstructionCeilingsRoundTripAndOlderProfilesLoad) {
     profile_from_json(broken, "p.json");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("p.json: field 'instruction_ceilings'"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("p.json: field 'instruction_ceilings'"), std::string::npos)
         << e.what();
   }
 }

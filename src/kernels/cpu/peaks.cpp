@@ -281,8 +281,8 @@ SLUICE_AMX double amx_int8_loop(int64_t iterations) {
 struct LoopSpec {
   PeakLoop loop;
   const char* name;
-  IsaLevel level;      // the lowest level whose kernels may issue it
-  bool (*has)();       // the extension it needs beyond the level; null: none
+  IsaLevel level;  // the lowest level whose kernels may issue it
+  bool (*has)();   // the extension it needs beyond the level; null: none
   double ops_per_iteration;
   double (*run)(int64_t iterations);
 };
@@ -295,8 +295,7 @@ bool has_avx512_vnni() {
 }
 
 constexpr std::array<LoopSpec, 10> kLoops = {{
-    {PeakLoop::kScalarFma, "scalar fp32 mul+add", IsaLevel::kScalar, nullptr, 96,
-     scalar_fma_loop},
+    {PeakLoop::kScalarFma, "scalar fp32 mul+add", IsaLevel::kScalar, nullptr, 96, scalar_fma_loop},
     {PeakLoop::kAvx2Fma, "avx2 vfmadd231ps ymm", IsaLevel::kAvx2, nullptr, 192, avx2_fma_loop},
     {PeakLoop::kAvx512Fma, "avx512 vfmadd231ps zmm", IsaLevel::kAvx512, nullptr, 512,
      avx512_fma_loop},
@@ -390,23 +389,39 @@ double measure_peak(PeakLoop loop, double seconds) {
   return best;
 }
 
+namespace {
+
+PeakLoop fp32_loop(IsaLevel level) {
+  if (level >= IsaLevel::kAvx512) return PeakLoop::kAvx512Fma;
+  return level >= IsaLevel::kAvx2 ? PeakLoop::kAvx2Fma : PeakLoop::kScalarFma;
+}
+
+// Below avx512bf16 a bf16 GEMM widens its weights and issues the fp32 FMA.
+PeakLoop bf16_loop(IsaLevel level) {
+  if (level >= IsaLevel::kAmx) return PeakLoop::kAmxBf16;
+  return level >= IsaLevel::kAvx512Bf16 ? PeakLoop::kAvx512Bf16Dot : fp32_loop(level);
+}
+
+PeakLoop int8_loop(Int8Dot dot) {
+  switch (dot) {
+    case Int8Dot::kScalar:
+      return PeakLoop::kScalarInt8;
+    case Int8Dot::kAvx2Maddubs:
+      return PeakLoop::kAvx2Maddubs;
+    case Int8Dot::kAvxVnni:
+      return PeakLoop::kAvxVnni;
+    case Int8Dot::kAvx512Vnni:
+      return PeakLoop::kAvx512Vnni;
+    case Int8Dot::kAmx:
+      return PeakLoop::kAmxInt8;
+  }
+  return PeakLoop::kScalarInt8;
+}
+
+}  // namespace
+
 PeakLoops peak_loops() {
-  PeakLoops l{};
-  switch (isa_level()) {
-    case IsaLevel::kScalar: l = {PeakLoop::kScalarFma, PeakLoop::kScalarFma, {}}; break;
-    case IsaLevel::kAvx2: l = {PeakLoop::kAvx2Fma, PeakLoop::kAvx2Fma, {}}; break;
-    case IsaLevel::kAvx512: l = {PeakLoop::kAvx512Fma, PeakLoop::kAvx512Fma, {}}; break;
-    case IsaLevel::kAvx512Bf16: l = {PeakLoop::kAvx512Fma, PeakLoop::kAvx512Bf16Dot, {}}; break;
-    case IsaLevel::kAmx: l = {PeakLoop::kAvx512Fma, PeakLoop::kAmxBf16, {}}; break;
-  }
-  switch (int8_dot()) {
-    case Int8Dot::kScalar: l.int8 = PeakLoop::kScalarInt8; break;
-    case Int8Dot::kAvx2Maddubs: l.int8 = PeakLoop::kAvx2Maddubs; break;
-    case Int8Dot::kAvxVnni: l.int8 = PeakLoop::kAvxVnni; break;
-    case Int8Dot::kAvx512Vnni: l.int8 = PeakLoop::kAvx512Vnni; break;
-    case Int8Dot::kAmx: l.int8 = PeakLoop::kAmxInt8; break;
-  }
-  return l;
+  return {fp32_loop(isa_level()), bf16_loop(isa_level()), int8_loop(int8_dot())};
 }
 
 InstructionPeaks measure_instruction_peaks(double seconds_each) {

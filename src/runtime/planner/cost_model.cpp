@@ -46,8 +46,8 @@ Task CpuCostModel::gemm_task(const std::string& name, const std::string& group, 
   const std::string act = f32 ? "f32" : "bf16";
   const double compute = t.flops / hw_.gemm_peak_flops, memory = t.bytes / hw_.dram_bytes_per_s;
   t.bound = t.flops / hw_.compute_ceiling_flops(act) > memory ? Bound::kCompute : Bound::kMemory;
-  t.seconds = std::max({hw_.gemm_seconds(m, n, k, act), compute, memory}) +
-              hw_.call_overhead_seconds;
+  t.seconds =
+      std::max({hw_.gemm_seconds(m, n, k, act), compute, memory}) + hw_.call_overhead_seconds;
   return t;
 }
 
@@ -135,8 +135,8 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T, int min_tokens,
   const double ceiling = hw_.compute_ceiling_flops(f32 ? "f32" : "bf16");
   for (Task& t : expected)
     if (t.group == "expert GEMMs")
-      t.bound = t.flops / ceiling > t.bytes / hw_.dram_bytes_per_s ? Bound::kCompute
-                                                                   : Bound::kMemory;
+      t.bound =
+          t.flops / ceiling > t.bytes / hw_.dram_bytes_per_s ? Bound::kCompute : Bound::kMemory;
   return expected;
 }
 

@@ -1,9 +1,9 @@
 #include "runtime/planner/hardware_profile.h"
 
 #include <algorithm>
-#include <optional>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 
@@ -103,9 +103,12 @@ GemmCurve gemm_curve_from_json(const nlohmann::json& j, const std::string& sourc
 }
 
 nlohmann::json to_json(const InstructionCeilings& c) {
-  return {{"fp32_fma_flops", c.fp32_fma_flops}, {"fp32_instruction", c.fp32_instruction},
-          {"bf16_flops", c.bf16_flops},         {"bf16_instruction", c.bf16_instruction},
-          {"int8_ops", c.int8_ops},             {"int8_instruction", c.int8_instruction}};
+  return {{"fp32_fma_flops", c.fp32_fma_flops},
+          {"fp32_instruction", c.fp32_instruction},
+          {"bf16_flops", c.bf16_flops},
+          {"bf16_instruction", c.bf16_instruction},
+          {"int8_ops", c.int8_ops},
+          {"int8_instruction", c.int8_instruction}};
 }
 
 InstructionCeilings instruction_ceilings_from_json(const nlohmann::json& o,

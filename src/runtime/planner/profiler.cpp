@@ -155,8 +155,8 @@ std::filesystem::path cache_directory() {
 std::filesystem::path profile_cache_path(const MachineIdentity& machine, int threads) {
   const std::string suffix =
       threads <= 0 || threads == machine.cores ? "" : fmt::format("-t{}", threads);
-  return cache_directory() /
-         fmt::format("profile-{}-{}{}.json", machine.key(), cpu::isa_name(cpu::isa_level()), suffix);
+  return cache_directory() / fmt::format("profile-{}-{}{}.json", machine.key(),
+                                         cpu::isa_name(cpu::isa_level()), suffix);
 }
 
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,

@@ -105,9 +105,9 @@ std::string roofline_svg(const HardwareProfile& hw, const std::vector<RooflinePo
       "points=\"{:.1f},{:.1f} {:.1f},{:.1f} {:.1f},{:.1f}\"/>\n",
       X(ai0), Y(ai0 * hw.dram_bytes_per_s), X(ridge), Y(roof), X(ai1), Y(roof));
   if (machine_roof) {
-    s += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\">bf16 ceiling {:.0f} GFLOP/s ({})</text>\n", X(ridge) + 8,
-        Y(roof) - 6, roof / 1e9, escape(hw.instructions.bf16_instruction));
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">bf16 ceiling {:.0f} GFLOP/s ({})</text>\n",
+                     X(ridge) + 8, Y(roof) - 6, roof / 1e9,
+                     escape(hw.instructions.bf16_instruction));
     const double gemm = hw.gemm_peak_flops;
     s += fmt::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#888\" "

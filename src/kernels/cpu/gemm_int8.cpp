@@ -236,6 +236,14 @@ size_t Int8Weights::bytes() const {
   return size_t(blocks() * kInt8BlockRows) * size_t(k + groups() * int64_t(sizeof(float)));
 }
 
+Int8Weights Int8Weights::clone() const {
+  Int8Weights c = allocate(n, k, group_size);
+  std::memcpy(c.packed.get(), packed.get(), size_t(blocks() * kInt8BlockRows * k));
+  std::memcpy(c.scales.get(), scales.get(),
+              size_t(blocks() * kInt8BlockRows * groups()) * sizeof(float));
+  return c;
+}
+
 Int8Weights quantize_weights_int8(const uint16_t* w, int64_t n, int64_t k, int64_t group_size) {
   check_shape("quantize_weights_int8", n, k, group_size);
   Int8Weights out = allocate(n, k, group_size);
@@ -283,10 +291,6 @@ Int8Dot gemm_int8_dot() {
   return f.avx_vnni ? Int8Dot::kAvxVnni : Int8Dot::kAvx2Maddubs;
 }
 
-// Roofline, Mixtral expert shape n = 14336, k = 4096, group 128: W is 58.7 MB of int8 plus
-// 1.8 MB of scales, 2·m·n·k int ops. At m ≤ 4 the kernel does ≤ 4 vpmaddubsw per 64 bytes of W
-// and must run at DRAM bandwidth; the ridge point of a ~390 GOP/s vpmaddubsw machine with
-// 28 GB/s is m ≈ 7, so from m ≈ 8 on it is compute bound and W comes from L1/L2.
 void gemm_int8(const GemmInt8Args& args) {
   gemm_int8_using(gemm_int8_dot(), args);
 }
@@ -300,6 +304,10 @@ std::vector<Int8Dot> gemm_int8_dots_available() {
   return dots;
 }
 
+// Roofline, Mixtral expert shape n = 14336, k = 4096, group 128: W is 58.7 MB of int8 plus
+// 1.8 MB of scales, 2·m·n·k int ops. At m ≤ 4 the kernel does ≤ 4 vpmaddubsw per 64 bytes of W
+// and must run at DRAM bandwidth; the ridge point of a ~390 GOP/s vpmaddubsw machine with
+// 28 GB/s is m ≈ 7, so from m ≈ 8 on it is compute bound and W comes from L1/L2.
 void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
   check_args(args);
   const auto dots = gemm_int8_dots_available();

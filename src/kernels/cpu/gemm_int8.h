@@ -54,6 +54,7 @@ struct Int8Weights {
   float scale(int64_t j, int64_t g) const;
   // Bytes a GEMM reads from W: the int8 values and the scales, padding included.
   size_t bytes() const;
+  Int8Weights clone() const;  // a deep copy (benchmarks keep several to defeat the cache)
 };
 
 // Quantizes bf16 W [n, k] (row stride k) group-wise: scale = max|w| / 127 (0 for an all-zero

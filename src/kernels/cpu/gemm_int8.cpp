@@ -141,7 +141,7 @@ void tile_scalar(const Tile& t, int64_t rows) {
   const Activations& x = *t.x;
   for (int64_t g = t.g0; g < t.g1; ++g) {
     const int8_t* wg = int8::block_group(w, t.block, g);
-    const float* sw = int8::block_scales(w, t.block, g);
+    const float* sw = int8::block_scales(w, t.x->groups, t.block, g);
     for (int64_t i = 0; i < rows; ++i) {
       const int8_t* xq = x.q + (t.row + i) * x.k + g * w.group_size;
       int32_t d[kInt8BlockRows] = {};

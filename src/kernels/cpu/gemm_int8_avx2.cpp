@@ -22,7 +22,7 @@ SLUICE_AVX2 inline __m256i broadcast_quad(const void* p) {
 // acc[i] (16 fp32 in memory) = fma(float(d[i]), sx[i] · sw, acc[i]) for the finished group g.
 template <int kRows>
 SLUICE_AVX2 inline void fold_group(const Tile& t, int64_t g, const __m256i (&d)[kRows][2]) {
-  const float* sw = block_scales(*t.w, t.block, g);
+  const float* sw = block_scales(*t.w, t.x->groups, t.block, g);
   const __m256 sw0 = _mm256_loadu_ps(sw), sw1 = _mm256_loadu_ps(sw + 8);
   for (int i = 0; i < kRows; ++i) {
     const __m256 sx = _mm256_set1_ps(t.x->scale[(t.row + i) * t.x->groups + g]);

@@ -36,7 +36,7 @@ SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
       for (int i = 0; i < kRows; ++i)
         d[i] = _mm512_dpbusd_epi32(d[i], wv, broadcast_quad(xq + i * w.k + p));
     }
-    const __m512 sw = _mm512_loadu_ps(block_scales(w, t.block, g));
+    const __m512 sw = _mm512_loadu_ps(block_scales(w, t.x->groups, t.block, g));
     for (int i = 0; i < kRows; ++i) {
       const __m512 sx = _mm512_set1_ps(t.x->scale[(t.row + i) * t.x->groups + g]);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[i]), _mm512_mul_ps(sx, sw), acc[i]);

@@ -45,12 +45,13 @@ Kernels kernels_avx2_maddubs();
 Kernels kernels_avx_vnni();
 Kernels kernels_avx512_vnni();
 
-// Address of group g of block `block` in the packed weights, and of its 16 scales.
+// Address of group g of block `block` in the packed weights, and of its 16 scales (`groups` is
+// w.groups(), passed in to keep a 64-bit division out of the kernels' loops).
 inline const int8_t* block_group(const Int8Weights& w, int64_t block, int64_t g) {
   return w.packed.get() + (block * w.k + g * w.group_size) * kInt8BlockRows;
 }
-inline const float* block_scales(const Int8Weights& w, int64_t block, int64_t g) {
-  return w.scales.get() + (block * w.groups() + g) * kInt8BlockRows;
+inline const float* block_scales(const Int8Weights& w, int64_t groups, int64_t block, int64_t g) {
+  return w.scales.get() + (block * groups + g) * kInt8BlockRows;
 }
 
 }  // namespace sluice::cpu::int8

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "kernels/cpu/bench.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "runtime/hardware_probe.h"
 
 namespace {
@@ -13,7 +14,24 @@ namespace {
 struct Options {
   int64_t n = 14336, k = 4096;  // Mixtral expert w1/w3 shape
   bool skip_gemm = false, skip_attention = false;
+  bool skip_int8 = false;
+  int64_t int8_group = 128;
 };
+
+// The int8 expert GEMM (gemm_int8, W int8 with fp32 group scales, X fp32 quantized on the fly)
+// at the current ISA level: below m ≈ 8 it should read W at DRAM speed, above it approach the
+// int8 instruction's peak.
+void print_int8_gemm(const Options& o, double dram) {
+  using namespace sluice;
+  fmt::print("\nint8 GEMM n={} k={} group={} ({}), X fp32:\n", o.n, o.k, o.int8_group,
+             cpu::int8_dot_name(cpu::gemm_int8_dot()));
+  fmt::print("{:>6} {:>10} {:>12} {:>12} {:>8}\n", "m", "ms", "GOP/s", "GB/s", "%dram");
+  for (int64_t m : {1, 4, 16, 64, 256}) {
+    auto t = cpu::bench_gemm_int8(m, o.n, o.k, o.int8_group);
+    fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>12.1f} {:>7.1f}%\n", m, t.seconds * 1e3,
+               t.flop_rate() / 1e9, t.byte_rate() / 1e9, 100 * t.byte_rate() / dram);
+  }
+}
 
 int run(const Options& o) {
   using namespace sluice;
@@ -33,6 +51,7 @@ int run(const Options& o) {
                  t.byte_rate() / 1e9, 100 * t.byte_rate() / dram, r.seconds * 1e3);
     }
   }
+  if (!o.skip_int8) print_int8_gemm(o, dram);
   if (!o.skip_attention) {
     fmt::print("\nPaged attention, 128 sequences, heads 32, kv_heads 8, head_dim 128, bs 16:\n");
     fmt::print("{:>8} {:>5} {:>10} {:>10} {:>8} {:>10}\n", "context", "n_q", "ms", "KV GB/s",
@@ -59,6 +78,9 @@ sluice::cli::RegisterCommand reg({"bench-kernels",
                                     sub.add_option("--gemm-k", o->k, "GEMM input features");
                                     sub.add_flag("--skip-gemm", o->skip_gemm);
                                     sub.add_flag("--skip-attention", o->skip_attention);
+                                    sub.add_flag("--skip-int8", o->skip_int8);
+                                    sub.add_option("--int8-group", o->int8_group,
+                                                   "int8 GEMM scale group size");
                                     return std::function<int()>([o] { return run(*o); });
                                   }});
 

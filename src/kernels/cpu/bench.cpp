@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "runtime/kv_cache.h"
 
 namespace sluice::cpu {
@@ -64,6 +65,31 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
   set_gemm_row_mode(saved);
   t.flops = 2.0 * double(m) * double(n) * double(k);
   t.bytes = 2.0 * double(n * k) + double(m * k) * double(dtype_size(x_dtype)) + 4.0 * double(m * n);
+  return t;
+}
+
+// Roofline for the int8 expert GEMM: intensity ≈ 2·m int8 ops per byte of W (1 byte per
+// weight, vs 2 for bf16), so at m ≤ 4 it is bound by DRAM and reads W at ~the stream rate; the
+// ridge point is m ≈ int8 peak / (2 · DRAM bandwidth), ~7 for 390 GOP/s and 28 GB/s (AVX2
+// vpmaddubsw on 2 Zen 3 cores) and ~13 for 1.47 TOP/s and 57 GB/s (vpdpbusd on 2 Zen 5 cores).
+KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size,
+                             double min_seconds) {
+  std::vector<uint16_t> w16(size_t(n * k));
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
+  std::vector<Int8Weights> w;
+  w.push_back(quantize_weights_int8(w16.data(), n, k, group_size));
+  // Copies of W filling 768 MiB, 3× the largest L3 we run on, so each call reads W from DRAM.
+  const size_t copies = std::clamp<size_t>((size_t(768) << 20) / w[0].bytes() + 1, 1, 64);
+  while (w.size() < copies) w.push_back(w[0].clone());
+  std::vector<float> x(size_t(m * k)), y(size_t(m * n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 251) - 125) / 128.0f;
+  size_t call = 0;
+  KernelTiming t;
+  t.seconds = best_seconds(
+      [&] { gemm_int8({.m = m, .x = x.data(), .w = &w[call++ % copies], .y = y.data()}); },
+      min_seconds);
+  t.flops = 2.0 * double(m) * double(n) * double(k);
+  t.bytes = double(w[0].bytes()) + 4.0 * double(m * k) + 4.0 * double(m * n);
   return t;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/isa.h"
 
 namespace sluice::cpu {
 namespace {
@@ -28,27 +29,39 @@ TEST(CpuRope, MatchesReferenceOverAwkwardSizes) {
   struct Case {
     int heads, head_dim, rotary_dim;
   };
-  for (Case c : {Case{1, 2, 0}, Case{3, 64, 0}, Case{5, 80, 0}, Case{32, 128, 0}, Case{2, 128, 64},
-                 Case{4, 34, 0}}) {
-    const int64_t rows = 7, stride = int64_t(c.heads) * c.head_dim + 5;
-    auto x = test::random_floats(size_t(rows * stride), uint32_t(c.head_dim));
-    auto ref = x;
-    const int rd = c.rotary_dim ? c.rotary_dim : c.head_dim;
-    auto inv_freq = rope_inv_freq(rd, 10000.0f);
-    std::vector<int32_t> pos = {0, 1, 2, 17, 4095, 32767, 131071};
-    RopeArgs args{.x = x.data(),
-                  .rows = rows,
-                  .n_heads = c.heads,
-                  .head_dim = c.head_dim,
-                  .rotary_dim = c.rotary_dim,
-                  .row_stride = stride,
-                  .positions = pos.data(),
-                  .inv_freq = inv_freq.data()};
-    apply_rope(args);
-    args.x = ref.data();
-    apply_rope_reference(args);
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], ref[i], 1e-6) << "d=" << c.head_dim;
-  }
+  // Half widths (rotated pairs per head) of 1, 3, 7, 9, 17, 31 and whole vectors; a partial
+  // rotary_dim; 1 row and 7.
+  const Case cases[] = {{1, 2, 0},   {3, 64, 0},   {5, 80, 0}, {32, 128, 0}, {2, 128, 64},
+                        {4, 34, 0},  {3, 6, 0},    {2, 14, 0}, {7, 18, 0},   {1, 62, 0},
+                        {2, 40, 30}, {3, 129, 66}, {1, 16, 2}};
+  for (IsaLevel level : isa_levels_up_to_current())
+    for (const Case& c : cases)
+      for (int64_t rows : {1, 7}) {
+        const int64_t stride = int64_t(c.heads) * c.head_dim + 5;
+        auto x = test::random_floats(size_t(rows * stride), uint32_t(c.head_dim));
+        auto ref = x;
+        const int rd = c.rotary_dim ? c.rotary_dim : c.head_dim;
+        auto inv_freq = rope_inv_freq(rd, 10000.0f);
+        std::vector<int32_t> pos = {131071, 1, 2, 17, 4095, 32767, 0};
+        RopeArgs args{.x = x.data(),
+                      .rows = rows,
+                      .n_heads = c.heads,
+                      .head_dim = c.head_dim,
+                      .rotary_dim = c.rotary_dim,
+                      .row_stride = stride,
+                      .positions = pos.data(),
+                      .inv_freq = inv_freq.data()};
+        {
+          ScopedIsaLevel at(level);
+          apply_rope(args);
+        }
+        args.x = ref.data();
+        apply_rope_reference(args);
+        for (size_t i = 0; i < x.size(); ++i)
+          ASSERT_NEAR(x[i], ref[i], 1e-6)
+              << isa_name(level) << " d=" << c.head_dim << " rotary_dim=" << c.rotary_dim
+              << " rows=" << rows << " i=" << i;
+      }
 }
 
 TEST(CpuRope, RotatesPairsByTheFp32Angle) {

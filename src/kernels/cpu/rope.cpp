@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace sluice::cpu {
@@ -45,10 +46,38 @@ SLUICE_AVX512 void rotate_avx512(float* x, int half, const float* c, const float
     const __mmask16 m = half - i >= 16 ? __mmask16(0xffff) : avx512::tail_mask(half - i);
     const __m512 lo = _mm512_maskz_loadu_ps(m, x + i), hi = _mm512_maskz_loadu_ps(m, x + i + half);
     const __m512 cv = _mm512_maskz_loadu_ps(m, c + i), sv = _mm512_maskz_loadu_ps(m, s + i);
-    // Same rounding as the scalar form: products rounded, then one add/sub (no FMA contraction).
+    // GCC contracts one product of each output into an FMA here (-ffp-contract=fast, the GNU
+    // default), so this is within an ulp of the scalar form, not bit for bit.
     _mm512_mask_storeu_ps(x + i, m, _mm512_sub_ps(_mm512_mul_ps(lo, cv), _mm512_mul_ps(hi, sv)));
     _mm512_mask_storeu_ps(x + i + half, m,
                           _mm512_add_ps(_mm512_mul_ps(hi, cv), _mm512_mul_ps(lo, sv)));
+  }
+}
+
+// Eight pairs. One product of each output is fused into an FMA, written out rather than left to
+// the compiler's contraction (which GCC applies to the AVX-512 form above): one rounding fewer
+// than the scalar form, so within an ulp of it.
+SLUICE_AVX2 void rotate8_avx2(__m256 lo, __m256 hi, __m256 c, __m256 s, __m256* lo_out,
+                              __m256* hi_out) {
+  *lo_out = _mm256_fmsub_ps(lo, c, _mm256_mul_ps(hi, s));
+  *hi_out = _mm256_fmadd_ps(hi, c, _mm256_mul_ps(lo, s));
+}
+
+SLUICE_AVX2 void rotate_avx2(float* x, int half, const float* c, const float* s) {
+  __m256 lo, hi;
+  int i = 0;
+  for (; i + 8 <= half; i += 8) {
+    rotate8_avx2(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + half), _mm256_loadu_ps(c + i),
+                 _mm256_loadu_ps(s + i), &lo, &hi);
+    _mm256_storeu_ps(x + i, lo);
+    _mm256_storeu_ps(x + i + half, hi);
+  }
+  if (i < half) {
+    const int n = half - i;
+    rotate8_avx2(avx2::load_partial(x + i, n), avx2::load_partial(x + i + half, n),
+                 avx2::load_partial(c + i, n), avx2::load_partial(s + i, n), &lo, &hi);
+    avx2::store_partial(x + i, n, lo);
+    avx2::store_partial(x + i + half, n, hi);
   }
 }
 
@@ -67,7 +96,11 @@ std::vector<float> rope_inv_freq(int rotary_dim, float theta) {
 // 6 FLOP per rotated pair; q/k rows are in L1/L2 right after the QKV GEMM.
 void apply_rope(const RopeArgs& args) {
   const RopeArgs a = resolve(args);
-  const bool vector = isa_at_least(IsaLevel::kAvx512);
+  void (*rotate)(float*, int, const float*, const float*) = rotate_scalar;
+  if (isa_at_least(IsaLevel::kAvx512))
+    rotate = rotate_avx512;
+  else if (isa_at_least(IsaLevel::kAvx2))
+    rotate = rotate_avx2;
   const int half = a.rotary_dim / 2;
 #pragma omp parallel if (a.rows >= 16)
   {
@@ -75,13 +108,8 @@ void apply_rope(const RopeArgs& args) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < a.rows; ++r) {
       angles(a, a.positions[r], c.data(), s.data());
-      for (int h = 0; h < a.n_heads; ++h) {
-        float* x = a.x + r * a.row_stride + int64_t(h) * a.head_dim;
-        if (vector)
-          rotate_avx512(x, half, c.data(), s.data());
-        else
-          rotate_scalar(x, half, c.data(), s.data());
-      }
+      for (int h = 0; h < a.n_heads; ++h)
+        rotate(a.x + r * a.row_stride + int64_t(h) * a.head_dim, half, c.data(), s.data());
     }
   }
 }

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_int8.h"
-#include "runtime/kv_cache.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace sluice::cpu {
 namespace {
@@ -23,6 +26,42 @@ double best_seconds(F&& run, double min_seconds) {
     total += s;
   }
   return best;
+}
+
+// One layer of a paged bf16 pool in which sequence s owns blocks [s·blocks_per_seq, ...) and
+// every sequence holds the same K = V rows, 64-byte aligned as the runtime's PagedKvCache
+// allocates it.
+struct BenchKvPool {
+  std::unique_ptr<uint16_t, void (*)(void*)> memory{nullptr, &std::free};
+  KvLayerView view;
+  size_t blocks_per_seq = 0;
+  std::vector<int32_t> tables;  // [batch · blocks_per_seq]: sequence s's table is its slice
+};
+
+BenchKvPool make_bench_pool(const AttentionBenchShape& b, const std::vector<float>& kv_rows) {
+  BenchKvPool pool;
+  pool.view = {.block_size = b.block_size, .kv_heads = b.kv_heads, .head_dim = b.head_dim};
+  pool.blocks_per_seq = size_t((b.context + b.block_size - 1) / b.block_size);
+  pool.tables.resize(pool.blocks_per_seq * size_t(b.batch));
+  const size_t bytes = pool.tables.size() * size_t(pool.view.block_elems()) * 2;
+  pool.memory.reset(static_cast<uint16_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  pool.view.base = pool.memory.get();
+  const int64_t width = int64_t(b.kv_heads) * b.head_dim;
+  for (size_t block = 0; block < pool.tables.size(); ++block) {
+    pool.tables[block] = int32_t(block);
+    for (int h = 0; h < b.kv_heads; ++h)
+      for (int slot = 0; slot < b.block_size; ++slot) {
+        const int64_t pos = int64_t(block % pool.blocks_per_seq) * b.block_size + slot;
+        if (pos >= b.context) break;
+        const float* row = kv_rows.data() + pos * width + int64_t(h) * b.head_dim;
+        const int64_t k_at = pool.view.k_tile(int32_t(block), h) - pool.view.base;
+        const int64_t v_at = pool.view.v_tile(int32_t(block), h) - pool.view.base;
+        uint16_t* base = pool.memory.get() + int64_t(slot) * b.head_dim;
+        f32_to_bf16_row(row, base + k_at, size_t(b.head_dim));
+        f32_to_bf16_row(row, base + v_at, size_t(b.head_dim));
+      }
+  }
+  return pool;
 }
 
 }  // namespace
@@ -100,33 +139,24 @@ KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size
 // 1024 tokens × 8 heads × 128 × 2 × 2 B = 512 MiB) is twice the L3, so it streams from DRAM.
 KernelTiming bench_attention(const AttentionBenchShape& shape, double min_seconds) {
   const AttentionBenchShape& b = shape;
-  const int64_t blocks_per_seq = (b.context + b.block_size - 1) / b.block_size;
-  PagedKvCache cache({.n_layers = 1,
-                      .kv_heads = b.kv_heads,
-                      .head_dim = b.head_dim,
-                      .block_size = b.block_size,
-                      .total_blocks = blocks_per_seq * b.batch});
   const int64_t width = int64_t(b.kv_heads) * b.head_dim, q_width = int64_t(b.heads) * b.head_dim;
   std::vector<float> kv_rows(size_t(b.context * width));
   for (size_t i = 0; i < kv_rows.size(); ++i) kv_rows[i] = float(int(i % 97) - 48) / 64.0f;
+  const BenchKvPool pool = make_bench_pool(b, kv_rows);
   std::vector<float> q(size_t(b.batch * b.n_q * q_width), 0.01f), out(q.size());
   std::vector<AttentionSequence> seqs;
-  for (int s = 0; s < b.batch; ++s) {
-    cache.allocate(s);
-    cache.append_slots(s, b.context);
-    cache.write_tokens(0, s, 0, b.context, kv_rows.data(), kv_rows.data());
-  }
   for (int s = 0; s < b.batch; ++s)
-    seqs.push_back({.q = q.data() + s * b.n_q * q_width,
-                    .out = out.data() + s * b.n_q * q_width,
-                    .n_q = b.n_q,
-                    .q_start = b.context - b.n_q,
-                    .kv_len = b.context,
-                    .block_table = cache.block_table(s)});
+    seqs.push_back(
+        {.q = q.data() + s * b.n_q * q_width,
+         .out = out.data() + s * b.n_q * q_width,
+         .n_q = b.n_q,
+         .q_start = b.context - b.n_q,
+         .kv_len = b.context,
+         .block_table = std::span<const int32_t>(pool.tables)
+                            .subspan(size_t(s) * pool.blocks_per_seq, pool.blocks_per_seq)});
   const AttentionParams params{.heads = b.heads, .kv_heads = b.kv_heads, .head_dim = b.head_dim};
   KernelTiming t;
-  t.seconds =
-      best_seconds([&] { paged_attention(params, cache.layer_view(0), seqs); }, min_seconds);
+  t.seconds = best_seconds([&] { paged_attention(params, pool.view, seqs); }, min_seconds);
   t.bytes = double(b.batch) * b.context * double(width) * 2 * 2;
   // QK and PV: 2 FLOP each per (query row, key, element); causal masking inside a prefill chunk
   // is ignored (upper bound).

@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "cli/machine_report.h"
 #include "kernels/cpu/bench.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
 
@@ -17,6 +18,8 @@ namespace {
 struct Options {
   int64_t n = 14336, k = 4096;  // Mixtral expert w1/w3 shape
   bool skip_gemm = false, skip_attention = false;
+  bool skip_int8 = false;
+  int64_t int8_group = 128;
 };
 
 // Roofline of Y[m,n] = X[m,k]·Wᵀ with W bf16: 2·m·n·k FLOPs on 2·n·k weight bytes, so m FLOP per
@@ -42,6 +45,25 @@ void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceili
   }
 }
 
+// The int8 expert GEMM (gemm_int8, W int8 with fp32 group scales, X fp32 quantized on the fly)
+// at the current ISA level: n·k + 4·n·k/group bytes of W for 2·m·n·k OP, so about 2·m OP per
+// byte; below m ≈ int8 ceiling / (2 · DRAM) (≈ 6 on a 2-core AVX2 EPYC) it should read W at
+// DRAM speed (%dram), above it approach the level's int8 instruction peak (%ceil).
+void print_int8_gemm(const Options& o, const sluice::InstructionCeilings& ceilings, double dram) {
+  using namespace sluice;
+  fmt::print("\nint8 GEMM n={} k={} group={} ({}), X fp32; ceiling {:.1f} GOP/s ({}):\n", o.n, o.k,
+             o.int8_group, cpu::int8_dot_name(cpu::gemm_int8_dot()), ceilings.int8_ops / 1e9,
+             ceilings.int8_instruction);
+  fmt::print("{:>6} {:>10} {:>12} {:>7} {:>12} {:>7}\n", "m", "ms", "GOP/s", "%ceil", "GB/s",
+             "%dram");
+  for (int64_t m : {1, 4, 16, 64, 256}) {
+    auto t = cpu::bench_gemm_int8(m, o.n, o.k, o.int8_group);
+    fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>12.1f} {:>6.1f}%\n", m, t.seconds * 1e3,
+               t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.int8_ops, t.byte_rate() / 1e9,
+               100 * t.byte_rate() / dram);
+  }
+}
+
 int run(const Options& o) {
   using namespace sluice;
   fmt::print("machine {}, {} threads\n", cli::machine_description(), omp_get_max_threads());
@@ -52,6 +74,7 @@ int run(const Options& o) {
   fmt::print("instruction peaks at {}, every thread busy:\n", level);
   cli::print_instruction_ceilings(ceilings, level, "  ");
   if (!o.skip_gemm) print_gemm_table(o, ceilings, dram);
+  if (!o.skip_int8) print_int8_gemm(o, ceilings, dram);
   if (!o.skip_attention) {
     fmt::print("\nPaged attention, 128 sequences, heads 32, kv_heads 8, head_dim 128, bs 16:\n");
     // Decode attention reads K and V once for 4 FLOP per element and query head group: bound
@@ -82,6 +105,9 @@ sluice::cli::RegisterCommand reg({"bench-kernels",
                                     sub.add_option("--gemm-k", o->k, "GEMM input features");
                                     sub.add_flag("--skip-gemm", o->skip_gemm);
                                     sub.add_flag("--skip-attention", o->skip_attention);
+                                    sub.add_flag("--skip-int8", o->skip_int8);
+                                    sub.add_option("--int8-group", o->int8_group,
+                                                   "int8 GEMM scale group size");
                                     return std::function<int()>([o] { return run(*o); });
                                   }});
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/isa.h"
+#include "runtime/kv_cache.h"
 
 namespace sluice::cpu {
 namespace {
@@ -86,11 +87,14 @@ void expect_matches_reference(const std::vector<Case>& cases, IsaLevel level) {
 }
 
 // Lengths around block boundaries, GQA groups of 1, 3, 4 and 32 heads, head dims that are and
-// are not multiples of 16 lanes.
+// are not multiples of 16 (AVX-512) or 8 (AVX2) lanes, blocks of 1, 3, 5 and 7 positions (odd
+// block counts).
 const Case kShapes[] = {
     {4, 1, 64, 16, 1, 1, 0},   {4, 4, 64, 16, 15, 1, 0},    {6, 2, 80, 16, 16, 1, 0},
     {6, 2, 80, 16, 17, 1, 0},  {32, 8, 128, 16, 100, 1, 0}, {32, 1, 128, 32, 513, 1, 0},
-    {4, 2, 72, 32, 513, 1, 0}, {8, 2, 128, 7, 40, 1, 0},
+    {4, 2, 72, 32, 513, 1, 0}, {8, 2, 128, 7, 40, 1, 0},    {2, 1, 1, 4, 9, 1, 0},
+    {3, 1, 7, 5, 31, 1, 0},    {4, 2, 12, 16, 33, 1, 0},    {2, 2, 129, 3, 31, 1, 0},
+    {6, 3, 36, 1, 7, 1, 0},    {5, 5, 17, 9, 129, 1, 0},
 };
 
 TEST(CpuAttention, DecodeMatchesReference) {
@@ -103,6 +107,8 @@ TEST(CpuAttention, PrefillChunkIsCausal) {
     expect_matches_reference({{4, 2, 64, 16, 17, 17, 0}, {4, 2, 64, 16, 100, 33, 0}}, level);
     expect_matches_reference({{32, 8, 128, 16, 513, 70, 0}}, level);
     expect_matches_reference({{6, 2, 80, 32, 15, 15, 0}, {6, 2, 80, 32, 16, 1, 0}}, level);
+    expect_matches_reference({{6, 3, 20, 7, 50, 13, 0}, {6, 3, 20, 7, 3, 3, 0}}, level);
+    expect_matches_reference({{3, 1, 129, 5, 37, 37, 0}}, level);
   }
 }
 
@@ -111,6 +117,7 @@ TEST(CpuAttention, SlidingWindowHidesOldKeys) {
     expect_matches_reference({{4, 1, 64, 16, 100, 1, 16}, {4, 1, 64, 16, 513, 1, 100}}, level);
     expect_matches_reference({{6, 2, 80, 16, 100, 40, 17}, {6, 2, 80, 16, 17, 17, 1}}, level);
     expect_matches_reference({{32, 8, 128, 32, 513, 65, 64}}, level);
+    expect_matches_reference({{3, 1, 7, 5, 60, 20, 6}, {3, 1, 7, 5, 11, 1, 3}}, level);
   }
 }
 

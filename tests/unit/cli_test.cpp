@@ -84,7 +84,7 @@ TEST_F(Cli, InspectReportsShapesAndCounts) {
 // level, and its instruction peaks are the scalar loops' (bf16 being the fp32 one).
 TEST(CliBenchKernels, ScalarLevelPrintsTheLevelTheCpuAndItsInstructionPeaks) {
   auto r = run_command("SLUICE_ISA=scalar " +
-                       sluice_command("bench-kernels --skip-gemm --skip-attention"));
+                       sluice_command("bench-kernels --skip-gemm --skip-int8 --skip-attention"));
   ASSERT_EQ(r.status, 0) << r.output;
   for (const std::string& part :
        {cpu::cpu_model_name(), std::string("ISA level scalar"), std::string("DRAM read bandwidth"),

@@ -13,33 +13,34 @@ namespace {
 
 TEST(CpuRmsNorm, MatchesReferenceOverAwkwardSizes) {
   for (IsaLevel level : isa_levels_up_to_current())
-    for (int64_t dim : {1, 15, 16, 17, 100, 4096, 5120 + 3}) {
-      for (DType wt : {DType::BF16, DType::F32}) {
-        const int64_t rows = 5, stride = dim + 3;
-        auto x = test::random_floats(size_t(rows * stride), uint32_t(dim), 3.0f);
-        auto wf = test::random_floats(size_t(dim), uint32_t(dim) + 1);
-        auto wb = test::random_bf16(size_t(dim), uint32_t(dim) + 1);
-        std::vector<float> y(size_t(rows * dim)), ref(y.size());
-        RmsNormArgs args{
-            .x = x.data(),
-            .y = y.data(),
-            .rows = rows,
-            .dim = dim,
-            .weight = wt == DType::F32 ? static_cast<const void*>(wf.data()) : wb.data(),
-            .weight_dtype = wt,
-            .eps = 1e-6f,
-            .x_stride = stride};
-        {
-          ScopedIsaLevel at(level);
-          rms_norm(args);
+    for (int64_t dim : {1, 3, 7, 8, 9, 15, 16, 17, 31, 100, 129, 4096, 5120 + 3})
+      for (int64_t rows : {1, 5})
+        for (DType wt : {DType::BF16, DType::F32}) {
+          const int64_t stride = dim + 3;
+          auto x = test::random_floats(size_t(rows * stride), uint32_t(dim), 3.0f);
+          auto wf = test::random_floats(size_t(dim), uint32_t(dim) + 1);
+          auto wb = test::random_bf16(size_t(dim), uint32_t(dim) + 1);
+          std::vector<float> y(size_t(rows * dim)), ref(y.size());
+          RmsNormArgs args{
+              .x = x.data(),
+              .y = y.data(),
+              .rows = rows,
+              .dim = dim,
+              .weight = wt == DType::F32 ? static_cast<const void*>(wf.data()) : wb.data(),
+              .weight_dtype = wt,
+              .eps = 1e-6f,
+              .x_stride = stride};
+          {
+            ScopedIsaLevel at(level);
+            rms_norm(args);
+          }
+          args.y = ref.data();
+          rms_norm_reference(args);
+          // fp32 sum of squares over up to 5k elements vs double: ~1e-6 relative.
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7)
+                << isa_name(level) << " dim=" << dim << " rows=" << rows << " i=" << i;
         }
-        args.y = ref.data();
-        rms_norm_reference(args);
-        // fp32 sum of squares over up to 5k elements vs double: ~1e-6 relative.
-        for (size_t i = 0; i < y.size(); ++i)
-          ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7) << isa_name(level) << " dim=" << dim << " i=" << i;
-      }
-    }
 }
 
 TEST(CpuRmsNorm, UnitWeightGivesUnitRms) {

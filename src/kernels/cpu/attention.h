@@ -10,14 +10,14 @@
 // The fast path walks the sequence's KV blocks once per (sequence, KV head, chunk of queries)
 // with an online softmax (running max, running sum, rescaled fp32 accumulator), so each K/V tile
 // is read from memory once for all the query heads of its group; tasks run in parallel with
-// OpenMP. K and V are the caller's responsibility to have written (PagedKvCache::write_tokens),
-// including the new tokens' own K/V before their attention.
+// OpenMP. K and V are the caller's responsibility to have written (the runtime's
+// PagedKvCache::write_tokens), including the new tokens' own K/V before their attention.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
-#include "runtime/kv_cache.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace sluice::cpu {
 

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
-#include "runtime/kv_cache.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace sluice::cpu {
 namespace {
@@ -22,6 +26,42 @@ double best_seconds(F&& run, double min_seconds) {
     total += s;
   }
   return best;
+}
+
+// One layer of a paged bf16 pool in which sequence s owns blocks [s·blocks_per_seq, ...) and
+// every sequence holds the same K = V rows, 64-byte aligned as the runtime's PagedKvCache
+// allocates it.
+struct BenchKvPool {
+  std::unique_ptr<uint16_t, void (*)(void*)> memory{nullptr, &std::free};
+  KvLayerView view;
+  size_t blocks_per_seq = 0;
+  std::vector<int32_t> tables;  // [batch · blocks_per_seq]: sequence s's table is its slice
+};
+
+BenchKvPool make_bench_pool(const AttentionBenchShape& b, const std::vector<float>& kv_rows) {
+  BenchKvPool pool;
+  pool.view = {.block_size = b.block_size, .kv_heads = b.kv_heads, .head_dim = b.head_dim};
+  pool.blocks_per_seq = size_t((b.context + b.block_size - 1) / b.block_size);
+  pool.tables.resize(pool.blocks_per_seq * size_t(b.batch));
+  const size_t bytes = pool.tables.size() * size_t(pool.view.block_elems()) * 2;
+  pool.memory.reset(static_cast<uint16_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  pool.view.base = pool.memory.get();
+  const int64_t width = int64_t(b.kv_heads) * b.head_dim;
+  for (size_t block = 0; block < pool.tables.size(); ++block) {
+    pool.tables[block] = int32_t(block);
+    for (int h = 0; h < b.kv_heads; ++h)
+      for (int slot = 0; slot < b.block_size; ++slot) {
+        const int64_t pos = int64_t(block % pool.blocks_per_seq) * b.block_size + slot;
+        if (pos >= b.context) break;
+        const float* row = kv_rows.data() + pos * width + int64_t(h) * b.head_dim;
+        const int64_t k_at = pool.view.k_tile(int32_t(block), h) - pool.view.base;
+        const int64_t v_at = pool.view.v_tile(int32_t(block), h) - pool.view.base;
+        uint16_t* base = pool.memory.get() + int64_t(slot) * b.head_dim;
+        f32_to_bf16_row(row, base + k_at, size_t(b.head_dim));
+        f32_to_bf16_row(row, base + v_at, size_t(b.head_dim));
+      }
+  }
+  return pool;
 }
 
 }  // namespace
@@ -67,6 +107,31 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
   return t;
 }
 
+// Roofline for the int8 expert GEMM: intensity ≈ 2·m int8 ops per byte of W (1 byte per
+// weight, vs 2 for bf16), so at m ≤ 4 it is bound by DRAM and reads W at ~the stream rate; the
+// ridge point is m ≈ int8 peak / (2 · DRAM bandwidth), ~7 for 390 GOP/s and 28 GB/s (AVX2
+// vpmaddubsw on 2 Zen 3 cores) and ~13 for 1.47 TOP/s and 57 GB/s (vpdpbusd on 2 Zen 5 cores).
+KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size,
+                             double min_seconds) {
+  std::vector<uint16_t> w16(size_t(n * k));
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
+  std::vector<Int8Weights> w;
+  w.push_back(quantize_weights_int8(w16.data(), n, k, group_size));
+  // Copies of W filling 768 MiB, 3× the largest L3 we run on, so each call reads W from DRAM.
+  const size_t copies = std::clamp<size_t>((size_t(768) << 20) / w[0].bytes() + 1, 1, 64);
+  while (w.size() < copies) w.push_back(w[0].clone());
+  std::vector<float> x(size_t(m * k)), y(size_t(m * n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 251) - 125) / 128.0f;
+  size_t call = 0;
+  KernelTiming t;
+  t.seconds = best_seconds(
+      [&] { gemm_int8({.m = m, .x = x.data(), .w = &w[call++ % copies], .y = y.data()}); },
+      min_seconds);
+  t.flops = 2.0 * double(m) * double(n) * double(k);
+  t.bytes = double(w[0].bytes()) + 4.0 * double(m * k) + 4.0 * double(m * n);
+  return t;
+}
+
 // Roofline for decode attention: per sequence and KV head, K and V of the context are read once
 // (2·context·head_dim·2 bytes) and used by `group` query heads at 4 FLOP per element (QK dot and
 // PV axpy), i.e. group FLOP/byte: 4 for Mixtral (32/8), far below the CPU's ~10+ FLOP/byte
@@ -74,33 +139,24 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
 // 1024 tokens × 8 heads × 128 × 2 × 2 B = 512 MiB) is twice the L3, so it streams from DRAM.
 KernelTiming bench_attention(const AttentionBenchShape& shape, double min_seconds) {
   const AttentionBenchShape& b = shape;
-  const int64_t blocks_per_seq = (b.context + b.block_size - 1) / b.block_size;
-  PagedKvCache cache({.n_layers = 1,
-                      .kv_heads = b.kv_heads,
-                      .head_dim = b.head_dim,
-                      .block_size = b.block_size,
-                      .total_blocks = blocks_per_seq * b.batch});
   const int64_t width = int64_t(b.kv_heads) * b.head_dim, q_width = int64_t(b.heads) * b.head_dim;
   std::vector<float> kv_rows(size_t(b.context * width));
   for (size_t i = 0; i < kv_rows.size(); ++i) kv_rows[i] = float(int(i % 97) - 48) / 64.0f;
+  const BenchKvPool pool = make_bench_pool(b, kv_rows);
   std::vector<float> q(size_t(b.batch * b.n_q * q_width), 0.01f), out(q.size());
   std::vector<AttentionSequence> seqs;
-  for (int s = 0; s < b.batch; ++s) {
-    cache.allocate(s);
-    cache.append_slots(s, b.context);
-    cache.write_tokens(0, s, 0, b.context, kv_rows.data(), kv_rows.data());
-  }
   for (int s = 0; s < b.batch; ++s)
-    seqs.push_back({.q = q.data() + s * b.n_q * q_width,
-                    .out = out.data() + s * b.n_q * q_width,
-                    .n_q = b.n_q,
-                    .q_start = b.context - b.n_q,
-                    .kv_len = b.context,
-                    .block_table = cache.block_table(s)});
+    seqs.push_back(
+        {.q = q.data() + s * b.n_q * q_width,
+         .out = out.data() + s * b.n_q * q_width,
+         .n_q = b.n_q,
+         .q_start = b.context - b.n_q,
+         .kv_len = b.context,
+         .block_table = std::span<const int32_t>(pool.tables)
+                            .subspan(size_t(s) * pool.blocks_per_seq, pool.blocks_per_seq)});
   const AttentionParams params{.heads = b.heads, .kv_heads = b.kv_heads, .head_dim = b.head_dim};
   KernelTiming t;
-  t.seconds =
-      best_seconds([&] { paged_attention(params, cache.layer_view(0), seqs); }, min_seconds);
+  t.seconds = best_seconds([&] { paged_attention(params, pool.view, seqs); }, min_seconds);
   t.bytes = double(b.batch) * b.context * double(width) * 2 * 2;
   // QK and PV: 2 FLOP each per (query row, key, element); causal masking inside a prefill chunk
   // is ignored (upper bound).

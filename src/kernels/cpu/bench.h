@@ -23,6 +23,12 @@ struct KernelTiming {
 KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowMode mode,
                         double min_seconds = 0.2);
 
+// Y[m,n] = X[m,k]·Wᵀ with W int8 [n,k] and fp32 scales per `group_size` k (gemm_int8), X fp32.
+// Bytes: W once (n·k + 4·n·k/group_size), X once (4·m·k), Y written once (4·m·n). The FLOPs are
+// int8 multiply-adds counted as 2 operations each.
+KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size,
+                             double min_seconds = 0.2);
+
 struct AttentionBenchShape {
   int batch = 128;     // sequences decoded together
   int context = 1024;  // KV length of each sequence

@@ -1,9 +1,11 @@
 #include "kernels/cpu/norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace sluice::cpu {
@@ -53,6 +55,42 @@ SLUICE_AVX512 void rms_norm_row_avx512(const RmsNormArgs& a, const float* x, flo
   }
 }
 
+SLUICE_AVX2 __m256 load_weight_avx2(const RmsNormArgs& a, int64_t i, int n) {
+  if (a.weight_dtype == DType::F32) {
+    const float* w = static_cast<const float*>(a.weight) + i;
+    return n == 8 ? _mm256_loadu_ps(w) : avx2::load_partial(w, n);
+  }
+  const uint16_t* w = static_cast<const uint16_t*>(a.weight) + i;
+  return n == 8 ? avx2::load_bf16(w) : avx2::load_bf16_partial(w, n);
+}
+
+// Sum of squares in two accumulators (FMA latency 4-5 cycles, two FMA ports), then the scaled
+// row; the tail is one masked vector.
+SLUICE_AVX2 void rms_norm_row_avx2(const RmsNormArgs& a, const float* x, float* y) {
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= a.dim; i += 16) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    sum0 = _mm256_fmadd_ps(v0, v0, sum0);
+    sum1 = _mm256_fmadd_ps(v1, v1, sum1);
+  }
+  for (; i < a.dim; i += 8) {
+    const __m256 v = avx2::load_partial(x + i, int(std::min<int64_t>(8, a.dim - i)));
+    sum0 = _mm256_fmadd_ps(v, v, sum0);
+  }
+  const float sum = avx2::reduce_add(_mm256_add_ps(sum0, sum1));
+  const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(sum / float(a.dim) + a.eps));
+  for (i = 0; i + 8 <= a.dim; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), scale);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(v, load_weight_avx2(a, i, 8)));
+  }
+  if (i < a.dim) {
+    const int n = int(a.dim - i);
+    const __m256 v = _mm256_mul_ps(avx2::load_partial(x + i, n), scale);
+    avx2::store_partial(y + i, n, _mm256_mul_ps(v, load_weight_avx2(a, i, n)));
+  }
+}
+
 void rms_norm_row_scalar(const RmsNormArgs& a, const float* x, float* y) {
   float sum = 0;
   for (int64_t i = 0; i < a.dim; ++i) sum += x[i] * x[i];
@@ -66,14 +104,13 @@ void rms_norm_row_scalar(const RmsNormArgs& a, const float* x, float* y) {
 // bound; rows usually sit in L2 right after the producing GEMM.
 void rms_norm(const RmsNormArgs& args) {
   const RmsNormArgs a = resolve(args);
-  const bool vector = isa_at_least(IsaLevel::kAvx512);
+  void (*row)(const RmsNormArgs&, const float*, float*) = rms_norm_row_scalar;
+  if (isa_at_least(IsaLevel::kAvx512))
+    row = rms_norm_row_avx512;
+  else if (isa_at_least(IsaLevel::kAvx2))
+    row = rms_norm_row_avx2;
 #pragma omp parallel for schedule(static) if (a.rows * a.dim >= (1 << 16))
-  for (int64_t r = 0; r < a.rows; ++r) {
-    if (vector)
-      rms_norm_row_avx512(a, a.x + r * a.x_stride, a.y + r * a.y_stride);
-    else
-      rms_norm_row_scalar(a, a.x + r * a.x_stride, a.y + r * a.y_stride);
-  }
+  for (int64_t r = 0; r < a.rows; ++r) row(a, a.x + r * a.x_stride, a.y + r * a.y_stride);
 }
 
 void rms_norm_reference(const RmsNormArgs& args) {

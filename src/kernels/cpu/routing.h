@@ -5,8 +5,10 @@
 // Experts come out in descending probability; equal probabilities keep the lower expert id first,
 // as torch.topk does in practice on CPU and CUDA.
 //
-// Scalar on purpose: E is 8..160, so a token's routing is a few hundred operations next to the
-// millions of its GEMMs, and the exact order of the fp32 softmax operations decides ties.
+// E is 8..160, so a token's routing is a few hundred operations next to the millions of its
+// GEMMs; the AVX2 path (vector exp and sum) agrees with the scalar one to ~1e-7 relative, and
+// experts with equal logits get bitwise equal probabilities on every path, so exact ties still go
+// to the lower id.
 #pragma once
 
 #include <cstdint>

@@ -103,7 +103,7 @@ void HostMath::scatter_add_rows(void*, const float* src, int64_t cols, const int
 
 void HostMath::write_kv(void*, const DeviceKvLayer& kv, const float* k, const float* v,
                         const int32_t* rows, const int32_t* slots, int64_t n) {
-  const KvLayerView view{kv.base, kv.block_size, kv.kv_heads, kv.head_dim};
+  const cpu::KvLayerView view{kv.base, kv.block_size, kv.kv_heads, kv.head_dim};
   const int64_t d = kv.head_dim, row = int64_t(kv.kv_heads) * d;
   for (int64_t j = 0; j < n; ++j) {
     const int32_t block = slots[j] / kv.block_size;

@@ -1,0 +1,123 @@
+// The int8 GEMM tiles of the avx2 level: vpmaddubsw + vpmaddwd, or AVX-VNNI's vpdpbusd where
+// the CPU has it. Both keep 16 columns in two ymm of int32 lanes per row of X, so a group's dot
+// products need no horizontal sum, and fold each finished group into the fp32 accumulators with
+// the same fma as every other level (gemm_int8.h).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/gemm_int8_kernels.h"
+
+namespace sluice::cpu::int8 {
+namespace {
+
+// The 4 bytes of X at p, in every int32 lane: one k-quad against 8 rows of W per ymm.
+SLUICE_AVX2 inline __m256i broadcast_quad(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// acc[i] (16 fp32 in memory) = fma(float(d[i]), sx[i] · sw, acc[i]) for the finished group g.
+template <int kRows>
+SLUICE_AVX2 inline void fold_group(const Tile& t, int64_t g, const __m256i (&d)[kRows][2]) {
+  const float* sw = block_scales(*t.w, t.x->groups, t.block, g);
+  const __m256 sw0 = _mm256_loadu_ps(sw), sw1 = _mm256_loadu_ps(sw + 8);
+  for (int i = 0; i < kRows; ++i) {
+    const __m256 sx = _mm256_set1_ps(t.x->scale[(t.row + i) * t.x->groups + g]);
+    float* acc = t.acc + i * kInt8BlockRows;
+    _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(sx, sw0),
+                                          _mm256_loadu_ps(acc)));
+    _mm256_storeu_ps(acc + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]),
+                                              _mm256_mul_ps(sx, sw1), _mm256_loadu_ps(acc + 8)));
+  }
+}
+
+// vpmaddubsw multiplies unsigned by signed bytes, so the sign trick: |x| (unsigned) times
+// w with x's sign applied (vpsignb), which is x·w. Both lie in [-127, 127] (the quantizers never
+// produce -128 and pack_weights_int8 rejects it), so a pair sum is at most 2·127² = 32258 in
+// magnitude and the int16 saturation of vpmaddubsw cannot occur; vpmaddwd with ones then adds
+// the two pairs of a k-quad into the row's int32 lane. (The offset trick, (x + 128)·w, would
+// reach 2·255·127 = 64770 and saturate.)
+template <int kRows>
+SLUICE_AVX2 void tile_maddubs(const Tile& t) {
+  const Int8Weights& w = *t.w;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = t.g0; g < t.g1; ++g) {
+    const int8_t* wp = block_group(w, t.block, g);
+    const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
+    const uint8_t* xa = t.x->abs + t.row * w.k + g * w.group_size;
+    __m256i d[kRows][2];
+    for (int i = 0; i < kRows; ++i) d[i][0] = d[i][1] = _mm256_setzero_si256();
+    for (int64_t p = 0; p < w.group_size; p += 4, wp += 4 * kInt8BlockRows) {
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
+      for (int i = 0; i < kRows; ++i) {
+        const __m256i xs = broadcast_quad(xq + i * w.k + p);
+        const __m256i xabs = broadcast_quad(xa + i * w.k + p);
+        const __m256i p0 = _mm256_maddubs_epi16(xabs, _mm256_sign_epi8(w0, xs));
+        const __m256i p1 = _mm256_maddubs_epi16(xabs, _mm256_sign_epi8(w1, xs));
+        d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(p0, ones));
+        d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(p1, ones));
+      }
+    }
+    fold_group<kRows>(t, g, d);
+  }
+}
+
+// vpdpbusd also multiplies unsigned by signed bytes but sums four products straight into int32,
+// so the offset trick is exact: w xor 0x80 is w + 128 as an unsigned byte, Σ(w + 128)·x =
+// Σw·x + 128·Σx, and the accumulator starts at -128·Σx of the row's group (offset_sum). One
+// instruction per 8 rows × 4 k, and the xor is shared by every row of the tile.
+template <int kRows>
+SLUICE_AVX2_VNNI void tile_avx_vnni(const Tile& t) {
+  const Int8Weights& w = *t.w;
+  const __m256i bias = _mm256_set1_epi8(char(0x80));
+  for (int64_t g = t.g0; g < t.g1; ++g) {
+    const int8_t* wp = block_group(w, t.block, g);
+    const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
+    __m256i d[kRows][2];
+    for (int i = 0; i < kRows; ++i)
+      d[i][0] = d[i][1] = _mm256_set1_epi32(t.x->offset_sum[(t.row + i) * t.x->groups + g]);
+    for (int64_t p = 0; p < w.group_size; p += 4, wp += 4 * kInt8BlockRows) {
+      const __m256i w0 =
+          _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp)), bias);
+      const __m256i w1 =
+          _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32)), bias);
+      for (int i = 0; i < kRows; ++i) {
+        const __m256i xs = broadcast_quad(xq + i * w.k + p);
+        d[i][0] = _mm256_dpbusd_avx_epi32(d[i][0], w0, xs);
+        d[i][1] = _mm256_dpbusd_avx_epi32(d[i][1], w1, xs);
+      }
+    }
+    fold_group<kRows>(t, g, d);
+  }
+}
+
+SLUICE_AVX2 void store_avx2(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                            float beta) {
+  const __m256 b = _mm256_set1_ps(beta);
+  for (int64_t i = 0; i < rows; ++i, acc += kInt8BlockRows, y += ldy) {
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+      const __m256 v = _mm256_loadu_ps(acc + c);
+      _mm256_storeu_ps(y + c, beta == 0.0f ? v : _mm256_fmadd_ps(b, _mm256_loadu_ps(y + c), v));
+    }
+    for (; c < cols; ++c) y[c] = beta == 0.0f ? acc[c] : std::fma(beta, y[c], acc[c]);
+  }
+}
+
+}  // namespace
+
+Kernels kernels_avx2_maddubs() {
+  return {.tile = {tile_maddubs<1>, tile_maddubs<2>, tile_maddubs<3>, tile_maddubs<4>},
+          .store = store_avx2};
+}
+
+Kernels kernels_avx_vnni() {
+  return {.tile = {tile_avx_vnni<1>, tile_avx_vnni<2>, tile_avx_vnni<3>, tile_avx_vnni<4>},
+          .store = store_avx2};
+}
+
+}  // namespace sluice::cpu::int8

@@ -1,0 +1,57 @@
+// Internal to the int8 GEMM: what the driver (gemm_int8.cpp) hands to the per-level tile
+// kernels (gemm_int8_avx2.cpp, gemm_int8_avx512.cpp). Not for use outside those files.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_int8.h"
+
+namespace sluice::cpu::int8 {
+
+// Rows of X one tile call computes at once: MR int32 accumulators per 16 columns; at 4 rows the
+// AVX2 kernel uses 15 of its 16 ymm registers.
+constexpr int kMaxTileRows = 4;
+
+// X quantized per row and group (see gemm_int8.h), in the forms the instructions want.
+struct Activations {
+  int64_t k = 0, groups = 0;
+  const int8_t* q = nullptr;            // [m, k] in [-127, 127]
+  const uint8_t* abs = nullptr;         // [m, k] |q|: the unsigned operand of vpmaddubsw
+  const float* scale = nullptr;         // [m, groups]
+  const int32_t* offset_sum = nullptr;  // [m, groups] -128·Σq: corrects vpdpbusd's w + 128
+};
+
+// Rows [row, row + rows) of X (rows ≤ kMaxTileRows) against packed block `block` of W, groups
+// [g0, g1): acc[r][c] = fma(float(d), sx·sw, acc[r][c]) for each group in order (16 columns).
+struct Tile {
+  const Activations* x = nullptr;
+  const Int8Weights* w = nullptr;
+  int64_t row = 0, block = 0, g0 = 0, g1 = 0;
+  float* acc = nullptr;  // [rows][16], row stride 16
+};
+using TileFn = void (*)(const Tile&);
+
+// y[r][c] = beta == 0 ? acc[r][c] : fma(beta, y[r][c], acc[r][c]) for r < rows, c < cols ≤ 16.
+using StoreFn = void (*)(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                         float beta);
+
+struct Kernels {
+  TileFn tile[kMaxTileRows] = {};  // tile[rows - 1]
+  StoreFn store = nullptr;
+};
+
+Kernels kernels_scalar();
+Kernels kernels_avx2_maddubs();
+Kernels kernels_avx_vnni();
+Kernels kernels_avx512_vnni();
+
+// Address of group g of block `block` in the packed weights, and of its 16 scales (`groups` is
+// w.groups(), passed in to keep a 64-bit division out of the kernels' loops).
+inline const int8_t* block_group(const Int8Weights& w, int64_t block, int64_t g) {
+  return w.packed.get() + (block * w.k + g * w.group_size) * kInt8BlockRows;
+}
+inline const float* block_scales(const Int8Weights& w, int64_t groups, int64_t block, int64_t g) {
+  return w.scales.get() + (block * groups + g) * kInt8BlockRows;
+}
+
+}  // namespace sluice::cpu::int8

@@ -1,7 +1,9 @@
 // sluice inspect: what a model folder holds — family, shapes, parameters, bytes.
-#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/machine_report.h"
@@ -23,9 +25,26 @@ int run(const std::string& dir) {
   fmt::print("attention    {} heads, {} KV heads, head dim {}, rope theta {}, sliding window {}\n",
              c.num_heads, c.num_kv_heads, c.head_dim, c.rope_theta,
              c.sliding_window > 0 ? std::to_string(c.sliding_window) : "none");
-  fmt::print("experts      {} per layer, top {}{}, intermediate {}\n", c.num_experts,
+  fmt::print("norms        {}{}{}{}\n",
+             c.norm == NormKind::kRms ? "RMSNorm" : "LayerNorm (no bias)",
+             c.qk_norm == QkNorm::kNone      ? ""
+             : c.qk_norm == QkNorm::kPerHead ? "; q/k RMSNorm per head"
+                                             : "; q/k RMSNorm over the projection",
+             c.qkv_bias ? (c.o_bias ? "; q/k/v/o biases" : "; q/k/v biases") : "",
+             c.clip_qkv > 0 ? fmt::format("; q/k/v clipped to ±{}", c.clip_qkv) : "");
+  fmt::print("experts      {} per layer, top {}{}, intermediate {}{}\n", c.num_experts,
              c.experts_per_token, c.normalize_topk ? " (renormalised)" : "",
-             c.expert_intermediate_size);
+             c.expert_intermediate_size,
+             c.shared_expert_intermediate_size > 0
+                 ? fmt::format("; shared expert of {}{}", c.shared_expert_intermediate_size,
+                               c.shared_expert_gate ? " (sigmoid-gated)" : "")
+                 : "");
+  std::vector<int> dense;
+  for (int l = 0; l < c.num_layers; ++l)
+    if (!c.is_moe_layer(l)) dense.push_back(l);
+  if (!dense.empty())
+    fmt::print("dense layers {} (MLP intermediate {})\n", fmt::join(dense, ", "),
+               c.dense_intermediate_size);
   fmt::print("embeddings   {}\n", c.tie_word_embeddings ? "tied to lm_head" : "separate lm_head");
   fmt::print("parameters   {} total, {} active per token\n", human_count(double(s.total_params)),
              human_count(double(s.active_params_per_token)));

@@ -42,8 +42,9 @@ Tensor as_bf16(const Tensor& t) {
   return out;
 }
 
-// Norm weights are tiny: held in fp32 whatever the checkpoint stores.
+// Norm weights and biases are tiny: held in fp32 whatever the checkpoint stores.
 Tensor as_f32(const Tensor& t) {
+  if (t.empty()) return t;
   Tensor out = Tensor::allocate(DType::F32, t.shape);
   to_f32(t.dtype, t.data, out.as<float>(), size_t(t.numel()));
   return out;
@@ -69,6 +70,7 @@ struct BatchEngine::Impl {
 
   // Step buffers, grown to the largest step seen.
   std::vector<float> x, h, q, k, v, attn, router_logits, final_rows, logits;
+  std::vector<float> mlp_scale;  // per row: the dense MLP's output scale (1 without mlp_scale)
   std::vector<uint16_t> moe_in;  // ffn-normed rows, bf16, the input of every expert GEMM
   std::vector<float> inv_freq;
   std::vector<int> positions, tokens, top_ids;
@@ -93,10 +95,11 @@ struct BatchEngine::Impl {
     w.lm_head = as_bf16(model.weights.lm_head);
     for (const LayerWeights& L : model.weights.layers) {
       LayerWeights b = L;
-      b.attn_norm = as_f32(L.attn_norm);
-      b.ffn_norm = as_f32(L.ffn_norm);
       for (Tensor* t :
-           {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up, &b.expert_down})
+           {&b.attn_norm, &b.ffn_norm, &b.q_norm, &b.k_norm, &b.bq, &b.bk, &b.bv, &b.bo})
+        *t = as_f32(*t);
+      for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
+                        &b.expert_down, &b.mlp_gate, &b.mlp_up, &b.mlp_down, &b.mlp_scale})
         *t = as_bf16(*t);
       w.layers.push_back(std::move(b));
     }
@@ -145,10 +148,27 @@ struct BatchEngine::Impl {
     cpu::gemm(a);
   }
 
+  // y = x · weightᵀ + bias (when present): the bias rows first, then the GEMM adds onto them.
+  void project(const float* xin, int m, const Tensor& weight, const Tensor& bias, float* y) {
+    const int64_t n = weight.shape[0];
+    if (!bias.empty())
+      for (int r = 0; r < m; ++r) std::copy_n(bias.as<const float>(), n, y + size_t(r) * n);
+    gemm(xin, DType::F32, m, weight, y, bias.empty() ? 0.0f : 1.0f);
+  }
+
   // The elementwise kernels as the offload path's HostMath makes them (one set of calls, so the
   // stand-in device computes this engine's numbers by construction).
   void rms_norm(const float* in, int rows, const Tensor& weight, float* out) {
     math.rms_norm(nullptr, in, out, rows, c.hidden_size, weight.as<const float>(), c.rms_norm_eps);
+  }
+
+  // The q or k norm in place over `rows` rows of `heads` heads: per head, or over the row.
+  void qk_norm(float* x_rows, int rows, int heads, const Tensor& weight) {
+    if (weight.empty()) return;
+    const bool per_head = c.qk_norm == QkNorm::kPerHead;
+    math.rms_norm(nullptr, x_rows, x_rows, per_head ? int64_t(rows) * heads : rows,
+                  per_head ? c.head_dim : int64_t(heads) * c.head_dim, weight.as<const float>(),
+                  c.rms_norm_eps);
   }
 
   // q * cos + rotate_half(q) * sin at each row's position, in place.
@@ -165,6 +185,7 @@ struct BatchEngine::Impl {
     v.resize(size_t(T) * c.kv_dim());
     attn.resize(size_t(T) * c.q_dim());
     router_logits.resize(size_t(T) * c.num_experts);
+    mlp_scale.resize(size_t(T));
     moe_in.resize(size_t(T) * H);
     positions.resize(T);
     tokens.resize(T);
@@ -174,7 +195,9 @@ struct BatchEngine::Impl {
 
   void attention_phase(int l, const StepPlan& plan, const std::vector<int>& item_row,
                        int item_begin, int item_end);
+  void route(int l, int r0, int n);
   void expert_phase(int l);
+  void dense_mlp_phase(int l, int T);
   std::vector<int> execute(const StepPlan& plan, Scheduler& sched);
 };
 
@@ -184,14 +207,17 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   const int H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int r0 = item_row[ib], n = item_row[ie] - r0;
   auto t0 = Clock::now();
-  // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h)
+  // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h) (+ biases)
   rms_norm(&x[size_t(r0) * H], n, L.attn_norm, &h[size_t(r0) * H]);
-  gemm(&h[size_t(r0) * H], DType::F32, n, L.wq, &q[size_t(r0) * qd]);
-  gemm(&h[size_t(r0) * H], DType::F32, n, L.wk, &k[size_t(r0) * kvd]);
-  gemm(&h[size_t(r0) * H], DType::F32, n, L.wv, &v[size_t(r0) * kvd]);
+  project(&h[size_t(r0) * H], n, L.wq, L.bq, &q[size_t(r0) * qd]);
+  project(&h[size_t(r0) * H], n, L.wk, L.bk, &k[size_t(r0) * kvd]);
+  project(&h[size_t(r0) * H], n, L.wv, L.bv, &v[size_t(r0) * kvd]);
   stats.dense_seconds += seconds_since(t0);
 
   t0 = Clock::now();
+  // q = q_norm(q); k = k_norm(k); then RoPE
+  qk_norm(&q[size_t(r0) * qd], n, c.num_heads, L.q_norm);
+  qk_norm(&k[size_t(r0) * kvd], n, c.num_kv_heads, L.k_norm);
   rope(&q[size_t(r0) * qd], n, c.num_heads, &positions[r0]);
   rope(&k[size_t(r0) * kvd], n, c.num_kv_heads, &positions[r0]);
   std::vector<HostAttentionItem> items;
@@ -205,27 +231,49 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   stats.attention_seconds += seconds_since(t0);
 
   t0 = Clock::now();
-  // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
+  // x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x)
   gemm(&attn[size_t(r0) * qd], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
+  if (!L.bo.empty())
+    for (int r = r0; r < r0 + n; ++r)
+      for (int d = 0; d < H; ++d) x[size_t(r) * H + d] += L.bo.as<const float>()[d];
   rms_norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
-  gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * c.num_experts], 0,
-       /*exact=*/true);
-  const int K = c.experts_per_token;
-  math.route_top_k(nullptr, &router_logits[size_t(r0) * c.num_experts], n, c.num_experts, K,
-                   c.normalize_topk, &top_ids[size_t(r0) * K], &top_weights[size_t(r0) * K]);
-  for (int r = r0; r < r0 + n; ++r)
-    for (int j = 0; j < K; ++j)
-      routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});
-  // Each row goes to k experts: round it to bf16 once here rather than in every expert GEMM.
+  route(l, r0, n);
+  // Each row goes to k experts (and the dense MLP): round it to bf16 once here rather than in
+  // every expert GEMM.
   if (policy.precision == Precision::kBf16)
     cpu::f32_to_bf16_row(&h[size_t(r0) * H], &moe_in[size_t(r0) * H], size_t(n) * H);
   stats.dense_seconds += seconds_since(t0);
+}
+
+// router_logits = gate(h), top-k into the experts' lists; the dense MLP's scale
+// sigmoid(mlp_scale · h) (Qwen2-MoE's shared_expert_gate). Both GEMMs take h in fp32: the top-k
+// is discontinuous in its input.
+void BatchEngine::Impl::route(int l, int r0, int n) {
+  const LayerWeights& L = w.layers[l];
+  const int H = c.hidden_size, K = c.experts_per_token, E = c.num_experts;
+  if (!L.router.empty()) {
+    gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * E], 0,
+         /*exact=*/true);
+    math.route_top_k(nullptr, &router_logits[size_t(r0) * E], n, E, K, c.normalize_topk,
+                     &top_ids[size_t(r0) * K], &top_weights[size_t(r0) * K]);
+    for (int r = r0; r < r0 + n; ++r)
+      for (int j = 0; j < K; ++j)
+        routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});
+  }
+  float* scale = &mlp_scale[size_t(r0)];
+  if (L.mlp_scale.empty()) {
+    std::fill_n(scale, n, 1.0f);
+    return;
+  }
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.mlp_scale, scale, 0, /*exact=*/true);
+  for (int r = 0; r < n; ++r) scale[r] = 1.0f / (1.0f + std::exp(-scale[r]));
 }
 
 // Each expert once over all its tokens of the step:
 // x[row] += weight · w2(silu(w1 h) * w3 h), at most b_e rows per GEMM.
 void BatchEngine::Impl::expert_phase(int l) {
   const LayerWeights& L = w.layers[l];
+  if (L.router.empty()) return;  // a dense layer
   const int H = c.hidden_size, I = c.expert_intermediate_size, be = policy.expert_batch;
   auto t0 = Clock::now();
   const bool f32 = policy.precision == Precision::kF32;
@@ -270,6 +318,37 @@ void BatchEngine::Impl::expert_phase(int l) {
   }
   for (auto& list : routed) list.clear();
   stats.expert_seconds += seconds_since(t0);
+}
+
+// The dense MLP over every row of the step (a shared expert, or a dense layer's MLP), b_e rows
+// per GEMM: x[row] += scale[row] · down(silu(gate h) * up h).
+void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
+  const LayerWeights& L = w.layers[l];
+  if (L.mlp_gate.empty()) return;
+  const int H = c.hidden_size, I = int(L.mlp_gate.shape[0]), be = policy.expert_batch;
+  auto t0 = Clock::now();
+  const bool f32 = policy.precision == Precision::kF32;
+  gate.resize(std::max(gate.size(), size_t(be) * I));
+  up.resize(std::max(up.size(), size_t(be) * I));
+  act.resize(std::max(act.size(), size_t(be) * I));
+  down.resize(std::max(down.size(), size_t(be) * H));
+  for (int begin = 0; begin < T; begin += be) {
+    const int m = std::min(T - begin, be);
+    const void* xe = f32 ? static_cast<const void*>(&h[size_t(begin) * H])
+                         : static_cast<const void*>(&moe_in[size_t(begin) * H]);
+    const DType xe_type = f32 ? DType::F32 : DType::BF16;
+    gemm(xe, xe_type, m, L.mlp_gate, gate.data());
+    gemm(xe, xe_type, m, L.mlp_up, up.data());
+    cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
+    gemm(act.data(), DType::F32, m, L.mlp_down, down.data());
+    for (int j = 0; j < m; ++j) {
+      float* xr = &x[size_t(begin + j) * H];
+      const float* dr = &down[size_t(j) * H];
+      const float scale = mlp_scale[size_t(begin + j)];
+      for (int d = 0; d < H; ++d) xr[d] += scale * dr[d];
+    }
+  }
+  stats.dense_seconds += seconds_since(t0);
 }
 
 std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sched) {
@@ -320,6 +399,7 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
         ib = ie;
       }
       expert_phase(l);
+      dense_mlp_phase(l, T);
     }
     for (int j = 0; j < S; ++j)
       std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);

@@ -1,11 +1,14 @@
 // The throughput engine: module-based batching over a paged host KV cache.
 //
 // Every step runs all scheduled tokens through the model layer by layer. Within a layer the
-// attention phase goes micro-batch by micro-batch (norm, QKV, RoPE, KV write, attention,
-// O-projection, router), appending each token to the lists of its top-k experts; the expert
-// phase then runs each expert once over all its tokens of the whole step (gather, gate/up
-// GEMM, SiLU·mul, down GEMM, weighted scatter-add), at most b_e tokens per GEMM. So a decode
-// step over B sequences reads each expert's weights once and uses them for ~B·k/E tokens.
+// attention phase goes micro-batch by micro-batch (norm, QKV (+ biases), q/k norms, RoPE, KV
+// write, attention, O-projection, router), appending each token to the lists of its top-k
+// experts; the expert phase then runs each expert once over all its tokens of the whole step
+// (gather, gate/up GEMM, SiLU·mul, down GEMM, weighted scatter-add), at most b_e tokens per
+// GEMM, and the dense MLP (a shared expert, or a dense layer's MLP) once over every token. So a
+// decode step over B sequences reads each expert's weights once and uses them for ~B·k/E
+// tokens. What a layer has (biases, norms, experts, dense MLP) is read from the model's weights:
+// the engine never asks which family it runs.
 #pragma once
 
 #include <functional>
@@ -14,9 +17,9 @@
 #include <vector>
 
 #include "engine/engine_device.h"
-#include "runtime/request.h"
 #include "model/weights.h"
 #include "runtime/policy.h"
+#include "runtime/request.h"
 
 namespace sluice {
 

@@ -296,6 +296,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       up(r.wv, L.wv, size_t(sh.kvd) * H * 2, "wv");
       up(r.wo, L.wo, H * size_t(sh.qd) * 2, "wo");
       up(r.router, L.router, size_t(sh.E) * H * 2, "router");
+      if (!L.q_norm.empty()) up(r.q_norm, L.q_norm, size_t(c.q_norm_size()) * 4, "q_norm");
+      if (!L.k_norm.empty()) up(r.k_norm, L.k_norm, size_t(c.k_norm_size()) * 4, "k_norm");
     }
     const std::vector<float> inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
     dev.copy_to_device(offload::Queue::kWeights, resident + inv_freq_at, inv_freq.data(),
@@ -469,6 +471,14 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         math.gemm_f32(s, {n, out, H}, h, weight<uint16_t>(wt), y, 0);
       else
         math.gemm_bf16(s, {n, out, H}, xb, weight<uint16_t>(wt), y, 0);
+    }
+    // q = q_norm(q); k = k_norm(k) (per head, or over the row), as the CPU engine's qk_norm
+    if (c.qk_norm != QkNorm::kNone) {
+      const bool per_head = c.qk_norm == QkNorm::kPerHead;
+      math.rms_norm(s, q, q, per_head ? int64_t(n) * c.num_heads : n, per_head ? c.head_dim : sh.qd,
+                    weight<float>(r.q_norm), c.rms_norm_eps);
+      math.rms_norm(s, k, k, per_head ? int64_t(n) * c.num_kv_heads : n,
+                    per_head ? c.head_dim : sh.kvd, weight<float>(r.k_norm), c.rms_norm_eps);
     }
     const int32_t* pos = at<int32_t>(buf.positions) + r0;
     const float* inv_freq = weight<float>(inv_freq_at);

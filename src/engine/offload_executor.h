@@ -2,8 +2,8 @@
 // runtime/offload/step_pipeline.h on a Device, with the model's math (DeviceMath) on the device.
 //
 // Device memory, taken from the device's budget once, at construction:
-//   resident   every layer's norms, wq/wk/wv/wo and router, and the RoPE table — small next to
-//              the experts (Mixtral-8x7B: 1.6 GB of 93 GB);
+//   resident   every layer's norms (with q/k norms), wq/wk/wv/wo and router, and the RoPE
+//              table — small next to the experts (Mixtral-8x7B: 1.6 GB of 93 GB);
 //   resident experts
 //              every expert of `resident_expert_layers` layers, evenly spaced (layer_resident,
 //              as the planner places them), so the copy engine streams the next layers' pages

@@ -17,11 +17,29 @@ size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers,
     r.wv = L.add(kvd * H * 2);
     r.wo = L.add(H * qd * 2);
     r.router = L.add(size_t(c.num_experts) * H * 2);
+    r.q_norm = L.add(size_t(c.q_norm_size()) * 4);
+    r.k_norm = L.add(size_t(c.k_norm_size()) * 4);
     if (layers) layers->push_back(r);
   }
   const size_t f = L.add(size_t(c.head_dim / 2) * 4);
   if (inv_freq) *inv_freq = f;
   return L.size();
+}
+
+void check_offload_supports(const ModelConfig& c) {
+  auto refuse = [&](const char* feature, const char* field) {
+    fail(
+        "offload executor: {} uses {} (config field '{}'), which the offload path does not run "
+        "yet; run it with --device cpu",
+        c.architecture, feature, field);
+  };
+  if (c.qkv_bias || c.o_bias) refuse("attention projection biases", "qkv_bias/attention_bias");
+  if (c.clip_qkv > 0) refuse("q/k/v clipping", "clip_qkv");
+  if (c.norm != NormKind::kRms) refuse("LayerNorm", "norm");
+  if (c.shared_expert_intermediate_size > 0)
+    refuse("a shared expert", "shared_expert_intermediate_size");
+  for (int l = 0; l < c.num_layers; ++l)
+    if (!c.is_moe_layer(l)) refuse("dense MLP layers", "mlp_only_layers/decoder_sparse_step");
 }
 
 size_t expert_matrix_bytes(const ModelConfig& c) {
@@ -62,6 +80,7 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
         "offload executor: fields 'batch', 'prefill_chunk', 'expert_batch', 'attn_micro_batch': "
         "expected a resolved policy (all > 0), got {}",
         p.describe());
+  check_offload_supports(c);
   OffloadFootprint f;
   f.resident = resident_layout(c, nullptr, nullptr);
   f.resident_layers = resident_expert_layers(c, s);

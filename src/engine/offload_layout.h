@@ -112,7 +112,13 @@ struct BufferLayout {
 // Resident weights of one layer: offsets into one allocation.
 struct LayerResident {
   size_t attn_norm, ffn_norm, wq, wk, wv, wo, router;
+  size_t q_norm, k_norm;  // fp32, when the model has q/k norms
 };
+
+// Fails, naming the feature and its config field, when the model needs something the offload
+// executor does not run yet (biases, clipping, LayerNorm, a dense MLP or shared expert, dense
+// layers): the CPU engine runs every model.
+void check_offload_supports(const ModelConfig& c);
 
 // Lays out every layer's resident tensors; returns the bytes, fills `layers` and the RoPE table's
 // offset when given.

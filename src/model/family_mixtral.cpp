@@ -1,48 +1,73 @@
 // Mixtral (MixtralForCausalLM): Llama-style attention with grouped KV heads, and a sparse MoE
-// block whose router picks the top-k of E SwiGLU experts per token.
+// block whose router picks the top-k of E SwiGLU experts per token and renormalises their
+// weights. No biases, no q/k norms, every layer MoE.
 #include <fmt/format.h>
 
-#include "model/tensor_table.h"
+#include <nlohmann/json.hpp>
+
+#include "model/family.h"
 
 namespace sluice {
 
-TensorTable mixtral_tensor_table(const ModelConfig& c, ModelWeights& w) {
-  const int64_t H = c.hidden_size, I = c.expert_intermediate_size, E = c.num_experts;
+namespace {
+
+void read_config(const ConfigReader& r, ModelConfig& c) {
+  LlamaStyleDefaults d;  // MixtralConfig's class defaults
+  d.num_kv_heads = 8;
+  d.rms_norm_eps = 1e-5f;
+  d.rope_theta = 1e6f;
+  d.max_position_embeddings = 4096 * 32;
+  read_llama_style(r, d, c);
+  c.expert_intermediate_size = r.integer("intermediate_size");
+  c.num_experts = r.integer("num_local_experts");
+  c.experts_per_token = r.integer("num_experts_per_tok");
+  c.normalize_topk = true;
+  c.sliding_window = r.integer_or("sliding_window", 0);
+}
+
+void write_config(const ModelConfig& c, nlohmann::json& j) {
+  write_llama_style(c, j);
+  j["intermediate_size"] = c.expert_intermediate_size;
+  j["num_local_experts"] = c.num_experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+  j["router_aux_loss_coef"] = 0.02;
+  j["output_router_logits"] = false;
+}
+
+TensorTable table(const ModelConfig& c, ModelWeights& w) {
   TensorTable t;
-  auto add = [&](std::string name, Shape shape, Tensor* slot, int expert = -1) {
-    t.tensors.push_back({std::move(name), std::move(shape), slot, expert});
-  };
-  w.layers.resize(c.num_layers);
-  add("model.embed_tokens.weight", {c.vocab_size, H}, &w.embed);
+  add_llama_embedding(c, w, t);
   for (int l = 0; l < c.num_layers; ++l) {
-    LayerWeights& L = w.layers[l];
-    std::string p = fmt::format("model.layers.{}.", l);
-    add(p + "input_layernorm.weight", {H}, &L.attn_norm);
-    add(p + "self_attn.q_proj.weight", {c.q_dim(), H}, &L.wq);
-    add(p + "self_attn.k_proj.weight", {c.kv_dim(), H}, &L.wk);
-    add(p + "self_attn.v_proj.weight", {c.kv_dim(), H}, &L.wv);
-    add(p + "self_attn.o_proj.weight", {H, c.q_dim()}, &L.wo);
-    add(p + "post_attention_layernorm.weight", {H}, &L.ffn_norm);
-    add(p + "block_sparse_moe.gate.weight", {E, H}, &L.router);
-    for (int e = 0; e < E; ++e) {
-      std::string ep = fmt::format("{}block_sparse_moe.experts.{}.", p, e);
-      add(ep + "w1.weight", {I, H}, &L.expert_gate, e);  // gate: silu(w1 x)
-      add(ep + "w3.weight", {I, H}, &L.expert_up, e);    // up:   ... * w3 x
-      add(ep + "w2.weight", {H, I}, &L.expert_down, e);  // down: w2(...)
-    }
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add_llama_attention(c, p, w.layers[size_t(l)], t);
+    // w2(silu(w1 x) * w3 x)
+    add_experts(c, p + "block_sparse_moe.", {"gate", "w1", "w3", "w2"}, w.layers[size_t(l)], t);
   }
-  add("model.norm.weight", {H}, &w.final_norm);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, H}, &w.lm_head);
-  t.ignored_suffixes = {"rotary_emb.inv_freq"};
+  add_llama_head(c, w, t);
   return t;
 }
 
-TensorTable tensor_table(const ModelConfig& c, ModelWeights& w) {
-  switch (c.family) {
-    case Family::Mixtral:
-      return mixtral_tensor_table(c, w);
-  }
-  return {};
+// Mistral's [INST] template over byte-level BPE (the published Mixtral tokenizer is
+// SentencePiece; its pieces do not matter to random weights, its template does).
+constexpr const char* kChatTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{{ message['content'] + '\\n\\n' }}{% elif message['role'] == 'user' %}"
+    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}"
+    "{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
+
+}  // namespace
+
+const FamilySpec& mixtral_family() {
+  static const FamilySpec spec{
+      Family::Mixtral,
+      "mixtral",
+      "MixtralForCausalLM",
+      read_config,
+      write_config,
+      table,
+      TokenizerStyle{{"<unk>", "<s>", "</s>"}, 1, 2, 0, true, nullptr, false, kChatTemplate}};
+  return spec;
 }
 
 }  // namespace sluice

@@ -22,8 +22,10 @@ ModelStats model_stats(const Model& m) {
   add(w.embed, 1.0 / c.vocab_size);  // a token reads one row
   const double expert_fraction = double(c.experts_per_token) / c.num_experts;
   for (const LayerWeights& L : w.layers) {
-    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.router})
-      add(*t, 1.0);
+    for (const Tensor* t :
+         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm,
+          &L.k_norm, &L.ffn_norm, &L.router, &L.mlp_gate, &L.mlp_up, &L.mlp_down, &L.mlp_scale})
+      add(*t, 1.0);  // absent ones (empty) add nothing
     for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
       add(*t, expert_fraction);
       s.expert_bytes += t->nbytes();

@@ -3,31 +3,61 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/family.h"
 
 namespace sluice {
 
 namespace {
 
+// The shape every family shares; bos and eos are the ids of the family's synthetic tokenizer
+// (make-model writes it, with the specials first).
+struct Shape {
+  int vocab, hidden, layers, heads, kv_heads, head_dim, max_positions;
+  float rope_theta, rms_norm_eps;
+};
+
+ModelConfig base(Family f, const Shape& s) {
+  ModelConfig c;
+  const FamilySpec& spec = family_spec(f);
+  c.family = f;
+  c.architecture = spec.architecture;
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.num_layers = s.layers;
+  c.num_heads = s.heads;
+  c.num_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.max_position_embeddings = s.max_positions;
+  c.rope_theta = s.rope_theta;
+  c.rms_norm_eps = s.rms_norm_eps;
+  c.bos_token_id = spec.tokenizer.bos;
+  c.eos_token_ids = {spec.tokenizer.eos};
+  c.dtype = DType::BF16;
+  return c;
+}
+
 ModelConfig mixtral(int vocab, int hidden, int intermediate, int layers, int heads, int kv_heads,
                     int experts, int top_k, int max_positions) {
-  ModelConfig c;
-  c.family = Family::Mixtral;
-  c.architecture = "MixtralForCausalLM";
-  c.vocab_size = vocab;
-  c.hidden_size = hidden;
+  ModelConfig c = base(Family::Mixtral, {vocab, hidden, layers, heads, kv_heads, hidden / heads,
+                                         max_positions, 1e6f, 1e-5f});
   c.expert_intermediate_size = intermediate;
-  c.num_layers = layers;
-  c.num_heads = heads;
-  c.num_kv_heads = kv_heads;
-  c.head_dim = hidden / heads;
   c.num_experts = experts;
   c.experts_per_token = top_k;
-  c.rope_theta = 1e6f;
-  c.rms_norm_eps = 1e-5f;
-  c.max_position_embeddings = max_positions;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
-  c.dtype = DType::BF16;
+  c.normalize_topk = true;
+  return c;
+}
+
+// Qwen3-MoE: per-head q/k RMSNorm, head_dim 128 whatever the hidden size, top-8 of 128 experts
+// renormalised (norm_topk_prob), no shared expert, every layer MoE.
+ModelConfig qwen3_moe(const Shape& s, int moe_intermediate, int dense_intermediate, int experts,
+                      int top_k) {
+  ModelConfig c = base(Family::Qwen3Moe, s);
+  c.qk_norm = QkNorm::kPerHead;
+  c.expert_intermediate_size = moe_intermediate;
+  c.dense_intermediate_size = dense_intermediate;
+  c.num_experts = experts;
+  c.experts_per_token = top_k;
+  c.normalize_topk = true;
   return c;
 }
 
@@ -41,8 +71,14 @@ const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = {
       {"mixtral-8x7b", mixtral(32000, 4096, 14336, 32, 32, 8, 8, 2, 32768)},
       {"mixtral-8x22b", mixtral(32000, 6144, 16384, 56, 48, 8, 8, 2, 65536)},
+      {"qwen3-30b-a3b",
+       qwen3_moe({151936, 2048, 48, 32, 4, 128, 40960, 1e6f, 1e-6f}, 768, 6144, 128, 8)},
+      {"qwen3-235b-a22b",
+       qwen3_moe({151936, 4096, 94, 64, 4, 128, 40960, 1e6f, 1e-6f}, 1536, 12288, 128, 8)},
       // Small enough for unit tests, with every dimension distinct so layout bugs show.
       {"tiny-mixtral", mixtral(384, 64, 96, 2, 4, 2, 8, 2, 4096)},
+      // heads·head_dim (4·24 = 96) unrelated to the hidden size, as in Qwen3.
+      {"tiny-qwen3-moe", qwen3_moe({384, 64, 2, 4, 2, 24, 4096, 1e6f, 1e-6f}, 40, 80, 8, 3)},
   };
   return all;
 }

@@ -1,4 +1,5 @@
-// Each block below mirrors a piece of transformers' modeling_mixtral.py; the PyTorch line it
+// Each block below mirrors a piece of transformers' modeling code (Mixtral's, with the features
+// other families add where their config or their optional weights say so); the PyTorch line it
 // transcribes is quoted in the comment above it.
 #include "model/reference_forward.h"
 
@@ -19,9 +20,17 @@ void round_to_bf16(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
-// y[rows, out] = x[rows, in] · Wᵀ, W stored [out, in] in any float dtype; fp32 accumulation.
-// With `bf16_input` the activations are first rounded to bf16, as a bf16 GEMM sees them.
-void linear(const float* x_in, int rows, const Tensor& w, float* y, bool bf16_input) {
+std::vector<float> weight_f32(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  to_f32(t.dtype, t.data, v.data(), v.size());
+  return v;
+}
+
+// y[rows, out] = x[rows, in] · Wᵀ (+ bias), W stored [out, in] in any float dtype; fp32
+// accumulation. With `bf16_input` the activations are first rounded to bf16, as a bf16 GEMM
+// sees them.
+void linear(const float* x_in, int rows, const Tensor& w, float* y, bool bf16_input,
+            const Tensor& bias = {}) {
   const int64_t out = w.shape[0], in = w.shape[1];
   std::vector<float> rounded;
   const float* x = x_in;
@@ -30,6 +39,7 @@ void linear(const float* x_in, int rows, const Tensor& w, float* y, bool bf16_in
     round_to_bf16(rounded.data(), rounded.size());
     x = rounded.data();
   }
+  const std::vector<float> b = bias.empty() ? std::vector<float>(size_t(out)) : weight_f32(bias);
   const size_t row_bytes = size_t(in) * dtype_size(w.dtype);
 #pragma omp parallel
   {
@@ -41,27 +51,33 @@ void linear(const float* x_in, int rows, const Tensor& w, float* y, bool bf16_in
         const float* xr = x + size_t(r) * in;
         float acc = 0.f;
         for (int64_t i = 0; i < in; ++i) acc += xr[i] * wrow[i];
-        y[size_t(r) * out + o] = acc;
+        y[size_t(r) * out + o] = acc + b[size_t(o)];
       }
     }
   }
 }
 
-std::vector<float> weight_f32(const Tensor& t) {
-  std::vector<float> v(t.numel());
-  to_f32(t.dtype, t.data, v.data(), v.size());
-  return v;
-}
-
-// variance = hidden.pow(2).mean(-1, keepdim=True); hidden * rsqrt(variance + eps) * weight
-void rms_norm(const float* x, int rows, int dim, const std::vector<float>& w, float eps, float* y) {
+// RMSNorm: variance = hidden.pow(2).mean(-1, keepdim=True); hidden * rsqrt(variance + eps) * w
+// LayerNorm without bias: (hidden - mean) * rsqrt(var + eps) * w, var the biased variance.
+// Over `rows` rows of `dim`; y may equal x.
+void norm(NormKind kind, const float* x, int rows, int dim, const std::vector<float>& w, float eps,
+          float* y) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + size_t(r) * dim;
+    float mean = 0.f;
+    if (kind == NormKind::kLayerNorm) {
+      for (int i = 0; i < dim; ++i) mean += xr[i];
+      mean /= float(dim);
+    }
     float ss = 0.f;
-    for (int i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
-    for (int i = 0; i < dim; ++i) y[size_t(r) * dim + i] = w[i] * (xr[i] * scale);
+    for (int i = 0; i < dim; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+    const float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
+    for (int i = 0; i < dim; ++i) y[size_t(r) * dim + i] = w[i] * ((xr[i] - mean) * scale);
   }
+}
+
+void rms_norm(const float* x, int rows, int dim, const std::vector<float>& w, float eps, float* y) {
+  norm(NormKind::kRms, x, rows, dim, w, eps, y);
 }
 
 // q * cos + rotate_half(q) * sin, with cos/sin of cat(freqs, freqs) and
@@ -81,6 +97,55 @@ void apply_rope(float* x, int num_heads, int head_dim, int position, float theta
   }
 }
 
+// The RMSNorm on q or k ([T, heads·head_dim]): over each head (Qwen3: q_norm(q.view(..., -1,
+// head_dim))) or over the whole row (OLMoE: q_norm(q_proj(x))).
+void qk_norm(const ModelConfig& c, const Tensor& weight, int T, int heads, float* x) {
+  if (weight.empty()) return;
+  const std::vector<float> w = weight_f32(weight);
+  if (c.qk_norm == QkNorm::kPerHead)
+    rms_norm(x, T * heads, c.head_dim, w, c.rms_norm_eps, x);
+  else
+    rms_norm(x, T, heads * c.head_dim, w, c.rms_norm_eps, x);
+}
+
+// x.clamp_(min=-clip_qkv, max=clip_qkv)
+void clip(std::vector<float>& x, float limit) {
+  if (limit <= 0) return;
+  for (float& v : x) v = std::clamp(v, -limit, limit);
+}
+
+// down(silu(gate(x)) * up(x)) for one row.
+void swiglu(const float* x, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+            bool bf16, float* out) {
+  const int64_t I = gate_w.shape[0];
+  std::vector<float> gate(static_cast<size_t>(I)), up(static_cast<size_t>(I));
+  linear(x, 1, gate_w, gate.data(), bf16);
+  linear(x, 1, up_w, up.data(), bf16);
+  for (int64_t i = 0; i < I; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  linear(gate.data(), 1, down_w, out, bf16);
+}
+
+// routing_weights = softmax(router_logits, dim=1, dtype=float); topk(routing_weights, k);
+// routing_weights /= sum when norm_topk_prob. Returns the (expert, weight) pairs in rank order.
+std::vector<std::pair<int, float>> route(const ModelConfig& c, const float* logits) {
+  const int E = c.num_experts;
+  float m = *std::max_element(logits, logits + E), sum = 0.f;
+  std::vector<float> prob(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) sum += (prob[size_t(e)] = std::exp(logits[e] - m));
+  for (float& p : prob) p /= sum;
+  std::vector<int> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+  float topk_sum = 0.f;
+  for (int j = 0; j < c.experts_per_token; ++j) topk_sum += prob[size_t(order[size_t(j)])];
+  std::vector<std::pair<int, float>> picked;
+  for (int j = 0; j < c.experts_per_token; ++j) {
+    const int e = order[size_t(j)];
+    picked.push_back({e, c.normalize_topk ? prob[size_t(e)] / topk_sum : prob[size_t(e)]});
+  }
+  return picked;
+}
+
 }  // namespace
 
 ReferenceForward::ReferenceForward(const Model& model, ReferenceOptions options)
@@ -89,12 +154,122 @@ ReferenceForward::ReferenceForward(const Model& model, ReferenceOptions options)
       k_cache_(model.config.num_layers),
       v_cache_(model.config.num_layers) {}
 
+// hidden_states = residual + self_attn(input_layernorm(hidden_states))
+void ReferenceForward::attention_block(int l, int T, std::vector<float>& x, const DumpFn& dump) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& L = model_.weights.layers[size_t(l)];
+  const int H = c.hidden_size, D = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+  const int group = c.num_heads / c.num_kv_heads;
+  const bool bf16 = options_.bf16_gemm_inputs;
+  std::vector<float> h(size_t(T) * H), q(size_t(T) * qd), k(size_t(T) * kvd), v(size_t(T) * kvd);
+  std::vector<float> attn(size_t(T) * qd), o(size_t(T) * H);
+
+  norm(c.norm, x.data(), T, H, weight_f32(L.attn_norm), c.rms_norm_eps, h.data());
+  // q = q_proj(h) (+ bias); q_norm; clamp(±clip_qkv); RoPE. The same for k; v is clamped only.
+  linear(h.data(), T, L.wq, q.data(), bf16, L.bq);
+  linear(h.data(), T, L.wk, k.data(), bf16, L.bk);
+  linear(h.data(), T, L.wv, v.data(), bf16, L.bv);
+  qk_norm(c, L.q_norm, T, c.num_heads, q.data());
+  qk_norm(c, L.k_norm, T, c.num_kv_heads, k.data());
+  clip(q, c.clip_qkv);
+  clip(k, c.clip_qkv);
+  clip(v, c.clip_qkv);
+  for (int t = 0; t < T; ++t) {
+    apply_rope(&q[size_t(t) * qd], c.num_heads, D, length_ + t, c.rope_theta);
+    apply_rope(&k[size_t(t) * kvd], c.num_kv_heads, D, length_ + t, c.rope_theta);
+  }
+  if (options_.bf16_kv_cache) {
+    round_to_bf16(k.data(), k.size());
+    round_to_bf16(v.data(), v.size());
+  }
+  auto& kc = k_cache_[size_t(l)];
+  auto& vc = v_cache_[size_t(l)];
+  kc.insert(kc.end(), k.begin(), k.end());
+  vc.insert(vc.end(), v.begin(), v.end());
+
+  // softmax(q·kᵀ / sqrt(d) + causal (and sliding-window) mask) · v, per head; query head
+  // `hq` reads KV head hq / (heads / kv_heads) (repeat_kv). The window is masking_utils'
+  // sliding_window_overlay, kv_idx > q_idx - sliding_window: `sliding_window` keys, self
+  // included.
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (int t = 0; t < T; ++t) {
+    const int pos = length_ + t;
+    const int first = c.sliding_window > 0 ? std::max(0, pos - c.sliding_window + 1) : 0;
+    std::vector<float> scores(size_t(pos) + 1);
+    for (int hq = 0; hq < c.num_heads; ++hq) {
+      const float* qv = &q[size_t(t) * qd + size_t(hq) * D];
+      const int kvh = hq / group;
+      float max_score = -INFINITY;
+      for (int p = first; p <= pos; ++p) {
+        const float* kv = &kc[size_t(p) * kvd + size_t(kvh) * D];
+        float s = 0.f;
+        for (int d = 0; d < D; ++d) s += qv[d] * kv[d];
+        scores[size_t(p)] = s * scale;
+        max_score = std::max(max_score, scores[size_t(p)]);
+      }
+      float sum = 0.f;
+      for (int p = first; p <= pos; ++p)
+        sum += (scores[size_t(p)] = std::exp(scores[size_t(p)] - max_score));
+      float* out = &attn[size_t(t) * qd + size_t(hq) * D];
+      std::fill(out, out + D, 0.f);
+      for (int p = first; p <= pos; ++p) {
+        const float* vv = &vc[size_t(p) * kvd + size_t(kvh) * D];
+        const float pw = scores[size_t(p)] / sum;
+        for (int d = 0; d < D; ++d) out[d] += pw * vv[d];
+      }
+    }
+  }
+  // attn_output = self.o_proj(attn_output); hidden_states = residual + hidden_states
+  linear(attn.data(), T, L.wo, o.data(), bf16, L.bo);
+  if (dump) dump(fmt::format("layer.{}.attn_out", l), o.data(), T, H);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
+// hidden_states = residual + mlp(post_attention_layernorm(hidden_states)), the mlp being the
+// sparse MoE block (MixtralSparseMoeBlock; with Qwen2-MoE's shared expert, scaled by
+// sigmoid(shared_expert_gate(x)), added) or, in a dense layer, a SwiGLU MLP.
+void ReferenceForward::ffn_block(int l, int T, std::vector<float>& x, const DumpFn& dump) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& L = model_.weights.layers[size_t(l)];
+  const int H = c.hidden_size, E = c.num_experts;
+  const bool bf16 = options_.bf16_gemm_inputs;
+  std::vector<float> h(size_t(T) * H), out(size_t(T) * H, 0.f), down(static_cast<size_t>(H));
+  norm(c.norm, x.data(), T, H, weight_f32(L.ffn_norm), c.rms_norm_eps, h.data());
+  std::vector<float> router_logits;
+  if (!L.router.empty()) {
+    router_logits.resize(size_t(T) * E);
+    linear(h.data(), T, L.router, router_logits.data(), /*bf16_input=*/false);  // fp32, as sluice
+  }
+  for (int t = 0; t < T; ++t) {
+    const float* xt = &h[size_t(t) * H];
+    float* yt = &out[size_t(t) * H];
+    if (!L.router.empty()) {
+      for (auto [e, weight] : route(c, &router_logits[size_t(t) * E])) {
+        // current_hidden_states = expert(x) * routing_weights; index_add_
+        swiglu(xt, L.expert_gate.slice0(e), L.expert_up.slice0(e), L.expert_down.slice0(e), bf16,
+               down.data());
+        for (int d = 0; d < H; ++d) yt[d] += weight * down[size_t(d)];
+      }
+    }
+    if (!L.mlp_gate.empty()) {
+      float scale = 1.0f;
+      if (!L.mlp_scale.empty()) {  // F.sigmoid(self.shared_expert_gate(x)), fp32 as the router
+        float logit = 0.f;
+        linear(xt, 1, L.mlp_scale, &logit, /*bf16_input=*/false);
+        scale = 1.0f / (1.0f + std::exp(-logit));
+      }
+      swiglu(xt, L.mlp_gate, L.mlp_up, L.mlp_down, bf16, down.data());
+      for (int d = 0; d < H; ++d) yt[d] += scale * down[size_t(d)];
+    }
+  }
+  if (dump) dump(fmt::format("layer.{}.moe_out", l), out.data(), T, H);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += out[i];
+}
+
 std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const DumpFn& dump) {
   const ModelConfig& c = model_.config;
   const ModelWeights& w = model_.weights;
-  const int T = int(tokens.size()), H = c.hidden_size, D = c.head_dim;
-  const int qd = c.q_dim(), kvd = c.kv_dim(), group = c.num_heads / c.num_kv_heads;
-  const int E = c.num_experts, I = c.expert_intermediate_size;
+  const int T = int(tokens.size()), H = c.hidden_size;
   auto emit = [&](const std::string& name, const std::vector<float>& v, int cols) {
     if (dump) dump(name, v.data(), T, cols);
   };
@@ -111,105 +286,18 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
   }
   emit("embed", x, H);
 
-  std::vector<float> h(size_t(T) * H), q(size_t(T) * qd), k(size_t(T) * kvd), v(size_t(T) * kvd);
-  std::vector<float> attn(size_t(T) * qd), o(size_t(T) * H), logits_r(size_t(T) * E);
-  std::vector<float> moe(size_t(T) * H), gate(I), up(I), down(H);
-  const float scale = 1.0f / std::sqrt(float(D));
-  const bool bf16 = options_.bf16_gemm_inputs;
-
   for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& L = w.layers[l];
-    // hidden_states = self.input_layernorm(hidden_states)
-    rms_norm(x.data(), T, H, weight_f32(L.attn_norm), c.rms_norm_eps, h.data());
-    linear(h.data(), T, L.wq, q.data(), bf16);
-    linear(h.data(), T, L.wk, k.data(), bf16);
-    linear(h.data(), T, L.wv, v.data(), bf16);
-    for (int t = 0; t < T; ++t) {
-      apply_rope(&q[size_t(t) * qd], c.num_heads, D, length_ + t, c.rope_theta);
-      apply_rope(&k[size_t(t) * kvd], c.num_kv_heads, D, length_ + t, c.rope_theta);
-    }
-    if (options_.bf16_kv_cache) {
-      round_to_bf16(k.data(), k.size());
-      round_to_bf16(v.data(), v.size());
-    }
-    auto& kc = k_cache_[l];
-    auto& vc = v_cache_[l];
-    kc.insert(kc.end(), k.begin(), k.end());
-    vc.insert(vc.end(), v.begin(), v.end());
-
-    // softmax(q·kᵀ / sqrt(d) + causal (and sliding-window) mask) · v, per head; query head
-    // `hq` reads KV head hq / (heads / kv_heads) (repeat_kv). The window is masking_utils'
-    // sliding_window_overlay, kv_idx > q_idx - sliding_window: `sliding_window` keys, self
-    // included.
-    for (int t = 0; t < T; ++t) {
-      const int pos = length_ + t;
-      const int first = c.sliding_window > 0 ? std::max(0, pos - c.sliding_window + 1) : 0;
-      std::vector<float> scores(pos + 1);
-      for (int hq = 0; hq < c.num_heads; ++hq) {
-        const float* qv = &q[size_t(t) * qd + size_t(hq) * D];
-        const int kvh = hq / group;
-        float max_score = -INFINITY;
-        for (int p = first; p <= pos; ++p) {
-          const float* kv = &kc[size_t(p) * kvd + size_t(kvh) * D];
-          float s = 0.f;
-          for (int d = 0; d < D; ++d) s += qv[d] * kv[d];
-          scores[p] = s * scale;
-          max_score = std::max(max_score, scores[p]);
-        }
-        float sum = 0.f;
-        for (int p = first; p <= pos; ++p) sum += (scores[p] = std::exp(scores[p] - max_score));
-        float* out = &attn[size_t(t) * qd + size_t(hq) * D];
-        std::fill(out, out + D, 0.f);
-        for (int p = first; p <= pos; ++p) {
-          const float* vv = &vc[size_t(p) * kvd + size_t(kvh) * D];
-          const float pw = scores[p] / sum;
-          for (int d = 0; d < D; ++d) out[d] += pw * vv[d];
-        }
-      }
-    }
-    // attn_output = self.o_proj(attn_output); hidden_states = residual + hidden_states
-    linear(attn.data(), T, L.wo, o.data(), bf16);
-    emit(fmt::format("layer.{}.attn_out", l), o, H);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-
-    // MixtralSparseMoeBlock: router_logits = self.gate(hidden_states);
-    // routing_weights = softmax(router_logits, dim=1); topk; routing_weights /= sum
-    rms_norm(x.data(), T, H, weight_f32(L.ffn_norm), c.rms_norm_eps, h.data());
-    linear(h.data(), T, L.router, logits_r.data(), /*bf16_input=*/false);  // fp32, as sluice routes
-    std::fill(moe.begin(), moe.end(), 0.f);
-    for (int t = 0; t < T; ++t) {
-      const float* rl = &logits_r[size_t(t) * E];
-      float m = *std::max_element(rl, rl + E), sum = 0.f;
-      std::vector<float> prob(E);
-      for (int e = 0; e < E; ++e) sum += (prob[e] = std::exp(rl[e] - m));
-      for (int e = 0; e < E; ++e) prob[e] /= sum;
-      std::vector<int> order(E);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-      float topk_sum = 0.f;
-      for (int j = 0; j < c.experts_per_token; ++j) topk_sum += prob[order[j]];
-      const float* xt = &h[size_t(t) * H];
-      for (int j = 0; j < c.experts_per_token; ++j) {
-        const int e = order[j];
-        const float weight = c.normalize_topk ? prob[e] / topk_sum : prob[e];
-        // current_hidden_states = self.w2(self.act_fn(self.w1(x)) * self.w3(x))
-        linear(xt, 1, L.expert_gate.slice0(e), gate.data(), bf16);
-        linear(xt, 1, L.expert_up.slice0(e), up.data(), bf16);
-        for (int i = 0; i < I; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-        linear(gate.data(), 1, L.expert_down.slice0(e), down.data(), bf16);
-        for (int d = 0; d < H; ++d) moe[size_t(t) * H + d] += weight * down[d];
-      }
-    }
-    emit(fmt::format("layer.{}.moe_out", l), moe, H);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += moe[i];
+    attention_block(l, T, x, dump);
+    ffn_block(l, T, x, dump);
     emit(fmt::format("layer.{}.out", l), x, H);
   }
   length_ += T;
 
-  rms_norm(x.data(), T, H, weight_f32(w.final_norm), c.rms_norm_eps, h.data());
+  std::vector<float> h(size_t(T) * H);
+  norm(c.norm, x.data(), T, H, weight_f32(w.final_norm), c.rms_norm_eps, h.data());
   emit("final_norm", h, H);
   std::vector<float> logits(size_t(T) * c.vocab_size);
-  linear(h.data(), T, w.lm_head, logits.data(), bf16);
+  linear(h.data(), T, w.lm_head, logits.data(), options_.bf16_gemm_inputs);
   emit("logits", logits, c.vocab_size);
   return logits;
 }

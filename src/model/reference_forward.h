@@ -12,9 +12,10 @@
 
 namespace sluice {
 
-// Receives named intermediates for debugging and golden tests: `name` is e.g. "embed",
-// "layer.3.attn_out", "layer.3.out", "final_norm", "logits"; `data` holds `rows` rows of
-// `cols` floats, one row per token of the current call.
+// Receives named intermediates for debugging and golden tests: `name` is "embed",
+// "layer.{i}.attn_out" (the attention block's output), "layer.{i}.moe_out" (the FFN block's:
+// routed experts plus the shared expert, or a dense layer's MLP), "layer.{i}.out", "final_norm"
+// or "logits"; `data` holds `rows` rows of `cols` floats, one row per token of the current call.
 using DumpFn = std::function<void(const std::string& name, const float* data, int rows, int cols)>;
 
 // By default the arithmetic is fp32 throughout, the transformers semantics with weights upcast.
@@ -41,6 +42,10 @@ class ReferenceForward {
   }
 
  private:
+  // The blocks of one decoder layer over the call's T rows, in place on the residual x.
+  void attention_block(int l, int T, std::vector<float>& x, const DumpFn& dump);
+  void ffn_block(int l, int T, std::vector<float>& x, const DumpFn& dump);
+
   const Model& model_;
   ReferenceOptions options_;
   int length_ = 0;

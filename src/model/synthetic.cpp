@@ -29,11 +29,13 @@ uint64_t name_key(const std::string& name, uint64_t seed) {
 }
 
 // How a tensor is initialised: uniform in [center - spread, center + spread]. Projections get
-// std 1/sqrt(fan_in) so activations stay O(1) through the layers; norms scatter around 1.
+// std 1/sqrt(fan_in) so activations stay O(1) through the layers; norms scatter around 1;
+// biases around 0, wide enough that a missing one shows.
 struct Init {
   float center, spread;
 };
 Init init_for(const ExpectedTensor& t) {
+  if (t.name.ends_with(".bias")) return {0.0f, 0.5f};
   if (t.shape.size() == 1) return {1.0f, 0.1f};
   const float std_dev = t.name.find("embed_tokens") != std::string::npos
                             ? 1.0f

@@ -1,13 +1,16 @@
-// The tokenizer written next to synthetic checkpoints: GPT-2-style byte-level BPE whose merges
-// are learned here, deterministically, from a short built-in English text, so generated text
-// exercises real merges.
+// The tokenizer written next to synthetic checkpoints: byte-level BPE whose merges are learned
+// here, deterministically, from a short built-in English text, so generated text exercises real
+// merges; with the special tokens, pre-tokenizer and chat template of the model's family
+// (FamilySpec::tokenizer).
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/tokenizer/loaders.h"
 #include "io/tokenizer/text_util.h"
+#include "model/family.h"
 #include "model/synthetic.h"
 
 namespace sluice {
@@ -25,23 +28,16 @@ constexpr const char* kTrainingText =
     "the batch. There is a time to read and a time to compute, and the best schedule keeps both "
     "busy. Hello world! Here is a question: what is the answer? It is forty two, of course.";
 
-}  // namespace
+using ojson = nlohmann::ordered_json;
 
-void write_synthetic_tokenizer(const ModelConfig& config, const std::filesystem::path& dir) {
-  const std::vector<std::string> specials = {"<unk>", "<s>", "</s>"};
-  const int base = int(specials.size()) + 256;
-  if (config.vocab_size < base)
-    fail("vocab_size {} is too small for the byte-level tokenizer (needs at least {})",
-         config.vocab_size, base);
+// Byte-pair training: the 256 byte symbols at ids [first, first + 256), then merges of the most
+// frequent adjacent pair (ties: the smallest pair) until `vocab_size` ids or no pair repeats.
+void learn_bpe(int first, int vocab_size, ojson& vocab, nlohmann::json& merges) {
   const auto& symbols = tok::byte_to_unicode();  // GPT-2's byte-level characters
-
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < specials.size(); ++i) vocab[specials[i]] = i;
-  for (int b = 0; b < 256; ++b) vocab[symbols[b]] = int(specials.size()) + b;
-
+  for (int b = 0; b < 256; ++b) vocab[symbols[b]] = first + b;
   // Words as GPT-2's pre-tokeniser roughly sees them: a leading space stays with the word.
   std::map<std::vector<std::string>, int> words;
-  std::string text = kTrainingText;
+  const std::string text = kTrainingText;
   for (size_t i = 0; i < text.size();) {
     size_t j = i + 1;
     while (j < text.size() && text[j] != ' ') ++j;
@@ -50,9 +46,7 @@ void write_synthetic_tokenizer(const ModelConfig& config, const std::filesystem:
     ++words[word];
     i = j;
   }
-  // Byte-pair training: repeatedly merge the most frequent adjacent pair (ties: smallest pair).
-  nlohmann::json merges = nlohmann::json::array();
-  for (int id = base; id < config.vocab_size; ++id) {
+  for (int id = first + 256; id < vocab_size; ++id) {
     std::map<std::pair<std::string, std::string>, int> pairs;
     for (const auto& [word, count] : words)
       for (size_t k = 0; k + 1 < word.size(); ++k) pairs[{word[k], word[k + 1]}] += count;
@@ -78,68 +72,111 @@ void write_synthetic_tokenizer(const ModelConfig& config, const std::filesystem:
     }
     words = std::move(merged);
   }
+}
 
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < specials.size(); ++i)
+ojson added_tokens(const TokenizerStyle& style) {
+  ojson added = ojson::array();
+  for (size_t i = 0; i < style.specials.size(); ++i)
     added.push_back({{"id", i},
-                     {"content", specials[i]},
+                     {"content", style.specials[i]},
                      {"single_word", false},
                      {"lstrip", false},
                      {"rstrip", false},
                      {"normalized", false},
                      {"special", true}});
-  nlohmann::ordered_json byte_level = {{"type", "ByteLevel"},
-                                       {"add_prefix_space", false},
-                                       {"trim_offsets", true},
-                                       {"use_regex", true}};
-  nlohmann::ordered_json tokenizer = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", byte_level},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single",
-         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"pair",
-         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"decoder", byte_level},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        {"ignore_merges", false},
-        {"vocab", vocab},
-        {"merges", merges}}}};
+  return added;
+}
+
+// GPT-2's ByteLevel with its regex, or the family's Split pattern then ByteLevel without one.
+ojson pre_tokenizer(const TokenizerStyle& style) {
+  if (!style.split_pattern)
+    return {{"type", "ByteLevel"},
+            {"add_prefix_space", false},
+            {"trim_offsets", true},
+            {"use_regex", true}};
+  const char* pattern = tok::split_pattern_of(style.split_pattern);
+  if (!pattern) fail("tokenizer style: no split pattern named '{}'", style.split_pattern);
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", pattern}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"},
+             {"add_prefix_space", false},
+             {"trim_offsets", false},
+             {"use_regex", false}}}}};
+}
+
+// The bos token before every sequence when the family adds one.
+ojson post_processor(const TokenizerStyle& style) {
+  if (!style.add_bos || style.bos < 0) return nullptr;
+  const std::string bos = style.specials[size_t(style.bos)];
+  return {{"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"pair",
+           {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+          {"special_tokens", {{bos, {{"id", bos}, {"ids", {style.bos}}, {"tokens", {bos}}}}}}};
+}
+
+ojson token_or_null(const TokenizerStyle& style, int index) {
+  return index >= 0 ? ojson(style.specials[size_t(index)]) : ojson(nullptr);
+}
+
+}  // namespace
+
+void write_synthetic_tokenizer(const ModelConfig& config, const std::filesystem::path& dir) {
+  const TokenizerStyle& style = family_spec(config.family).tokenizer;
+  const int first = int(style.specials.size());
+  if (config.vocab_size < first + 256)
+    fail("vocab_size {} is too small for the byte-level tokenizer (needs at least {})",
+         config.vocab_size, first + 256);
+  ojson vocab = ojson::object();
+  for (int i = 0; i < first; ++i) vocab[style.specials[size_t(i)]] = i;
+  nlohmann::json merges = nlohmann::json::array();
+  learn_bpe(first, config.vocab_size, vocab, merges);
+  const ojson byte_level_decoder = {{"type", "ByteLevel"},
+                                    {"add_prefix_space", false},
+                                    {"trim_offsets", true},
+                                    {"use_regex", true}};
+  ojson tokenizer = {{"version", "1.0"},
+                     {"truncation", nullptr},
+                     {"padding", nullptr},
+                     {"added_tokens", added_tokens(style)},
+                     {"normalizer", style.nfc ? ojson{{"type", "NFC"}} : ojson(nullptr)},
+                     {"pre_tokenizer", pre_tokenizer(style)},
+                     {"post_processor", post_processor(style)},
+                     {"decoder", byte_level_decoder},
+                     {"model",
+                      {{"type", "BPE"},
+                       {"dropout", nullptr},
+                       {"unk_token", nullptr},
+                       {"continuing_subword_prefix", nullptr},
+                       {"end_of_word_suffix", nullptr},
+                       {"fuse_unk", false},
+                       {"byte_fallback", false},
+                       {"ignore_merges", false},
+                       {"vocab", vocab},
+                       {"merges", merges}}}};
   std::ofstream(dir / "tokenizer.json") << tokenizer.dump(1) << "\n";
 
-  nlohmann::ordered_json tokenizer_config = {
-      {"add_bos_token", true},
-      {"add_eos_token", false},
-      {"bos_token", "<s>"},
-      {"eos_token", "</s>"},
-      {"unk_token", "<unk>"},
-      {"model_max_length", config.max_position_embeddings},
-      {"tokenizer_class", "PreTrainedTokenizerFast"},
-      {"chat_template",
-       "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
-       "{{ message['content'] + '\\n\\n' }}{% elif message['role'] == 'user' %}"
-       "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}"
-       "{{ message['content'] + eos_token }}{% endif %}{% endfor %}"}};
+  ojson tokenizer_config = {{"add_bos_token", style.add_bos},
+                            {"add_eos_token", false},
+                            {"bos_token", token_or_null(style, style.bos)},
+                            {"eos_token", token_or_null(style, style.eos)},
+                            {"unk_token", token_or_null(style, style.unk)},
+                            {"model_max_length", config.max_position_embeddings},
+                            {"tokenizer_class", "PreTrainedTokenizerFast"},
+                            {"chat_template", style.chat_template}};
   std::ofstream(dir / "tokenizer_config.json") << tokenizer_config.dump(2) << "\n";
-  nlohmann::ordered_json generation = {{"bos_token_id", config.bos_token_id},
-                                       {"eos_token_id", config.eos_token_ids},
-                                       {"do_sample", false}};
+  ojson generation = {
+      {"bos_token_id", config.bos_token_id >= 0 ? ojson(config.bos_token_id) : ojson(nullptr)},
+      {"eos_token_id", config.eos_token_ids},
+      {"do_sample", false}};
   std::ofstream(dir / "generation_config.json") << generation.dump(2) << "\n";
   if (!std::filesystem::exists(dir / "tokenizer.json")) fail("{}: write failed", dir.string());
 }

@@ -20,11 +20,36 @@ struct TensorTable {
   std::vector<ExpectedTensor> tensors;
   // Names that may appear in checkpoints but carry nothing we use (e.g. cached RoPE tables).
   std::vector<std::string> ignored_suffixes;
+
+  void add(std::string name, Shape shape, Tensor* slot, int expert = -1) {
+    tensors.push_back({std::move(name), std::move(shape), slot, expert});
+  }
 };
 
-// Builds the table for `config`, pointing slots into `weights` (whose layers are sized here).
+// Builds the table for `config` (its family's), pointing slots into `weights` (whose layers are
+// sized here).
 TensorTable tensor_table(const ModelConfig& config, ModelWeights& weights);
 
-TensorTable mixtral_tensor_table(const ModelConfig& config, ModelWeights& weights);
+// Pieces of the Hugging Face Llama layout most families share (`prefix` ends in '.'):
+// model.embed_tokens, and at the end model.norm and (unless tied) lm_head.
+void add_llama_embedding(const ModelConfig& c, ModelWeights& w, TensorTable& t);
+void add_llama_head(const ModelConfig& c, ModelWeights& w, TensorTable& t);
+// <prefix>input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj.weight, their biases
+// when the config has them, and self_attn.{q,k}_norm.weight when it has q/k norms.
+void add_llama_attention(const ModelConfig& c, const std::string& prefix, LayerWeights& L,
+                         TensorTable& t);
+// The E experts of <prefix>experts.{e}.<gate|up|down>.weight (stacked) and the router
+// <prefix><router>.weight.
+struct ExpertNames {
+  const char* router;
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+void add_experts(const ModelConfig& c, const std::string& prefix, const ExpertNames& names,
+                 LayerWeights& L, TensorTable& t);
+// A dense SwiGLU MLP of intermediate size I: <prefix>{gate,up,down}_proj.weight into L.mlp_*.
+void add_dense_mlp(const ModelConfig& c, const std::string& prefix, int I, LayerWeights& L,
+                   TensorTable& t);
 
 }  // namespace sluice

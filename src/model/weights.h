@@ -1,6 +1,8 @@
 // The canonical weight set every family is mapped onto. Projection weights keep the Hugging Face
 // [out_features, in_features] layout (y = x·Wᵀ); experts are stacked [E, ...] so expert e is
-// `slice0(e)`, a pointer offset.
+// `slice0(e)`, a pointer offset. Optional weights are present or absent (an empty Tensor): the
+// config says which (config.h), the family's tensor table fills them, and the runtime reads their
+// presence.
 #pragma once
 
 #include <filesystem>
@@ -12,16 +14,30 @@
 namespace sluice {
 
 struct LayerWeights {
-  Tensor attn_norm;    // [hidden]
-  Tensor wq;           // [heads*head_dim, hidden]
-  Tensor wk;           // [kv_heads*head_dim, hidden]
-  Tensor wv;           // [kv_heads*head_dim, hidden]
-  Tensor wo;           // [hidden, heads*head_dim]
-  Tensor ffn_norm;     // [hidden]
+  Tensor attn_norm;   // [hidden]
+  Tensor wq;          // [heads*head_dim, hidden]
+  Tensor wk;          // [kv_heads*head_dim, hidden]
+  Tensor wv;          // [kv_heads*head_dim, hidden]
+  Tensor wo;          // [hidden, heads*head_dim]
+  Tensor bq, bk, bv;  // optional (qkv_bias): [q_dim], [kv_dim], [kv_dim]
+  Tensor bo;          // optional (o_bias): [hidden]
+  // Optional (qk_norm): [head_dim] each when per head; [q_dim] and [kv_dim] over the full width.
+  Tensor q_norm, k_norm;
+  Tensor ffn_norm;  // [hidden]
+
+  // The sparse MoE block; all empty in a dense layer.
   Tensor router;       // [experts, hidden]
-  Tensor expert_gate;  // [experts, intermediate, hidden]  (Mixtral w1)
-  Tensor expert_up;    // [experts, intermediate, hidden]  (Mixtral w3)
-  Tensor expert_down;  // [experts, hidden, intermediate]  (Mixtral w2)
+  Tensor expert_gate;  // [experts, intermediate, hidden]  (Mixtral w1, Qwen gate_proj)
+  Tensor expert_up;    // [experts, intermediate, hidden]  (Mixtral w3, Qwen up_proj)
+  Tensor expert_down;  // [experts, hidden, intermediate]  (Mixtral w2, Qwen down_proj)
+
+  // The dense MLP every token goes through (config dense_mlp_size(l) > 0): a MoE layer's shared
+  // expert, or a dense layer's MLP. down(silu(gate x) * up x), times sigmoid(mlp_scale · x) when
+  // mlp_scale is present (shared_expert_gate).
+  Tensor mlp_gate;   // [mlp_intermediate, hidden]
+  Tensor mlp_up;     // [mlp_intermediate, hidden]
+  Tensor mlp_down;   // [hidden, mlp_intermediate]
+  Tensor mlp_scale;  // optional: [1, hidden]
 };
 
 struct ModelWeights {

@@ -49,6 +49,115 @@ TEST(Config, PresetRoundTripsThroughJson) {
   EXPECT_EQ(c.head_dim, 128);
 }
 
+json qwen3_30b_a3b_config() {
+  // The published config.json of Qwen3-30B-A3B.
+  return json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(Config, ReadsQwen3_30B_A3B) {
+  ModelConfig c = parse_config(qwen3_30b_a3b_config(), "config.json");
+  EXPECT_EQ(c.family, Family::Qwen3Moe);
+  EXPECT_EQ(c.head_dim, 128);  // not hidden_size / heads = 64
+  EXPECT_EQ(c.q_dim(), 4096);
+  EXPECT_EQ(c.kv_dim(), 512);
+  EXPECT_EQ(c.expert_intermediate_size, 768);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.experts_per_token, 8);
+  EXPECT_TRUE(c.normalize_topk);
+  EXPECT_EQ(c.qk_norm, QkNorm::kPerHead);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-6f);
+  EXPECT_EQ(c.bos_token_id, 151643);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{151645});
+  for (int l = 0; l < c.num_layers; ++l) EXPECT_TRUE(c.is_moe_layer(l));
+  EXPECT_EQ(c.dense_mlp_size(0), 0);
+}
+
+// The class defaults of Qwen3MoeConfig for absent fields, and Qwen's dense-layer rule.
+TEST(Config, Qwen3MoeDefaultsAndDenseLayers) {
+  json j = qwen3_30b_a3b_config();
+  for (const char* key : {"norm_topk_prob", "num_key_value_heads", "rms_norm_eps", "rope_theta"})
+    j.erase(key);
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {5};
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 1024;
+  j["attention_bias"] = true;
+  ModelConfig c = parse_config(j, "config.json");
+  EXPECT_FALSE(c.normalize_topk);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(c.rope_theta, 10000.f);
+  EXPECT_EQ(c.sliding_window, 1024);
+  EXPECT_TRUE(c.qkv_bias && c.o_bias);
+  // Layer l is MoE iff l is not in mlp_only_layers and (l + 1) % 2 == 0.
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_FALSE(c.is_moe_layer(4));
+  EXPECT_FALSE(c.is_moe_layer(5));
+  EXPECT_TRUE(c.is_moe_layer(7));
+  EXPECT_EQ(c.dense_mlp_size(0), 6144);
+  // config.json as make-model writes it reads back the same.
+  ModelConfig back = parse_config(config_to_json(c), "config.json");
+  EXPECT_EQ(back.dense_layers, c.dense_layers);
+  EXPECT_EQ(back.sliding_window, 1024);
+  EXPECT_EQ(back.normalize_topk, false);
+  EXPECT_TRUE(back.qkv_bias && back.o_bias);
+}
+
+TEST(Config, Qwen3MoeBadFieldsAreNamed) {
+  json j = qwen3_30b_a3b_config();
+  j["mlp_only_layers"] = {3, 48};
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "dir/config.json", "'mlp_only_layers'",
+                        "48");
+  j = qwen3_30b_a3b_config();
+  j.erase("moe_intermediate_size");
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'moe_intermediate_size'", "missing");
+  j = qwen3_30b_a3b_config();
+  j["norm_topk_prob"] = "yes";
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'norm_topk_prob'", "true or false");
+}
+
+TEST(Config, EveryPresetRoundTripsThroughJson) {
+  for (const std::string& name : preset_names()) {
+    SCOPED_TRACE(name);
+    const ModelConfig p = preset_config(name);
+    const ModelConfig c = parse_config(config_to_json(p), "config.json");
+    EXPECT_EQ(c.family, p.family);
+    EXPECT_EQ(c.hidden_size, p.hidden_size);
+    EXPECT_EQ(c.head_dim, p.head_dim);
+    EXPECT_EQ(c.num_kv_heads, p.num_kv_heads);
+    EXPECT_EQ(c.expert_intermediate_size, p.expert_intermediate_size);
+    EXPECT_EQ(c.num_experts, p.num_experts);
+    EXPECT_EQ(c.experts_per_token, p.experts_per_token);
+    EXPECT_EQ(c.normalize_topk, p.normalize_topk);
+    EXPECT_EQ(c.qk_norm, p.qk_norm);
+    EXPECT_EQ(c.qkv_bias, p.qkv_bias);
+    EXPECT_EQ(c.o_bias, p.o_bias);
+    EXPECT_EQ(c.clip_qkv, p.clip_qkv);
+    EXPECT_EQ(c.norm, p.norm);
+    EXPECT_EQ(c.shared_expert_intermediate_size, p.shared_expert_intermediate_size);
+    EXPECT_EQ(c.shared_expert_gate, p.shared_expert_gate);
+    EXPECT_EQ(c.dense_layers, p.dense_layers);
+    EXPECT_EQ(c.bos_token_id, p.bos_token_id);
+    EXPECT_EQ(c.eos_token_ids, p.eos_token_ids);
+    EXPECT_FLOAT_EQ(c.rope_theta, p.rope_theta);
+    EXPECT_FLOAT_EQ(c.rms_norm_eps, p.rms_norm_eps);
+  }
+}
+
 TEST(Config, ReadsRopeThetaFromRopeParameters) {
   json j = mixtral_8x7b_config();
   j.erase("rope_theta");

@@ -417,10 +417,27 @@ TEST(OffloadEngineBudget, CpuAttentionShareOutsideZeroToOneIsRefused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine,
-                         ::testing::Values(testing::tiny_mixtral_case(),
-                                           testing::sliding_window_gqa_case()),
+INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine, ::testing::ValuesIn(testing::family_cases()),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// A feature the offload path does not run yet is refused up front, naming it and its config
+// field, rather than computed wrong.
+TEST(OffloadEngineBudget, UnsupportedFeatureIsRefusedNamingIt) {
+  ModelConfig c = preset_config("tiny-qwen3-moe");
+  c.dense_layers = {1};
+  const Model m = make_random_model(c, 42);
+  offload::CpuStandinDevice device(size_t(1) << 30);
+  offload::HostMath math;
+  try {
+    BatchEngine engine(m, test_policy(Precision::kF32), EngineDevice{&device, &math, {0, 6, 0}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("dense MLP layers"), std::string::npos) << what;
+    EXPECT_NE(what.find("mlp_only_layers"), std::string::npos) << what;
+    EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
+  }
+}
 
 // A budget one byte under the minimum footprint is refused, naming the minimum. By default the
 // lm_head goes on the device only when the budget has room for it: the minimum is the footprint

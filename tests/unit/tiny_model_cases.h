@@ -1,20 +1,23 @@
-// The tiny models the engine tests run on: tiny-mixtral as it is, and a variant with a sliding
+// The tiny models the engine tests run on: tiny-mixtral as it is, a variant with a sliding
 // window, grouped-query attention (3 query heads per KV head), top-3 routing over 5 experts and
-// an odd vocabulary; and the workload and policy both engine tests run them with. Shared by
-// batch_engine_test (which adds more cases) and offload_executor_test.
+// an odd vocabulary, and one tiny model of every other family; and the workload and policy both
+// engine tests run them with. Shared by batch_engine_test (which adds more cases) and
+// offload_executor_test.
 #pragma once
 
 #include <functional>
 #include <vector>
 
 #include "model/config.h"
+#include "model/presets.h"
 #include "runtime/policy.h"
 
 namespace sluice::testing {
 
 struct TinyModelCase {
   const char* name;
-  std::function<void(ModelConfig&)> edit;  // applied to preset_config("tiny-mixtral")
+  // Applied to preset_config("tiny-mixtral"); a family's case replaces it with its own preset.
+  std::function<void(ModelConfig&)> edit;
 };
 
 inline TinyModelCase tiny_mixtral_case() {
@@ -32,6 +35,16 @@ inline TinyModelCase sliding_window_gqa_case() {
             c.vocab_size = 301;
             c.num_layers = 3;
           }};
+}
+
+// Qwen3-MoE: per-head q/k norms, head_dim unrelated to the hidden size, top-3 of 8 renormalised.
+inline TinyModelCase tiny_qwen3_moe_case() {
+  return {"tiny_qwen3_moe", [](ModelConfig& c) { c = preset_config("tiny-qwen3-moe"); }};
+}
+
+// Every family's tiny model, for the tests that run each engine path on each.
+inline std::vector<TinyModelCase> family_cases() {
+  return {tiny_mixtral_case(), sliding_window_gqa_case(), tiny_qwen3_moe_case()};
 }
 
 // Prompt lengths of the engine tests' requests: 1 token, several in one KV block, several blocks,

@@ -48,6 +48,9 @@ struct NamedPreset {
   std::vector<PreTokenizerStep> pre_tokenizers;
 };
 NamedPreset named_preset(std::string_view name, std::string_view where);
+// The split regex of a named byte-level family with a single pattern ("qwen2", "cl100k", "dbrx",
+// "llama3"), as its tokenizer.json writes it; null for other names.
+const char* split_pattern_of(std::string_view name);
 // The standard byte-level decoder chain.
 std::vector<DecoderStep> byte_level_decoders();
 

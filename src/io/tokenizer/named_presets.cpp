@@ -98,6 +98,13 @@ NamedPreset named_preset(std::string_view name, std::string_view where) {
   return preset;
 }
 
+const char* split_pattern_of(std::string_view name) {
+  if (name == "llama-bpe" || name == "llama3" || name == "dbrx" || name == "cl100k")
+    return kCl100kPattern;
+  if (name == "qwen2" || name == "qwen") return kQwenPattern;
+  return nullptr;
+}
+
 std::vector<DecoderStep> byte_level_decoders() {
   return {ByteLevelDecoder{}};
 }

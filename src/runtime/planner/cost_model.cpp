@@ -140,24 +140,50 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T, int min_tokens,
   return expected;
 }
 
-// One micro-batch of one layer, in the engine's order (attention_phase in batch_engine.cpp).
+// One micro-batch of one layer, in the engine's order (attention_phase in batch_engine.cpp):
+// biases are written as the GEMMs' initial rows, q/k norms read and write q and k once more.
 void CpuCostModel::add_micro_batch(TaskGraph& g, int layer, int index,
                                    const MicroBatchShape& mb) const {
   const double n = mb.tokens;
   const int64_t H = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), E = c_.num_experts;
   const std::string p = fmt::format("layer{}.mb{}.", layer, index);
   g.chain(elementwise_task(p + "attn_norm", "norms, RoPE, routing", n * double(H) * 8));
+  if (c_.qkv_bias)
+    g.chain(elementwise_task(p + "qkv_bias", "norms, RoPE, routing", n * double(qd + 2 * kvd) * 4));
   g.chain(gemm_task(p + "q_proj", "attention projections", n, qd, H));
   g.chain(gemm_task(p + "k_proj", "attention projections", n, kvd, H));
   g.chain(gemm_task(p + "v_proj", "attention projections", n, kvd, H));
+  if (c_.qk_norm != QkNorm::kNone)
+    g.chain(elementwise_task(p + "qk_norm", "norms, RoPE, routing", n * double(qd + kvd) * 8));
   g.chain(elementwise_task(p + "rope_kv_write", "norms, RoPE, routing",
                            n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4)));
   g.chain(attention_task(p + "attention", mb));
   g.chain(gemm_task(p + "o_proj", "attention projections", n, H, qd));
+  if (c_.o_bias) g.chain(elementwise_task(p + "o_bias", "norms, RoPE, routing", n * double(H) * 8));
   g.chain(elementwise_task(p + "ffn_norm", "norms, RoPE, routing", n * double(H) * 8));
-  g.chain(gemm_task(p + "router", "router", n, E, H, /*exact_f32=*/true));
+  const bool moe = c_.is_moe_layer(layer);
+  if (moe) g.chain(gemm_task(p + "router", "router", n, E, H, /*exact_f32=*/true));
+  if (moe && c_.shared_expert_gate && c_.dense_mlp_size(layer) > 0)
+    g.chain(gemm_task(p + "shared_expert_gate", "router", n, 1, H, /*exact_f32=*/true));
   g.chain(elementwise_task(p + "top_k_and_round", "norms, RoPE, routing",
-                           n * double(E) * 4 + n * double(H) * 6));
+                           n * double(moe ? E : 0) * 4 + n * double(H) * 6));
+}
+
+// dense_mlp_phase in batch_engine.cpp: every row of the step, b_e rows per GEMM.
+std::vector<Task> CpuCostModel::dense_mlp_tasks(int layer, int T) const {
+  const int64_t H = c_.hidden_size, I = c_.dense_mlp_size(layer);
+  std::vector<Task> tasks;
+  if (I == 0) return tasks;
+  const std::string p = fmt::format("layer{}.dense_mlp.", layer);
+  for (int begin = 0; begin < T; begin += p_.expert_batch) {
+    const double m = std::min(T - begin, p_.expert_batch);
+    tasks.push_back(gemm_task(p + "gate", "dense MLP GEMMs", m, I, H));
+    tasks.push_back(gemm_task(p + "up", "dense MLP GEMMs", m, I, H));
+    tasks.push_back(elementwise_task(p + "silu_mul", "dense MLP SiLU-mul", m * double(I) * 12));
+    tasks.push_back(gemm_task(p + "down", "dense MLP GEMMs", m, H, I));
+    tasks.push_back(elementwise_task(p + "scale_add", "dense MLP SiLU-mul", m * double(H) * 12));
+  }
+  return tasks;
 }
 
 TaskGraph CpuCostModel::step_graph(const StepShape& step) const {
@@ -168,11 +194,12 @@ TaskGraph CpuCostModel::step_graph(const StepShape& step) const {
   for (int l = 0; l < c_.num_layers; ++l) {
     for (size_t i = 0; i < step.micro_batches.size(); ++i)
       add_micro_batch(g, l, int(i), step.micro_batches[i]);
-    for (int e = 0; e < c_.num_experts; ++e)
+    for (int e = 0; c_.is_moe_layer(l) && e < c_.num_experts; ++e)
       for (Task& t : expert_tasks(e, T)) {
         t.name = fmt::format("layer{}.{}", l, t.name);
         g.chain(std::move(t));
       }
+    for (Task& t : dense_mlp_tasks(l, T)) g.chain(std::move(t));
   }
   if (S > 0) {
     g.chain(
@@ -185,15 +212,33 @@ TaskGraph CpuCostModel::step_graph(const StepShape& step) const {
   return g;
 }
 
-double CpuCostModel::micro_batch_dense_seconds(int tokens) const {
-  auto it = dense_memo_.find(tokens);
+double CpuCostModel::micro_batch_dense_seconds(int layer, int tokens) const {
+  const std::pair<int64_t, int> key{layer_kind(layer), tokens};
+  auto it = dense_memo_.find(key);
   if (it != dense_memo_.end()) return it->second;
   TaskGraph g;
-  add_micro_batch(g, 0, 0, MicroBatchShape{tokens, 0, 0});
+  add_micro_batch(g, layer, 0, MicroBatchShape{tokens, 0, 0});
   double s = 0;
   for (const Task& t : g.tasks())  // attention is added per micro-batch by the caller
     if (t.group != "attention (KV reads)") s += t.seconds;
-  return dense_memo_[tokens] = s;
+  return dense_memo_[key] = s;
+}
+
+double CpuCostModel::dense_mlp_seconds(int layer, int T) const {
+  const std::pair<int64_t, int> key{layer_kind(layer), T};
+  auto it = mlp_memo_.find(key);
+  if (it != mlp_memo_.end()) return it->second;
+  double s = 0;
+  for (const Task& t : dense_mlp_tasks(layer, T)) s += t.seconds;
+  return mlp_memo_[key] = s;
+}
+
+double CpuCostModel::layer_seconds(int layer, const StepShape& step) const {
+  double s = dense_mlp_seconds(layer, step.tokens());
+  if (c_.is_moe_layer(layer)) s += expert_phase_seconds(step.tokens());
+  for (const MicroBatchShape& mb : step.micro_batches)
+    s += micro_batch_dense_seconds(layer, mb.tokens) + attention_task("", mb).seconds;
+  return s;
 }
 
 double CpuCostModel::expert_phase_seconds(int T) const {
@@ -215,10 +260,16 @@ double CpuCostModel::head_seconds(int T, int S) const {
 }
 
 double CpuCostModel::step_seconds(const StepShape& step) const {
-  double layer = expert_phase_seconds(step.tokens());
-  for (const MicroBatchShape& mb : step.micro_batches)
-    layer += micro_batch_dense_seconds(mb.tokens) + attention_task("", mb).seconds;
-  return head_seconds(step.tokens(), step.sampled) + c_.num_layers * layer;
+  double s = head_seconds(step.tokens(), step.sampled);
+  // Layers of one kind cost the same: each kind is costed once.
+  std::map<int64_t, std::pair<int, int>> kinds;  // kind -> (a layer of it, count)
+  for (int l = 0; l < c_.num_layers; ++l) {
+    auto [it, fresh] = kinds.try_emplace(layer_kind(l), l, 0);
+    ++it->second.second;
+  }
+  for (const auto& [kind, layer_count] : kinds)
+    s += layer_count.second * layer_seconds(layer_count.first, step);
+  return s;
 }
 
 }  // namespace sluice

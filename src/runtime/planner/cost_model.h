@@ -80,14 +80,25 @@ class CpuCostModel {
 
  private:
   void add_micro_batch(TaskGraph& g, int layer, int index, const MicroBatchShape& mb) const;
-  double micro_batch_dense_seconds(int tokens) const;
+  // The dense MLP of layer `layer` (a shared expert, or a dense layer's MLP) over the step's T
+  // rows, b_e rows per GEMM (empty when the layer has none).
+  std::vector<Task> dense_mlp_tasks(int layer, int step_tokens) const;
+  double layer_seconds(int layer, const StepShape& step) const;
+  double micro_batch_dense_seconds(int layer, int tokens) const;
   double expert_phase_seconds(int step_tokens) const;
+  double dense_mlp_seconds(int layer, int step_tokens) const;
   double head_seconds(int tokens, int sampled) const;
+  // Layers that cost the same: MoE or dense, and the dense MLP's size.
+  int64_t layer_kind(int layer) const {
+    return int64_t(c_.dense_mlp_size(layer)) * 2 + (c_.is_moe_layer(layer) ? 1 : 0);
+  }
 
   HardwareProfile hw_;
   ModelConfig c_;
   Policy p_;
-  mutable std::unordered_map<int, double> dense_memo_, expert_memo_;
+  // Keyed by (layer kind, tokens).
+  mutable std::map<std::pair<int64_t, int>, double> dense_memo_, mlp_memo_;
+  mutable std::unordered_map<int, double> expert_memo_;
 };
 
 }  // namespace sluice

@@ -47,7 +47,8 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
   GpuMemoryUse m;
   m.attention_weights = L * (2 * H * qd + 2 * H * kvd) * 2;
-  m.router_norms_head = L * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2;
+  m.router_norms_head = L * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2 +
+                        L * size_t(c.q_norm_size() + c.k_norm_size()) * 4;
   const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
   m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
   // The GPU share's KV pool (whole blocks, as the executor pages it) and its block tables.
@@ -72,8 +73,10 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
                            qd * 4 + E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
                            (gpu_attention ? (qd + 2 * kvd) * 4 + 2 * qd * 4 + 6 * 4 : 0);
   const size_t per_expert_row = H * (f32 ? 4 : 2) + I * 4 * 2 + (f32 ? 0 : I * 2) + H * 4;
-  // The executor aligns each tensor and buffer to 256 bytes: 7 per layer and some 30 others.
-  const size_t alignment = (7 * L + 32 + (gpu_attention ? 6 : 0)) * 256;
+  // The executor aligns each tensor and buffer to 256 bytes: 7 per layer (9 with q/k norms) and
+  // some 30 others.
+  const size_t per_layer = c.qk_norm == QkNorm::kNone ? 7 : 9;
+  const size_t alignment = (per_layer * L + 32 + (gpu_attention ? 6 : 0)) * 256;
   m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
                    (size_t(32) << 20) + alignment;
   return m;
@@ -275,6 +278,9 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     t.in.push_back({"q_proj", gpu_gemm("GPU attention projections", n, qd, H)});
     t.in.push_back({"k_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
     t.in.push_back({"v_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    if (c.qk_norm != QkNorm::kNone)
+      t.in.push_back(
+          {"qk_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(qd + kvd) * 8)});
     t.in.push_back(
         {"rope_kv_write", gpu_elementwise("GPU norms, RoPE, routing",
                                           n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4))});

@@ -14,13 +14,21 @@
 
 namespace sluice {
 
+// As the CPU engine holds them: matrices in bf16; norms, q/k norms and biases in fp32.
 size_t model_weight_bytes(const ModelConfig& c) {
   const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
   const size_t E = size_t(c.num_experts), V = size_t(c.vocab_size);
-  const size_t layer =
-      H * size_t(c.q_dim()) * 2 + H * size_t(c.kv_dim()) * 2 + E * H + E * 3 * H * I;
-  return 2 * (V * H * (c.tie_word_embeddings ? 1 : 2) + size_t(c.num_layers) * layer) +
-         size_t(c.num_layers) * 2 * H * 4 + H * 4;
+  const size_t qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
+  size_t bytes = 2 * V * H * (c.tie_word_embeddings ? 1 : 2) + H * 4;
+  for (int l = 0; l < c.num_layers; ++l) {
+    bytes += 2 * (H * qd * 2 + H * kvd * 2) + 2 * H * 4;
+    bytes += 4 * (size_t(c.q_norm_size()) + size_t(c.k_norm_size()) +
+                  (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0));
+    if (c.is_moe_layer(l)) bytes += 2 * (E * H + E * 3 * H * I);
+    bytes += 2 * 3 * H * size_t(c.dense_mlp_size(l));
+    if (c.is_moe_layer(l) && c.shared_expert_gate && c.dense_mlp_size(l) > 0) bytes += 2 * H;
+  }
+  return bytes;
 }
 
 // The engine's step buffers (BatchEngine::Impl::grow and expert_phase) at the largest step:
@@ -34,8 +42,10 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   const size_t per_token = H * 4 * 2 + size_t(c.q_dim()) * 4 * 2 + size_t(c.kv_dim()) * 4 * 2 +
                            size_t(c.num_experts) * 4 + H * 2 + size_t(c.experts_per_token) * 8 +
                            H * 2 /* bf16 GEMM input scratch */;
-  m.activations =
-      T * per_token + be * (H * 4 + I * 4 * 3 + H * 4) + size_t(p.batch) * size_t(c.vocab_size) * 4;
+  size_t mlp = I;  // the expert phase's and the dense MLP's scratch are shared
+  for (int l = 0; l < c.num_layers; ++l) mlp = std::max(mlp, size_t(c.dense_mlp_size(l)));
+  m.activations = T * (per_token + 4 /* dense MLP scale */) + be * (H * 4 + mlp * 4 * 3 + H * 4) +
+                  size_t(p.batch) * size_t(c.vocab_size) * 4;
   return m;
 }
 

@@ -1,6 +1,7 @@
 // Golden tests: sluice's ReferenceForward against an independent PyTorch transcription of
-// transformers' MixtralForCausalLM (tests/reference/mixtral_reference.py), intermediate by
-// intermediate, on tiny random models with deliberately awkward shapes.
+// transformers' modeling code of each family (tests/reference/moe_reference.py), intermediate by
+// intermediate, on tiny random models with deliberately awkward shapes that exercise every quirk
+// of the family.
 //
 // PyTorch runs each sequence at once without a cache; sluice runs a prefill followed by
 // single-token decode steps, so the KV cache and the position bookkeeping are checked too.
@@ -43,7 +44,8 @@ struct GoldenCase {
   ModelConfig config;
   size_t shard_bytes = size_t(4) << 30;        // small values force a sharded checkpoint
   bool rope_theta_in_rope_parameters = false;  // the transformers 5.x config layout
-  bool omit_num_key_value_heads = false;       // MixtralConfig's default (8) applies
+  bool omit_num_key_value_heads = false;       // the config class's default applies
+  int qwen_sparse_step = 0;  // > 0: dense layers written as decoder_sparse_step, not a list
 };
 
 // Names the case in failure messages instead of gtest's byte dump.
@@ -51,11 +53,63 @@ void PrintTo(const GoldenCase& g, std::ostream* os) {
   *os << g.name;
 }
 
-ModelConfig base_config() {
-  ModelConfig c = preset_config("tiny-mixtral");
+ModelConfig base_config(const char* preset = "tiny-mixtral") {
+  ModelConfig c = preset_config(preset);
   c.vocab_size = 301;  // odd, and above the 259 ids the synthetic tokenizer needs
   c.num_layers = 3;
   return c;
+}
+
+void add_qwen3_moe_cases(std::vector<GoldenCase>& cases) {
+  {
+    // Per-head q/k norms, head_dim 20 unrelated to hidden 44 / 4 heads, GQA 4x2, top-3 of 7
+    // renormalised (norm_topk_prob).
+    GoldenCase g{"Qwen3MoeGqa4x2HeadDim20Top3of7Bf16", base_config("tiny-qwen3-moe")};
+    ModelConfig& c = g.config;
+    c.hidden_size = 44;
+    c.head_dim = 20;
+    c.expert_intermediate_size = 26;
+    c.num_experts = 7;
+    c.experts_per_token = 3;
+    cases.push_back(g);
+  }
+  {
+    // No renormalisation, q/k/v/o biases (attention_bias), layers 0 and 2 dense (written as
+    // decoder_sparse_step 2), a sliding window (use_sliding_window), fp32, top-2 of 5.
+    GoldenCase g{"Qwen3MoeBiasesDenseLayersWindowNoRenormF32", base_config("tiny-qwen3-moe")};
+    ModelConfig& c = g.config;
+    c.hidden_size = 36;
+    c.num_heads = 6;
+    c.num_kv_heads = 3;
+    c.head_dim = 10;
+    c.normalize_topk = false;
+    c.qkv_bias = c.o_bias = true;
+    c.dense_layers = {0, 2};
+    c.dense_intermediate_size = 58;
+    c.expert_intermediate_size = 22;
+    c.num_experts = 5;
+    c.experts_per_token = 2;
+    c.sliding_window = 5;
+    c.rope_theta = 300.f;
+    c.dtype = DType::F32;
+    g.qwen_sparse_step = 2;
+    cases.push_back(g);
+  }
+  {
+    // One KV head, tied embeddings, layer 1 dense by mlp_only_layers, F16, default KV heads
+    // (Qwen3MoeConfig's 4) from a config.json without num_key_value_heads.
+    GoldenCase g{"Qwen3MoeDefaultKv4MlpOnlyLayer1TiedF16", base_config("tiny-qwen3-moe")};
+    ModelConfig& c = g.config;
+    c.num_heads = 8;
+    c.num_kv_heads = 4;
+    c.head_dim = 6;
+    c.tie_word_embeddings = true;
+    c.dense_layers = {1};
+    c.dense_intermediate_size = 30;
+    c.dtype = DType::F16;
+    g.omit_num_key_value_heads = true;
+    cases.push_back(g);
+  }
 }
 
 std::vector<GoldenCase> golden_cases() {
@@ -132,6 +186,7 @@ std::vector<GoldenCase> golden_cases() {
     g.omit_num_key_value_heads = true;
     cases.push_back(g);
   }
+  add_qwen3_moe_cases(cases);
   return cases;
 }
 
@@ -164,6 +219,10 @@ void edit_config(const GoldenCase& g, const fs::path& config_json) {
     j.erase("rope_theta");
   }
   if (g.omit_num_key_value_heads) j.erase("num_key_value_heads");
+  if (g.qwen_sparse_step > 0) {
+    j["decoder_sparse_step"] = g.qwen_sparse_step;
+    j["mlp_only_layers"] = nlohmann::json::array();
+  }
   std::ofstream(config_json) << j.dump(2);
 }
 
@@ -212,10 +271,10 @@ class GoldenWorkspace {
     const fs::path jobs_file = dir / "jobs.json";
     std::ofstream(jobs_file) << jobs.dump(2);
     const fs::path log = dir / "reference.log";
-    const std::string command =
-        std::string(kPython) + " " +
-        shell_quote(SLUICE_SOURCE_DIR "/tests/reference/mixtral_reference.py") + " --batch " +
-        shell_quote(jobs_file.string()) + " >" + shell_quote(log.string()) + " 2>&1";
+    const std::string command = std::string(kPython) + " " +
+                                shell_quote(SLUICE_SOURCE_DIR "/tests/reference/moe_reference.py") +
+                                " --batch " + shell_quote(jobs_file.string()) + " >" +
+                                shell_quote(log.string()) + " 2>&1";
     if (std::system(command.c_str()) != 0) {
       std::ifstream in(log);
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -253,9 +312,9 @@ int argmax(const float* v, int n) {
   return int(std::max_element(v, v + n) - v);
 }
 
-class MixtralGolden : public ::testing::TestWithParam<GoldenCase> {};
+class ModelGolden : public ::testing::TestWithParam<GoldenCase> {};
 
-TEST_P(MixtralGolden, ReferenceForwardMatchesPyTorch) {
+TEST_P(ModelGolden, ReferenceForwardMatchesPyTorch) {
   GoldenWorkspace& ws = GoldenWorkspace::get();
   if (!ws.skip_reason.empty()) GTEST_SKIP() << ws.skip_reason;
   ASSERT_TRUE(ws.error.empty()) << ws.error;
@@ -273,6 +332,8 @@ TEST_P(MixtralGolden, ReferenceForwardMatchesPyTorch) {
   Model model = load_model(ws.model_dir(g.name));
   ASSERT_EQ(model.config.rope_theta, g.config.rope_theta);
   ASSERT_EQ(model.config.num_kv_heads, g.config.num_kv_heads);
+  for (int l = 0; l < g.config.num_layers; ++l)
+    ASSERT_EQ(model.config.is_moe_layer(l), g.config.is_moe_layer(l)) << "layer " << l;
   ReferenceForward forward(model);
   Collected got;
   auto dump = [&](const std::string& name, const float* data, int rows, int cols) {
@@ -339,7 +400,7 @@ std::string case_name(const ::testing::TestParamInfo<GoldenCase>& param) {
   return param.param.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, MixtralGolden, ::testing::ValuesIn(golden_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(TinyModels, ModelGolden, ::testing::ValuesIn(golden_cases()), case_name);
 
 }  // namespace
 }  // namespace sluice

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
-"""An independent PyTorch reference for the forward pass of Hugging Face `MixtralForCausalLM`.
+"""An independent PyTorch reference for the forward pass of the Hugging Face MoE families sluice
+loads: MixtralForCausalLM and Qwen3MoeForCausalLM.
 
-Written from the semantics of transformers' modeling_mixtral.py, configuration_mixtral.py and
+Written from the semantics of transformers' modeling_<family>.py, configuration_<family>.py and
 masking_utils.py, with no dependency beyond torch (Debian's python3-torch): it reads config.json
-and the safetensors files itself and writes its results as a safetensors file itself.
+and the safetensors files itself and writes its results as a safetensors file itself. Each family
+is a Settings reader (its config.json fields, with its config class's defaults) and the names of
+its tensors; the forward below reads the quirks off the settings.
 
 Everything is computed in float32 (stored BF16/F16 weights are upcast), the whole sequence at once
 without a KV cache, so it checks sluice's cached prefill + decode path from the other side.
@@ -11,15 +14,16 @@ without a KV cache, so it checks sluice's cached prefill + decode path from the 
 The intermediates written are named as sluice's ReferenceForward dump names them:
   embed                 embed_tokens(input_ids)
   layer.{i}.attn_out    self_attn output (o_proj), before the residual add
-  layer.{i}.moe_out     block_sparse_moe output, before the residual add
+  layer.{i}.moe_out     the FFN block's output (the sparse MoE block, or a dense layer's MLP),
+                        before the residual add
   layer.{i}.out         hidden state leaving decoder layer i
   final_norm            model.norm(hidden)
   logits                lm_head(final_norm)
 each as a [tokens, cols] F32 tensor.
 
 Usage:
-  mixtral_reference.py --model DIR --tokens 1,2,3 --out FILE.safetensors
-  mixtral_reference.py --batch JOBS.json   # [{"model": DIR, "tokens": [..], "out": FILE}, ...]
+  moe_reference.py --model DIR --tokens 1,2,3 --out FILE.safetensors
+  moe_reference.py --batch JOBS.json   # [{"model": DIR, "tokens": [..], "out": FILE}, ...]
 The batch form pays the torch import once for many models.
 """
 
@@ -33,55 +37,117 @@ import sys
 import torch
 
 # ---------------------------------------------------------------------------------------------
-# config.json, with MixtralConfig's defaults for absent fields.
+# config.json, with each family's config class defaults for absent fields.
 
 
-class MixtralSettings:
-    def __init__(self, path):
-        with open(path) as f:
-            cfg = json.load(f)
-        if not isinstance(cfg, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+class Settings:
+    """What the forward needs, whatever the family; the readers below fill it."""
 
-        def get(key, default):
-            # A key that is absent takes the class default; MixtralConfig keeps an explicit null.
-            return cfg[key] if key in cfg else default
+    qk_norm = None          # None, "head" (over each head) or "full" (over the projection)
+    qkv_bias = False        # q_proj, k_proj, v_proj biases
+    o_bias = False
+    dense_layers = ()       # layers whose FFN is a dense MLP of intermediate_size
+    norm_topk = True
+    moe_prefix = "mlp."     # the MoE block's module name in the layer
+    router_name = "gate"
+    expert_names = ("gate_proj", "up_proj", "down_proj")  # gate, up, down
 
-        self.vocab_size = get("vocab_size", 32000)
-        self.hidden_size = get("hidden_size", 4096)
-        self.intermediate_size = get("intermediate_size", 14336)
-        self.num_layers = get("num_hidden_layers", 32)
-        self.num_heads = get("num_attention_heads", 32)
-        # Absent: the class default 8; null: as many KV heads as query heads (__post_init__).
-        kv = get("num_key_value_heads", 8)
-        self.num_kv_heads = self.num_heads if kv is None else kv
-        head_dim = get("head_dim", None)
-        self.head_dim = head_dim or self.hidden_size // self.num_heads
-        self.rms_norm_eps = get("rms_norm_eps", 1e-5)
-        self.tie_word_embeddings = get("tie_word_embeddings", False)
-        self.sliding_window = get("sliding_window", None)
-        self.num_experts = get("num_local_experts", get("num_experts", 8))
-        self.top_k = get("num_experts_per_tok", 2)
-        act = get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"{path}: field 'hidden_act': expected 'silu', got {act!r}")
 
-        # RoPE: transformers 4.x keeps `rope_theta` at the top level (and `rope_scaling` for
-        # variants); 5.x folds both into `rope_parameters`. Mixtral's default theta is 1e6.
-        self.rope_theta = get("rope_theta", 1e6)
-        for key in ("rope_scaling", "rope_parameters"):
-            rope = cfg.get(key)
-            if rope is None:
-                continue
-            rope_type = rope.get("rope_type", rope.get("type", "default"))
-            if rope_type != "default":
-                raise ValueError(f"{path}: field '{key}': rope type {rope_type!r} is not "
-                                 "implemented by this reference; expected 'default'")
-            if "rope_theta" in rope:
-                self.rope_theta = rope["rope_theta"]
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"{path}: num_attention_heads {self.num_heads} is not a multiple of "
-                             f"num_key_value_heads {self.num_kv_heads}")
+def _config_getter(cfg):
+    def get(key, default):
+        # A key that is absent takes the class default; an explicit null is kept.
+        return cfg[key] if key in cfg else default
+    return get
+
+
+def _read_common(s, cfg, path, kv_default, eps_default, theta_default):
+    get = _config_getter(cfg)
+    s.vocab_size = get("vocab_size", None)
+    s.hidden_size = get("hidden_size", None)
+    s.num_layers = get("num_hidden_layers", None)
+    s.num_heads = get("num_attention_heads", None)
+    # Absent: the class default; null: as many KV heads as query heads (__post_init__).
+    kv = get("num_key_value_heads", kv_default)
+    s.num_kv_heads = s.num_heads if kv is None else kv
+    s.head_dim = get("head_dim", None) or s.hidden_size // s.num_heads
+    s.rms_norm_eps = get("rms_norm_eps", eps_default)
+    s.tie_word_embeddings = get("tie_word_embeddings", False)
+    act = get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"{path}: field 'hidden_act': expected 'silu', got {act!r}")
+    # RoPE: transformers 4.x keeps `rope_theta` at the top level (and `rope_scaling` for
+    # variants); 5.x folds both into `rope_parameters`.
+    s.rope_theta = get("rope_theta", theta_default)
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = cfg.get(key)
+        if rope is None:
+            continue
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"{path}: field '{key}': rope type {rope_type!r} is not "
+                             "implemented by this reference; expected 'default'")
+        if "rope_theta" in rope:
+            s.rope_theta = rope["rope_theta"]
+    if s.num_heads % s.num_kv_heads:
+        raise ValueError(f"{path}: num_attention_heads {s.num_heads} is not a multiple of "
+                         f"num_key_value_heads {s.num_kv_heads}")
+
+
+def mixtral_settings(cfg, path):
+    # MixtralConfig: 8 KV heads, eps 1e-5, theta 1e6; MixtralSparseMoeBlock renormalises.
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=8, eps_default=1e-5, theta_default=1e6)
+    get = _config_getter(cfg)
+    s.sliding_window = get("sliding_window", None)
+    s.num_experts = get("num_local_experts", 8)
+    s.top_k = get("num_experts_per_tok", 2)
+    s.moe_intermediate_size = get("intermediate_size", 14336)
+    s.moe_prefix = "block_sparse_moe."
+    s.expert_names = ("w1", "w3", "w2")
+    return s
+
+
+def _qwen_dense_layers(get, num_layers):
+    # Qwen{2,3}MoeDecoderLayer: the sparse block iff layer not in mlp_only_layers and
+    # (layer + 1) % decoder_sparse_step == 0.
+    only = get("mlp_only_layers", None) or []
+    step = get("decoder_sparse_step", 1)
+    return {i for i in range(num_layers) if i in only or (i + 1) % step != 0}
+
+
+def qwen3_moe_settings(cfg, path):
+    # Qwen3MoeConfig: 4 KV heads, eps 1e-6, theta 1e4; q_norm/k_norm over head_dim
+    # (Qwen3MoeAttention); sliding_window only with use_sliding_window (__post_init__).
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=4, eps_default=1e-6, theta_default=10000.0)
+    get = _config_getter(cfg)
+    s.sliding_window = get("sliding_window", 4096) if get("use_sliding_window", False) else None
+    s.num_experts = get("num_experts", 128)
+    s.top_k = get("num_experts_per_tok", 8)
+    s.norm_topk = get("norm_topk_prob", False)
+    s.moe_intermediate_size = get("moe_intermediate_size", 768)
+    s.intermediate_size = get("intermediate_size", 6144)
+    s.qk_norm = "head"
+    s.qkv_bias = s.o_bias = get("attention_bias", False)
+    s.dense_layers = _qwen_dense_layers(get, s.num_layers)
+    return s
+
+
+FAMILIES = {
+    "MixtralForCausalLM": mixtral_settings,
+    "Qwen3MoeForCausalLM": qwen3_moe_settings,
+}
+
+
+def read_settings(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    arch = (cfg.get("architectures") or [None])[0]
+    if arch not in FAMILIES:
+        raise ValueError(f"{path}: architecture {arch!r} is not one of {sorted(FAMILIES)}")
+    return FAMILIES[arch](cfg, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,14 +241,14 @@ def _f32_bytes(t):
 
 
 def rms_norm(x, weight, eps):
-    # MixtralRMSNorm: variance in fp32, x * rsqrt(variance + eps), then times the weight.
+    # {Mixtral,Qwen3Moe,Olmoe}RMSNorm: variance in fp32, x * rsqrt(variance + eps), then the weight.
     variance = x.pow(2).mean(-1, keepdim=True)
     return weight * (x * torch.rsqrt(variance + eps))
 
 
 def rope_cos_sin(cfg, positions):
     # inv_freq = 1 / theta^(arange(0, d, 2) / d); freqs = position * inv_freq; emb = cat(freqs,
-    # freqs). All fp32, as MixtralRotaryEmbedding forces.
+    # freqs). All fp32, as the rotary embeddings force.
     d = cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     freqs = positions.float()[:, None] * inv_freq[None, :]
@@ -212,11 +278,29 @@ def attention_mask(cfg, seq_len):
     return allowed
 
 
+def linear(x, w, prefix, bias):
+    y = x @ w[prefix + ".weight"].T
+    return y + w[prefix + ".bias"] if bias else y
+
+
+def project_qkv(cfg, w, prefix, h):
+    """q, k, v as [heads, T, head_dim], normed as the family's attention does, before RoPE."""
+    T, D = h.shape[0], cfg.head_dim
+    q = linear(h, w, prefix + "q_proj", cfg.qkv_bias)
+    k = linear(h, w, prefix + "k_proj", cfg.qkv_bias)
+    v = linear(h, w, prefix + "v_proj", cfg.qkv_bias)
+    if cfg.qk_norm == "head":  # Qwen3: q_norm(q_proj(x).view(..., -1, head_dim))
+        q = rms_norm(q.view(T, -1, D), w[prefix + "q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k.view(T, -1, D), w[prefix + "k_norm.weight"], cfg.rms_norm_eps)
+    q = q.reshape(T, cfg.num_heads, D).transpose(0, 1)
+    k = k.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
+    v = v.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
+    return q, k, v
+
+
 def self_attention(cfg, w, prefix, h, cos, sin, allowed):
     T, D = h.shape[0], cfg.head_dim
-    q = (h @ w[prefix + "q_proj.weight"].T).view(T, cfg.num_heads, D).transpose(0, 1)
-    k = (h @ w[prefix + "k_proj.weight"].T).view(T, cfg.num_kv_heads, D).transpose(0, 1)
-    v = (h @ w[prefix + "v_proj.weight"].T).view(T, cfg.num_kv_heads, D).transpose(0, 1)
+    q, k, v = project_qkv(cfg, w, prefix, h)
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     # repeat_kv: KV head j serves query heads [j*group, (j+1)*group).
@@ -227,27 +311,37 @@ def self_attention(cfg, w, prefix, h, cos, sin, allowed):
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = (probs @ v).transpose(0, 1).reshape(T, cfg.num_heads * D)
-    return out @ w[prefix + "o_proj.weight"].T
+    return linear(out, w, prefix + "o_proj", cfg.o_bias)
+
+
+def swiglu(x, w, gate, up, down):
+    # down(silu(gate x) * up x)
+    y = torch.nn.functional.silu(x @ w[gate + ".weight"].T) * (x @ w[up + ".weight"].T)
+    return y @ w[down + ".weight"].T
 
 
 def sparse_moe(cfg, w, prefix, h):
-    # router_logits = gate(h); softmax in fp32; top-k; renormalise the k weights to sum to one.
-    router_logits = h @ w[prefix + "gate.weight"].T
+    # router_logits = gate(h); softmax in fp32; top-k; renormalise iff norm_topk_prob.
+    router_logits = h @ w[prefix + cfg.router_name + ".weight"].T
     probs = torch.softmax(router_logits, dim=1, dtype=torch.float32)
     weights, experts = torch.topk(probs, cfg.top_k, dim=-1)
-    weights = weights / weights.sum(dim=-1, keepdim=True)
+    if cfg.norm_topk:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(h)
     for e in range(cfg.num_experts):
         token, slot = torch.where(experts == e)
         if token.numel() == 0:
             continue
-        x = h[token]
         ep = f"{prefix}experts.{e}."
-        # w2(silu(w1 x) * w3 x), scaled by the token's routing weight for this expert.
-        y = (torch.nn.functional.silu(x @ w[ep + "w1.weight"].T) * (x @ w[ep + "w3.weight"].T))
-        y = y @ w[ep + "w2.weight"].T
+        y = swiglu(h[token], w, *(ep + n for n in cfg.expert_names))
         out.index_add_(0, token, y * weights[token, slot, None])
     return out
+
+
+def feed_forward(cfg, w, layer, prefix, h):
+    if layer in cfg.dense_layers:  # Qwen{2,3}MoeMLP(intermediate_size)
+        return swiglu(h, w, prefix + "gate_proj", prefix + "up_proj", prefix + "down_proj")
+    return sparse_moe(cfg, w, prefix, h)
 
 
 def forward(cfg, w, tokens):
@@ -267,10 +361,10 @@ def forward(cfg, w, tokens):
                               cos, sin, allowed)
         dumps.append((f"layer.{i}.attn_out", attn))
         x = x + attn
-        moe = sparse_moe(cfg, w, p + "block_sparse_moe.",
-                         rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps))
-        dumps.append((f"layer.{i}.moe_out", moe))
-        x = x + moe
+        ffn = feed_forward(cfg, w, i, p + cfg.moe_prefix,
+                           rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps))
+        dumps.append((f"layer.{i}.moe_out", ffn))
+        x = x + ffn
         dumps.append((f"layer.{i}.out", x))
     normed = rms_norm(x, w["model.norm.weight"], cfg.rms_norm_eps)
     dumps.append(("final_norm", normed))
@@ -281,7 +375,7 @@ def forward(cfg, w, tokens):
 
 
 def run_job(model_dir, tokens, out_path):
-    cfg = MixtralSettings(os.path.join(model_dir, "config.json"))
+    cfg = read_settings(os.path.join(model_dir, "config.json"))
     weights = read_checkpoint(model_dir)
     with torch.no_grad():
         dumps = forward(cfg, weights, tokens)
@@ -311,5 +405,5 @@ if __name__ == "__main__":
     try:
         main()
     except (ValueError, KeyError, OSError) as e:
-        print(f"mixtral_reference.py: error: {e}", file=sys.stderr)
+        print(f"moe_reference.py: error: {e}", file=sys.stderr)
         sys.exit(1)

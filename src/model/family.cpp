@@ -1,0 +1,18 @@
+#include "model/family.h"
+
+#include "core/error.h"
+
+namespace sluice {
+
+std::span<const FamilySpec* const> all_families() {
+  static const FamilySpec* const families[] = {&mixtral_family(), &qwen3_moe_family()};
+  return families;
+}
+
+const FamilySpec& family_spec(Family f) {
+  for (const FamilySpec* spec : all_families())
+    if (spec->family == f) return *spec;
+  fail("family {} has no description in family.cpp", int(f));
+}
+
+}  // namespace sluice

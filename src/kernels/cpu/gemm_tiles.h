@@ -14,7 +14,9 @@
 // accumulators that are summed horizontally at the end of the range and written to Y.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 namespace sluice::cpu::tiles {
 
@@ -40,6 +42,21 @@ using TileFn = void (*)(const TileJob&);
 // The tile of `rows` × `cols` (1..kMaxRows × 1..kMaxCols) for each level.
 TileFn scalar_tile(int rows, int cols);
 TileFn avx2_tile(int rows, int cols);
+
+// The [kMaxRows][kMaxCols] table of a level's tiles, Tile<MR, NR>::fn at [MR - 1][NR - 1].
+template <template <int, int> class Tile, int MR, int... NR>
+constexpr std::array<TileFn, kMaxCols> row_of_tiles(std::integer_sequence<int, NR...>) {
+  return {Tile<MR, NR + 1>::fn...};
+}
+template <template <int, int> class Tile, int... MR>
+constexpr std::array<std::array<TileFn, kMaxCols>, kMaxRows> tile_table(
+    std::integer_sequence<int, MR...>) {
+  return {row_of_tiles<Tile, MR + 1>(std::make_integer_sequence<int, kMaxCols>{})...};
+}
+template <template <int, int> class Tile>
+constexpr auto make_tile_table() {
+  return tile_table<Tile>(std::make_integer_sequence<int, kMaxRows>{});
+}
 
 // Widens the 16 bf16 weights of a group that runs past k into `out`, zero-filled past k, so the
 // tail group goes through the same code as the others without reading past the row.

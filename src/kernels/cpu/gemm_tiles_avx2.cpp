@@ -6,20 +6,12 @@
 // and 12 accumulators, each updated twice per group, cover the FMA latency.
 #include <immintrin.h>
 
-#include <array>
-
 #include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace sluice::cpu::tiles {
 namespace {
-
-SLUICE_AVX2 inline float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Keeps an activation in a register for the NR FMAs that use it. Left alone, GCC folds the load
 // into each FMA as a memory operand, which issues NR loads where one will do, and the tile
@@ -178,24 +170,18 @@ SLUICE_AVX2 void tile(const TileJob& job) {
     group<MR, NR>(acc, job.x + p, job.ldx, w);
   }
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) store_sum(job, i, j, horizontal_sum(acc[i][j]));
+    for (int j = 0; j < NR; ++j) store_sum(job, i, j, avx2::reduce_add(acc[i][j]));
 }
 
-template <int MR, int... NR>
-constexpr std::array<TileFn, sizeof...(NR)> row_of_tiles(std::integer_sequence<int, NR...>) {
-  return {&tile<MR, NR + 1>...};
-}
-
-template <int... MR>
-constexpr auto tile_table(std::integer_sequence<int, MR...>) {
-  using Cols = std::make_integer_sequence<int, kMaxCols>;
-  return std::array<std::array<TileFn, kMaxCols>, kMaxRows>{row_of_tiles<MR + 1>(Cols{})...};
-}
+template <int MR, int NR>
+struct Tile {
+  static constexpr TileFn fn = &tile<MR, NR>;
+};
 
 }  // namespace
 
 TileFn avx2_tile(int rows, int cols) {
-  static constexpr auto table = tile_table(std::make_integer_sequence<int, kMaxRows>{});
+  static constexpr auto table = make_tile_table<Tile>();
   return table[rows - 1][cols - 1];
 }
 

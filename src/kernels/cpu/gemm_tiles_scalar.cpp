@@ -1,7 +1,5 @@
 // The scalar-level tiles: plain C++ over the packed layout of gemm_tiles.h (the build's
 // x86-64-v2 baseline; the compiler may use SSE).
-#include <array>
-
 #include "core/dtype.h"
 #include "kernels/cpu/gemm_tiles.h"
 
@@ -34,21 +32,15 @@ void tile(const TileJob& job) {
     for (int j = 0; j < NR; ++j) store_sum(job, i, j, acc[i][j]);
 }
 
-template <int MR, int... NR>
-constexpr std::array<TileFn, sizeof...(NR)> row_of_tiles(std::integer_sequence<int, NR...>) {
-  return {&tile<MR, NR + 1>...};
-}
-
-template <int... MR>
-constexpr auto tile_table(std::integer_sequence<int, MR...>) {
-  using Cols = std::make_integer_sequence<int, kMaxCols>;
-  return std::array<std::array<TileFn, kMaxCols>, kMaxRows>{row_of_tiles<MR + 1>(Cols{})...};
-}
+template <int MR, int NR>
+struct Tile {
+  static constexpr TileFn fn = &tile<MR, NR>;
+};
 
 }  // namespace
 
 TileFn scalar_tile(int rows, int cols) {
-  static constexpr auto table = tile_table(std::make_integer_sequence<int, kMaxRows>{});
+  static constexpr auto table = make_tile_table<Tile>();
   return table[rows - 1][cols - 1];
 }
 

@@ -52,5 +52,6 @@ const FamilySpec& family_spec(Family f);
 // Each family's description (family_<name>.cpp).
 const FamilySpec& mixtral_family();
 const FamilySpec& qwen3_moe_family();
+const FamilySpec& olmoe_family();
 
 }  // namespace sluice

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An independent PyTorch reference for the forward pass of the Hugging Face MoE families sluice
-loads: MixtralForCausalLM and Qwen3MoeForCausalLM.
+loads: MixtralForCausalLM, Qwen3MoeForCausalLM and OlmoeForCausalLM.
 
 Written from the semantics of transformers' modeling_<family>.py, configuration_<family>.py and
 masking_utils.py, with no dependency beyond torch (Debian's python3-torch): it reads config.json
@@ -44,6 +44,7 @@ class Settings:
     """What the forward needs, whatever the family; the readers below fill it."""
 
     qk_norm = None          # None, "head" (over each head) or "full" (over the projection)
+    clip_qkv = None         # q, k, v clamped to [-clip_qkv, clip_qkv] after the norms
     qkv_bias = False        # q_proj, k_proj, v_proj biases
     o_bias = False
     dense_layers = ()       # layers whose FFN is a dense MLP of intermediate_size
@@ -133,9 +134,28 @@ def qwen3_moe_settings(cfg, path):
     return s
 
 
+def olmoe_settings(cfg, path):
+    # OlmoeConfig: KV heads None (one per query head), eps 1e-5, theta 1e4; OlmoeAttention:
+    # head_dim = hidden_size // heads, q_norm(q_proj(x)) over the whole projection, then
+    # clamp(±clip_qkv) of q, k and v when clip_qkv is set.
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=None, eps_default=1e-5, theta_default=10000.0)
+    get = _config_getter(cfg)
+    s.head_dim = s.hidden_size // s.num_heads
+    s.sliding_window = None
+    s.num_experts = get("num_experts", 64)
+    s.top_k = get("num_experts_per_tok", 8)
+    s.norm_topk = get("norm_topk_prob", False)
+    s.qk_norm = "full"
+    s.qkv_bias = s.o_bias = get("attention_bias", False)
+    s.clip_qkv = get("clip_qkv", None)
+    return s
+
+
 FAMILIES = {
     "MixtralForCausalLM": mixtral_settings,
     "Qwen3MoeForCausalLM": qwen3_moe_settings,
+    "OlmoeForCausalLM": olmoe_settings,
 }
 
 
@@ -292,6 +312,13 @@ def project_qkv(cfg, w, prefix, h):
     if cfg.qk_norm == "head":  # Qwen3: q_norm(q_proj(x).view(..., -1, head_dim))
         q = rms_norm(q.view(T, -1, D), w[prefix + "q_norm.weight"], cfg.rms_norm_eps)
         k = rms_norm(k.view(T, -1, D), w[prefix + "k_norm.weight"], cfg.rms_norm_eps)
+    elif cfg.qk_norm == "full":  # OLMoE: q_norm(q_proj(x))
+        q = rms_norm(q, w[prefix + "q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k, w[prefix + "k_norm.weight"], cfg.rms_norm_eps)
+    if cfg.clip_qkv is not None:  # query_states.clamp_(min=-clip_qkv, max=clip_qkv), k, v alike
+        q = q.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
+        k = k.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
+        v = v.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
     q = q.reshape(T, cfg.num_heads, D).transpose(0, 1)
     k = k.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
     v = v.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)

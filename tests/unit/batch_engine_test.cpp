@@ -72,6 +72,13 @@ std::vector<Case> engine_cases() {
                      c.qkv_bias = c.o_bias = true;
                      c.dense_layers = {1};
                    }});
+  // OLMoE with clip_qkv (q, k, v clamped to ±1.2 after the q/k norms: a good share of them
+  // clamps) and attention_bias.
+  cases.push_back({"olmoe_clip_qkv_biases", [](ModelConfig& c) {
+                     c = preset_config("tiny-olmoe");
+                     c.clip_qkv = 1.2f;
+                     c.qkv_bias = c.o_bias = true;
+                   }});
   return cases;
 }
 

@@ -145,6 +145,21 @@ TEST(ModelLoader, Qwen3MoeTensorsThatDisagreeWithTheConfigAreNamed) {
                         "[8, 64]");
 }
 
+// OLMoE's k_norm spans every KV head: a per-head one (as Qwen3's) is refused, naming the width.
+TEST(ModelLoader, OlmoeKNormOfOneHeadIsNamed) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-olmoe");
+  write_random_checkpoint(c, dir.path(), 1);
+  EXPECT_EQ(load_model(dir.path()).weights.layers[0].k_norm.shape, (Shape{32}));
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    for (auto& [spec, bytes] : tensors)
+      if (spec.name == "model.layers.0.self_attn.k_norm.weight")
+        spec.shape = {16}, bytes.resize(16 * 2);
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.0.self_attn.k_norm.weight'",
+                        "expected shape [32], got [16]");
+}
+
 TEST(ModelLoader, UnknownExtraTensorIsAnError) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);

@@ -37,7 +37,8 @@ TEST(CpuRmsNorm, MatchesReferenceOverAwkwardSizes) {
         rms_norm_reference(args);
         // fp32 sum of squares over up to 5k elements vs double: ~1e-6 relative.
         for (size_t i = 0; i < y.size(); ++i)
-          ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7) << isa_name(level) << " dim=" << dim << " i=" << i;
+          ASSERT_NEAR(y[i], ref[i], 4e-6 * std::abs(ref[i]) + 1e-7)
+              << isa_name(level) << " dim=" << dim << " i=" << i;
       }
     }
 }

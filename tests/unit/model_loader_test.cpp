@@ -160,6 +160,25 @@ TEST(ModelLoader, OlmoeKNormOfOneHeadIsNamed) {
                         "expected shape [32], got [16]");
 }
 
+// Qwen2-MoE: a checkpoint without a layer's shared-expert gate is refused, naming the tensor and
+// its shape; the gate and the shared expert land in the dense MLP slots.
+TEST(ModelLoader, Qwen2MoeMissingSharedExpertGateIsNamed) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-qwen2-moe");
+  write_random_checkpoint(c, dir.path(), 1);
+  Model loaded = load_model(dir.path());
+  EXPECT_EQ(loaded.weights.layers[1].mlp_scale.shape, (Shape{1, 64}));
+  EXPECT_EQ(loaded.weights.layers[1].mlp_down.shape, (Shape{64, 72}));
+  EXPECT_EQ(loaded.weights.layers[1].bk.shape, (Shape{32}));
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    std::erase_if(tensors, [](auto& t) {
+      return t.first.name == "model.layers.1.mlp.shared_expert_gate.weight";
+    });
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.mlp.shared_expert_gate.weight'",
+                        "missing", "[1, 64]");
+}
+
 TEST(ModelLoader, UnknownExtraTensorIsAnError) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);

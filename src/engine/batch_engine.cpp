@@ -176,6 +176,12 @@ struct BatchEngine::Impl {
     math.rope(nullptr, x_rows, rows, heads, c.head_dim, pos, inv_freq.data());
   }
 
+  // x.clamp_(min=-clip_qkv, max=clip_qkv) when the model clips.
+  void clip(float* values, size_t n) const {
+    if (c.clip_qkv <= 0) return;
+    for (size_t i = 0; i < n; ++i) values[i] = std::clamp(values[i], -c.clip_qkv, c.clip_qkv);
+  }
+
   void grow(int T) {
     const int H = c.hidden_size;
     x.resize(size_t(T) * H);
@@ -215,9 +221,12 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   stats.dense_seconds += seconds_since(t0);
 
   t0 = Clock::now();
-  // q = q_norm(q); k = k_norm(k); then RoPE
+  // q = q_norm(q); k = k_norm(k); q, k, v clamped to ±clip_qkv; then RoPE
   qk_norm(&q[size_t(r0) * qd], n, c.num_heads, L.q_norm);
   qk_norm(&k[size_t(r0) * kvd], n, c.num_kv_heads, L.k_norm);
+  clip(&q[size_t(r0) * qd], size_t(n) * qd);
+  clip(&k[size_t(r0) * kvd], size_t(n) * kvd);
+  clip(&v[size_t(r0) * kvd], size_t(n) * kvd);
   rope(&q[size_t(r0) * qd], n, c.num_heads, &positions[r0]);
   rope(&k[size_t(r0) * kvd], n, c.num_kv_heads, &positions[r0]);
   std::vector<HostAttentionItem> items;

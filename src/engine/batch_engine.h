@@ -1,8 +1,8 @@
 // The throughput engine: module-based batching over a paged host KV cache.
 //
 // Every step runs all scheduled tokens through the model layer by layer. Within a layer the
-// attention phase goes micro-batch by micro-batch (norm, QKV (+ biases), q/k norms, RoPE, KV
-// write, attention, O-projection, router), appending each token to the lists of its top-k
+// attention phase goes micro-batch by micro-batch (norm, QKV (+ biases), q/k norms, clipping,
+// RoPE, KV write, attention, O-projection, router), appending each token to the lists of its top-k
 // experts; the expert phase then runs each expert once over all its tokens of the whole step
 // (gather, gate/up GEMM, SiLU·mul, down GEMM, weighted scatter-add), at most b_e tokens per
 // GEMM, and the dense MLP (a shared expert, or a dense layer's MLP) once over every token. So a

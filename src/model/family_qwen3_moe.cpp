@@ -68,29 +68,27 @@ TensorTable table(const ModelConfig& c, ModelWeights& w) {
   return t;
 }
 
-// ChatML, as Qwen's chat templates write it (without their tool-calling and thinking parts).
-constexpr const char* kChatTemplate =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
 }  // namespace
 
+// ChatML, as Qwen's chat templates write it (without their tool-calling and thinking parts).
+const TokenizerStyle& qwen_tokenizer_style() {
+  static const TokenizerStyle style{
+      {"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
+      0,
+      2,
+      -1,
+      false,
+      "qwen2",
+      true,
+      "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+      "{{ '<|im_start|>assistant\\n' }}{% endif %}"};
+  return style;
+}
+
 const FamilySpec& qwen3_moe_family() {
-  static const FamilySpec spec{Family::Qwen3Moe,
-                               "qwen3_moe",
-                               "Qwen3MoeForCausalLM",
-                               read_config,
-                               write_config,
-                               table,
-                               TokenizerStyle{{"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
-                                              0,
-                                              2,
-                                              -1,
-                                              false,
-                                              "qwen2",
-                                              true,
-                                              kChatTemplate}};
+  static const FamilySpec spec{Family::Qwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM", read_config,
+                               write_config,     table,       qwen_tokenizer_style()};
   return spec;
 }
 

@@ -61,6 +61,33 @@ ModelConfig qwen3_moe(const Shape& s, int moe_intermediate, int dense_intermedia
   return c;
 }
 
+// OLMoE: q/k RMSNorm over the whole projection, top-8 of 64 experts without renormalisation.
+ModelConfig olmoe(const Shape& s, int intermediate, int experts, int top_k) {
+  ModelConfig c = base(Family::Olmoe, s);
+  c.qk_norm = QkNorm::kFullWidth;
+  c.expert_intermediate_size = intermediate;
+  c.num_experts = experts;
+  c.experts_per_token = top_k;
+  c.normalize_topk = false;
+  return c;
+}
+
+// Qwen2-MoE: q/k/v biases, a sigmoid-gated shared expert beside top-k routing without
+// renormalisation, every layer MoE.
+ModelConfig qwen2_moe(const Shape& s, int moe_intermediate, int shared_intermediate,
+                      int dense_intermediate, int experts, int top_k) {
+  ModelConfig c = base(Family::Qwen2Moe, s);
+  c.qkv_bias = true;
+  c.expert_intermediate_size = moe_intermediate;
+  c.shared_expert_intermediate_size = shared_intermediate;
+  c.shared_expert_gate = true;
+  c.dense_intermediate_size = dense_intermediate;
+  c.num_experts = experts;
+  c.experts_per_token = top_k;
+  c.normalize_topk = false;
+  return c;
+}
+
 struct Preset {
   const char* name;
   ModelConfig config;
@@ -75,10 +102,18 @@ const std::vector<Preset>& presets() {
        qwen3_moe({151936, 2048, 48, 32, 4, 128, 40960, 1e6f, 1e-6f}, 768, 6144, 128, 8)},
       {"qwen3-235b-a22b",
        qwen3_moe({151936, 4096, 94, 64, 4, 128, 40960, 1e6f, 1e-6f}, 1536, 12288, 128, 8)},
+      {"olmoe-1b-7b", olmoe({50304, 2048, 16, 16, 16, 128, 4096, 10000.f, 1e-5f}, 1024, 64, 8)},
+      {"qwen1.5-moe-a2.7b",
+       qwen2_moe({151936, 2048, 24, 16, 16, 128, 8192, 1e6f, 1e-6f}, 1408, 5632, 5632, 60, 4)},
+      {"qwen2-57b-a14b",
+       qwen2_moe({151936, 3584, 28, 28, 4, 128, 32768, 1e6f, 1e-6f}, 2560, 20480, 18944, 64, 8)},
       // Small enough for unit tests, with every dimension distinct so layout bugs show.
       {"tiny-mixtral", mixtral(384, 64, 96, 2, 4, 2, 8, 2, 4096)},
       // heads·head_dim (4·24 = 96) unrelated to the hidden size, as in Qwen3.
       {"tiny-qwen3-moe", qwen3_moe({384, 64, 2, 4, 2, 24, 4096, 1e6f, 1e-6f}, 40, 80, 8, 3)},
+      // Grouped KV heads (the published OLMoE has one per query head) to exercise k_norm's width.
+      {"tiny-olmoe", olmoe({384, 64, 2, 4, 2, 16, 4096, 10000.f, 1e-5f}, 48, 8, 3)},
+      {"tiny-qwen2-moe", qwen2_moe({384, 64, 2, 4, 2, 16, 4096, 1e6f, 1e-6f}, 32, 72, 88, 8, 4)},
   };
   return all;
 }

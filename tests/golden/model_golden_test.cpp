@@ -112,6 +112,90 @@ void add_qwen3_moe_cases(std::vector<GoldenCase>& cases) {
   }
 }
 
+void add_olmoe_cases(std::vector<GoldenCase>& cases) {
+  {
+    // q/k norms over the whole projection, one KV head per query head as published, top-3 of 7
+    // without renormalisation.
+    GoldenCase g{"OlmoeMha4Top3of7NoRenormBf16", base_config("tiny-olmoe")};
+    ModelConfig& c = g.config;
+    c.hidden_size = 48;
+    c.num_kv_heads = 4;
+    c.head_dim = 12;
+    c.num_experts = 7;
+    c.experts_per_token = 3;
+    c.expert_intermediate_size = 34;
+    cases.push_back(g);
+  }
+  {
+    // clip_qkv after the norms (0.8: most of q, k and v clamp), biases, grouped KV heads (k_norm
+    // over 2 heads), renormalised (norm_topk_prob), fp32.
+    GoldenCase g{"OlmoeGqaClip0p8BiasesRenormF32", base_config("tiny-olmoe")};
+    ModelConfig& c = g.config;
+    c.clip_qkv = 0.8f;
+    c.qkv_bias = c.o_bias = true;
+    c.normalize_topk = true;
+    c.rope_theta = 500.f;
+    c.dtype = DType::F32;
+    cases.push_back(g);
+  }
+  {
+    // No num_key_value_heads in config.json (OlmoeConfig: one per query head), tied, F16,
+    // sharded.
+    GoldenCase g{"OlmoeDefaultKvHeadsTiedF16Sharded", base_config("tiny-olmoe")};
+    ModelConfig& c = g.config;
+    c.num_heads = 8;
+    c.num_kv_heads = 8;
+    c.head_dim = 8;
+    c.tie_word_embeddings = true;
+    c.dtype = DType::F16;
+    g.omit_num_key_value_heads = true;
+    g.shard_bytes = 40 << 10;
+    cases.push_back(g);
+  }
+}
+
+void add_qwen2_moe_cases(std::vector<GoldenCase>& cases) {
+  {
+    // q/k/v biases, the sigmoid-gated shared expert, head_dim 14 unrelated to hidden 48, top-3
+    // of 7 without renormalisation.
+    GoldenCase g{"Qwen2MoeSharedExpertBiasesTop3of7Bf16", base_config("tiny-qwen2-moe")};
+    ModelConfig& c = g.config;
+    c.hidden_size = 48;
+    c.head_dim = 14;
+    c.num_experts = 7;
+    c.experts_per_token = 3;
+    c.expert_intermediate_size = 26;
+    c.shared_expert_intermediate_size = 52;
+    cases.push_back(g);
+  }
+  {
+    // Layer 1 dense (mlp_only_layers), no q/k/v biases (qkv_bias false), renormalised, fp32.
+    GoldenCase g{"Qwen2MoeDenseLayer1NoQkvBiasRenormF32", base_config("tiny-qwen2-moe")};
+    ModelConfig& c = g.config;
+    c.dense_layers = {1};
+    c.qkv_bias = false;
+    c.normalize_topk = true;
+    c.rope_theta = 400.f;
+    c.dtype = DType::F32;
+    cases.push_back(g);
+  }
+  {
+    // No num_key_value_heads (Qwen2MoeConfig's 16), decoder_sparse_step 3 (layers 0 and 1 dense,
+    // 2 MoE), tied, F16.
+    GoldenCase g{"Qwen2MoeDefaultKv16SparseStep3TiedF16", base_config("tiny-qwen2-moe")};
+    ModelConfig& c = g.config;
+    c.num_heads = 16;
+    c.num_kv_heads = 16;
+    c.head_dim = 4;
+    c.dense_layers = {0, 1};
+    c.tie_word_embeddings = true;
+    c.dtype = DType::F16;
+    g.omit_num_key_value_heads = true;
+    g.qwen_sparse_step = 3;
+    cases.push_back(g);
+  }
+}
+
 std::vector<GoldenCase> golden_cases() {
   std::vector<GoldenCase> cases;
   {
@@ -187,6 +271,8 @@ std::vector<GoldenCase> golden_cases() {
     cases.push_back(g);
   }
   add_qwen3_moe_cases(cases);
+  add_olmoe_cases(cases);
+  add_qwen2_moe_cases(cases);
   return cases;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An independent PyTorch reference for the forward pass of the Hugging Face MoE families sluice
-loads: MixtralForCausalLM and Qwen3MoeForCausalLM.
+loads: MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and Qwen2MoeForCausalLM.
 
 Written from the semantics of transformers' modeling_<family>.py, configuration_<family>.py and
 masking_utils.py, with no dependency beyond torch (Debian's python3-torch): it reads config.json
@@ -44,6 +44,8 @@ class Settings:
     """What the forward needs, whatever the family; the readers below fill it."""
 
     qk_norm = None          # None, "head" (over each head) or "full" (over the projection)
+    clip_qkv = None         # q, k, v clamped to [-clip_qkv, clip_qkv] after the norms
+    shared_expert = False   # the sparse block's shared_expert and shared_expert_gate
     qkv_bias = False        # q_proj, k_proj, v_proj biases
     o_bias = False
     dense_layers = ()       # layers whose FFN is a dense MLP of intermediate_size
@@ -133,9 +135,48 @@ def qwen3_moe_settings(cfg, path):
     return s
 
 
+def olmoe_settings(cfg, path):
+    # OlmoeConfig: KV heads None (one per query head), eps 1e-5, theta 1e4; OlmoeAttention:
+    # head_dim = hidden_size // heads, q_norm(q_proj(x)) over the whole projection, then
+    # clamp(±clip_qkv) of q, k and v when clip_qkv is set.
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=None, eps_default=1e-5, theta_default=10000.0)
+    get = _config_getter(cfg)
+    s.head_dim = s.hidden_size // s.num_heads
+    s.sliding_window = None
+    s.num_experts = get("num_experts", 64)
+    s.top_k = get("num_experts_per_tok", 8)
+    s.norm_topk = get("norm_topk_prob", False)
+    s.qk_norm = "full"
+    s.qkv_bias = s.o_bias = get("attention_bias", False)
+    s.clip_qkv = get("clip_qkv", None)
+    return s
+
+
+def qwen2_moe_settings(cfg, path):
+    # Qwen2MoeConfig: 16 KV heads, eps 1e-6, theta 1e4; q/k/v biases (qkv_bias, default true);
+    # every sparse block adds a shared expert scaled by sigmoid(shared_expert_gate(x)).
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=16, eps_default=1e-6, theta_default=10000.0)
+    get = _config_getter(cfg)
+    if get("use_sliding_window", False):
+        raise ValueError(f"{path}: use_sliding_window (per-layer windows) is not implemented by "
+                         "this reference")
+    s.sliding_window = None
+    s.num_experts = get("num_experts", 60)
+    s.top_k = get("num_experts_per_tok", 4)
+    s.norm_topk = get("norm_topk_prob", False)
+    s.qkv_bias = get("qkv_bias", True)
+    s.shared_expert = True
+    s.dense_layers = _qwen_dense_layers(get, s.num_layers)
+    return s
+
+
 FAMILIES = {
     "MixtralForCausalLM": mixtral_settings,
     "Qwen3MoeForCausalLM": qwen3_moe_settings,
+    "OlmoeForCausalLM": olmoe_settings,
+    "Qwen2MoeForCausalLM": qwen2_moe_settings,
 }
 
 
@@ -292,6 +333,13 @@ def project_qkv(cfg, w, prefix, h):
     if cfg.qk_norm == "head":  # Qwen3: q_norm(q_proj(x).view(..., -1, head_dim))
         q = rms_norm(q.view(T, -1, D), w[prefix + "q_norm.weight"], cfg.rms_norm_eps)
         k = rms_norm(k.view(T, -1, D), w[prefix + "k_norm.weight"], cfg.rms_norm_eps)
+    elif cfg.qk_norm == "full":  # OLMoE: q_norm(q_proj(x))
+        q = rms_norm(q, w[prefix + "q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k, w[prefix + "k_norm.weight"], cfg.rms_norm_eps)
+    if cfg.clip_qkv is not None:  # query_states.clamp_(min=-clip_qkv, max=clip_qkv), k, v alike
+        q = q.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
+        k = k.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
+        v = v.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
     q = q.reshape(T, cfg.num_heads, D).transpose(0, 1)
     k = k.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
     v = v.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
@@ -335,6 +383,10 @@ def sparse_moe(cfg, w, prefix, h):
         ep = f"{prefix}experts.{e}."
         y = swiglu(h[token], w, *(ep + n for n in cfg.expert_names))
         out.index_add_(0, token, y * weights[token, slot, None])
+    if cfg.shared_expert:  # F.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        sp = prefix + "shared_expert."
+        shared = swiglu(h, w, sp + "gate_proj", sp + "up_proj", sp + "down_proj")
+        out = out + torch.sigmoid(h @ w[prefix + "shared_expert_gate.weight"].T) * shared
     return out
 
 

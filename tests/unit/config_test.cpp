@@ -130,6 +130,108 @@ TEST(Config, Qwen3MoeBadFieldsAreNamed) {
   EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'norm_topk_prob'", "true or false");
 }
 
+json olmoe_1b_7b_config() {
+  // The published config.json of OLMoE-1B-7B-0924.
+  return json::parse(R"({
+    "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": null, "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 1024,
+    "max_position_embeddings": 4096, "model_type": "olmoe", "norm_topk_prob": false,
+    "num_attention_heads": 16, "num_experts": 64, "num_experts_per_tok": 8,
+    "num_hidden_layers": 16, "num_key_value_heads": 16, "output_router_logits": false,
+    "pad_token_id": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+    "router_aux_loss_coef": 0.01, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 50304})");
+}
+
+TEST(Config, ReadsOlmoe1B7B) {
+  ModelConfig c = parse_config(olmoe_1b_7b_config(), "config.json");
+  EXPECT_EQ(c.family, Family::Olmoe);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.expert_intermediate_size, 1024);
+  EXPECT_EQ(c.num_experts, 64);
+  EXPECT_EQ(c.experts_per_token, 8);
+  EXPECT_FALSE(c.normalize_topk);
+  EXPECT_EQ(c.qk_norm, QkNorm::kFullWidth);
+  EXPECT_EQ(c.q_norm_size(), 2048);
+  EXPECT_EQ(c.k_norm_size(), 2048);
+  EXPECT_EQ(c.clip_qkv, 0.f);
+  EXPECT_EQ(c.bos_token_id, -1);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{50279});
+}
+
+TEST(Config, OlmoeDefaultsClipAndHeadDim) {
+  json j = olmoe_1b_7b_config();
+  j.erase("num_key_value_heads");
+  j.erase("norm_topk_prob");
+  j["clip_qkv"] = 8.0;
+  j["num_key_value_heads"] = nullptr;
+  ModelConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.num_kv_heads, 16);
+  EXPECT_FLOAT_EQ(c.clip_qkv, 8.f);
+  EXPECT_FALSE(c.normalize_topk);
+  j.erase("num_key_value_heads");
+  EXPECT_EQ(parse_config(j, "config.json").num_kv_heads, 16);  // absent: one per query head
+  // OlmoeAttention takes head_dim = hidden_size / heads: a file saying otherwise is refused.
+  j["head_dim"] = 64;
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "dir/config.json", "'head_dim'", "128",
+                        "64");
+  j.erase("head_dim");
+  j["clip_qkv"] = -1;
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'clip_qkv'", "positive");
+  j["clip_qkv"] = 8.0;
+  ModelConfig back = parse_config(config_to_json(parse_config(j, "config.json")), "config.json");
+  EXPECT_FLOAT_EQ(back.clip_qkv, 8.f);
+}
+
+json qwen15_moe_a27b_config() {
+  // The published config.json of Qwen1.5-MoE-A2.7B.
+  return json::parse(R"({
+    "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "decoder_sparse_step": 1, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 8192,
+    "max_window_layers": 21, "model_type": "qwen2_moe", "moe_intermediate_size": 1408,
+    "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 60,
+    "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 5632,
+    "sliding_window": 32768, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.39.0.dev0", "use_cache": true, "use_sliding_window": false,
+    "vocab_size": 151936})");
+}
+
+TEST(Config, ReadsQwen15MoeA27B) {
+  ModelConfig c = parse_config(qwen15_moe_a27b_config(), "config.json");
+  EXPECT_EQ(c.family, Family::Qwen2Moe);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_TRUE(c.qkv_bias);  // qkv_bias absent: Qwen2MoeConfig's default
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_EQ(c.qk_norm, QkNorm::kNone);
+  EXPECT_EQ(c.expert_intermediate_size, 1408);
+  EXPECT_EQ(c.num_experts, 60);
+  EXPECT_EQ(c.experts_per_token, 4);
+  EXPECT_FALSE(c.normalize_topk);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 5632);
+  EXPECT_TRUE(c.shared_expert_gate);
+  EXPECT_EQ(c.dense_mlp_size(0), 5632);  // the shared expert
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.dense_layers.empty());
+}
+
+TEST(Config, Qwen2MoeBadFieldsAreNamed) {
+  json j = qwen15_moe_a27b_config();
+  j["use_sliding_window"] = true;
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "dir/config.json",
+                        "'use_sliding_window'", "not supported");
+  j = qwen15_moe_a27b_config();
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'layer_types'", "sliding_attention");
+  j = qwen15_moe_a27b_config();
+  j.erase("shared_expert_intermediate_size");
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'shared_expert_intermediate_size'",
+                        "missing");
+}
+
 TEST(Config, EveryPresetRoundTripsThroughJson) {
   for (const std::string& name : preset_names()) {
     SCOPED_TRACE(name);

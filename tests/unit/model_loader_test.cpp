@@ -145,6 +145,40 @@ TEST(ModelLoader, Qwen3MoeTensorsThatDisagreeWithTheConfigAreNamed) {
                         "[8, 64]");
 }
 
+// OLMoE's k_norm spans every KV head: a per-head one (as Qwen3's) is refused, naming the width.
+TEST(ModelLoader, OlmoeKNormOfOneHeadIsNamed) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-olmoe");
+  write_random_checkpoint(c, dir.path(), 1);
+  EXPECT_EQ(load_model(dir.path()).weights.layers[0].k_norm.shape, (Shape{32}));
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    for (auto& [spec, bytes] : tensors)
+      if (spec.name == "model.layers.0.self_attn.k_norm.weight")
+        spec.shape = {16}, bytes.resize(16 * 2);
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.0.self_attn.k_norm.weight'",
+                        "expected shape [32], got [16]");
+}
+
+// Qwen2-MoE: a checkpoint without a layer's shared-expert gate is refused, naming the tensor and
+// its shape; the gate and the shared expert land in the dense MLP slots.
+TEST(ModelLoader, Qwen2MoeMissingSharedExpertGateIsNamed) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-qwen2-moe");
+  write_random_checkpoint(c, dir.path(), 1);
+  Model loaded = load_model(dir.path());
+  EXPECT_EQ(loaded.weights.layers[1].mlp_scale.shape, (Shape{1, 64}));
+  EXPECT_EQ(loaded.weights.layers[1].mlp_down.shape, (Shape{64, 72}));
+  EXPECT_EQ(loaded.weights.layers[1].bk.shape, (Shape{32}));
+  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+    std::erase_if(tensors, [](auto& t) {
+      return t.first.name == "model.layers.1.mlp.shared_expert_gate.weight";
+    });
+  });
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.mlp.shared_expert_gate.weight'",
+                        "missing", "[1, 64]");
+}
+
 TEST(ModelLoader, UnknownExtraTensorIsAnError) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);

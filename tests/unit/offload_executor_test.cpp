@@ -423,19 +423,34 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine, ::testing::ValuesIn(testing:
 // A feature the offload path does not run yet is refused up front, naming it and its config
 // field, rather than computed wrong.
 TEST(OffloadEngineBudget, UnsupportedFeatureIsRefusedNamingIt) {
-  ModelConfig c = preset_config("tiny-qwen3-moe");
-  c.dense_layers = {1};
-  const Model m = make_random_model(c, 42);
-  offload::CpuStandinDevice device(size_t(1) << 30);
-  offload::HostMath math;
-  try {
-    BatchEngine engine(m, test_policy(Precision::kF32), EngineDevice{&device, &math, {0, 6, 0}});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("dense MLP layers"), std::string::npos) << what;
-    EXPECT_NE(what.find("mlp_only_layers"), std::string::npos) << what;
-    EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
+  struct Refused {
+    const char* preset;
+    std::function<void(ModelConfig&)> edit;
+    const char *feature, *field;
+  };
+  const Refused cases[] = {
+      {"tiny-qwen3-moe", [](ModelConfig& c) { c.dense_layers = {1}; }, "dense MLP layers",
+       "mlp_only_layers"},
+      {"tiny-qwen2-moe", [](ModelConfig& c) { c.qkv_bias = false; }, "a shared expert",
+       "shared_expert_intermediate_size"},
+      {"tiny-qwen2-moe", [](ModelConfig&) {}, "attention projection biases", "qkv_bias"},
+      {"tiny-olmoe", [](ModelConfig& c) { c.clip_qkv = 8; }, "clipping", "clip_qkv"},
+  };
+  for (const Refused& r : cases) {
+    ModelConfig c = preset_config(r.preset);
+    r.edit(c);
+    const Model m = make_random_model(c, 42);
+    offload::CpuStandinDevice device(size_t(1) << 30);
+    offload::HostMath math;
+    try {
+      BatchEngine engine(m, test_policy(Precision::kF32), EngineDevice{&device, &math, {0, 6, 0}});
+      ADD_FAILURE() << r.preset << ": expected an error about " << r.feature;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(r.feature), std::string::npos) << what;
+      EXPECT_NE(what.find(r.field), std::string::npos) << what;
+      EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
+    }
   }
 }
 

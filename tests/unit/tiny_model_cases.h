@@ -42,9 +42,15 @@ inline TinyModelCase tiny_qwen3_moe_case() {
   return {"tiny_qwen3_moe", [](ModelConfig& c) { c = preset_config("tiny-qwen3-moe"); }};
 }
 
+// OLMoE: q/k norms over the whole projection (k_norm over 2 KV heads), top-3 of 8 without
+// renormalisation.
+inline TinyModelCase tiny_olmoe_case() {
+  return {"tiny_olmoe", [](ModelConfig& c) { c = preset_config("tiny-olmoe"); }};
+}
+
 // Every family's tiny model, for the tests that run each engine path on each.
 inline std::vector<TinyModelCase> family_cases() {
-  return {tiny_mixtral_case(), sliding_window_gqa_case(), tiny_qwen3_moe_case()};
+  return {tiny_mixtral_case(), sliding_window_gqa_case(), tiny_qwen3_moe_case(), tiny_olmoe_case()};
 }
 
 // Prompt lengths of the engine tests' requests: 1 token, several in one KV block, several blocks,

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/error.h"
 #include "kernels/cpu/gemm_tiles.h"
 
 namespace sluice::cpu {
@@ -39,7 +40,9 @@ float* scratch(size_t floats) {
   thread_local size_t capacity = 0;
   if (capacity < floats) {
     const size_t bytes = round_up(int64_t(floats * sizeof(float)), 64);
+    capacity = 0;
     buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (!buffer) fail("gemm: could not allocate {} bytes for the packed activations", bytes);
     capacity = floats;
   }
   return buffer.get();

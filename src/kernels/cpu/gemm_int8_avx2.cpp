@@ -29,8 +29,8 @@ SLUICE_AVX2 inline void fold_group(const Tile& t, int64_t g, const __m256i (&d)[
     float* acc = t.acc + i * kInt8BlockRows;
     _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(sx, sw0),
                                           _mm256_loadu_ps(acc)));
-    _mm256_storeu_ps(acc + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]),
-                                              _mm256_mul_ps(sx, sw1), _mm256_loadu_ps(acc + 8)));
+    _mm256_storeu_ps(acc + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]), _mm256_mul_ps(sx, sw1),
+                                              _mm256_loadu_ps(acc + 8)));
   }
 }
 

@@ -322,9 +322,10 @@ std::vector<Int8Dot> gemm_int8_dots_available() {
 }
 
 // Roofline, Mixtral expert shape n = 14336, k = 4096, group 128: W is 58.7 MB of int8 plus
-// 1.8 MB of scales, 2·m·n·k int ops. At m ≤ 4 the kernel does ≤ 4 vpmaddubsw per 64 bytes of W
-// and must run at DRAM bandwidth; the ridge point of a ~390 GOP/s vpmaddubsw machine with
-// 28 GB/s is m ≈ 7, so from m ≈ 8 on it is compute bound and W comes from L1/L2.
+// 1.8 MB of scales, 2·m·n·k int ops. On the 2-core AVX2 development machine (Zen 3 class), the
+// AVX2 tile's instruction mix peaks at ~220 GOP/s (see gemm_int8_avx2.cpp) and DRAM reads at
+// ~19-21 GB/s, so the ridge point is m ≈ 220 / (2 · 20) ≈ 5: at m ≤ 4 the kernel streams W
+// at DRAM speed, from m ≈ 8 on it is compute bound and W comes from L1/L2.
 void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
   check_args(args);
   const auto dots = gemm_int8_dots_available();

@@ -17,7 +17,9 @@
 //     acc = fma(float(d), sx[i,g] · sw[j,g], acc)        (acc starts at 0; one fp32 product)
 //     y   = beta == 0 ? acc : fma(beta, y, acc)
 // Every level performs these very operations, so the vector kernels differ from the scalar
-// reference in nothing but speed.
+// reference in nothing but speed. The fma is spelled out everywhere (std::fma in plain C++):
+// GCC contracts a·b + c into vfmadd inside FMA-target functions (-ffp-contract=fast) but cannot
+// in the x86-64-v2 scalar code, so a written-out multiply-add would round differently per level.
 //
 // The packed layout, built once at load: rows in blocks of 16 (the last block padded with zero
 // rows of scale 0), and within a block the k axis in quads of 4 bytes, row by row:

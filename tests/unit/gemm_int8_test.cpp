@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -49,8 +50,8 @@ TEST(GemmInt8, EveryInstructionAndLevelMatchesTheScalarReferenceBitwise) {
   shapes.push_back({5, 17, 1088, 32});
   for (const Shape& s : shapes) {
     const auto seed = uint32_t(s.m * 1000 + s.n * 10 + s.k);
-    const auto w = quantize_weights_int8(test::random_bf16(size_t(s.n * s.k), seed).data(), s.n,
-                                         s.k, s.group);
+    const auto w =
+        quantize_weights_int8(test::random_bf16(size_t(s.n * s.k), seed).data(), s.n, s.k, s.group);
     auto x = test::random_floats(size_t(s.m * s.k), seed + 1, 2.0f);
     std::fill(x.begin(), x.begin() + s.group, 0.0f);  // a group of zeros: scale 0
     const auto y0 = test::random_floats(size_t(s.m * s.n), seed + 2);
@@ -67,8 +68,9 @@ TEST(GemmInt8, EveryInstructionAndLevelMatchesTheScalarReferenceBitwise) {
         GemmInt8Args a = args;
         a.y = y.data();
         gemm_int8(a);
-        expect_same_bits(y, ref, what + " level " + isa_name(level) + " (" +
-                                     int8_dot_name(gemm_int8_dot()) + ")");
+        expect_same_bits(
+            y, ref,
+            what + " level " + isa_name(level) + " (" + int8_dot_name(gemm_int8_dot()) + ")");
         for (Int8Dot dot : gemm_int8_dots_available()) {
           y = y0;
           gemm_int8_using(dot, a);
@@ -85,8 +87,14 @@ TEST(GemmInt8, StridedBf16ActivationsMatchTheReferenceBitwise) {
   const auto x = test::random_bf16(size_t(m * ldx), 4);
   const auto y0 = test::random_floats(size_t(m * ldy), 5);
   std::vector<float> ref = y0;
-  GemmInt8Args args{.m = m, .x = x.data(), .x_dtype = DType::BF16, .ldx = ldx, .w = &w,
-                    .y = ref.data(), .ldy = ldy, .beta = 1.0f};
+  GemmInt8Args args{.m = m,
+                    .x = x.data(),
+                    .x_dtype = DType::BF16,
+                    .ldx = ldx,
+                    .w = &w,
+                    .y = ref.data(),
+                    .ldy = ldy,
+                    .beta = 1.0f};
   gemm_int8_reference(args);
   for (Int8Dot dot : gemm_int8_dots_available()) {
     std::vector<float> y = y0;
@@ -119,8 +127,10 @@ TEST(GemmInt8, IsExactOnDataThatQuantizesExactly) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int64_t exact = 0;
-        for (int64_t p = 0; p < k; ++p) exact += int64_t(x[size_t(i * k + p)]) * int64_t(wf[size_t(j * k + p)]);
-        ASSERT_EQ(y[size_t(i * n + j)], float(exact)) << int8_dot_name(dot) << " i=" << i << " j=" << j;
+        for (int64_t p = 0; p < k; ++p)
+          exact += int64_t(x[size_t(i * k + p)]) * int64_t(wf[size_t(j * k + p)]);
+        ASSERT_EQ(y[size_t(i * n + j)], float(exact))
+            << int8_dot_name(dot) << " i=" << i << " j=" << j;
       }
   }
 }
@@ -174,6 +184,23 @@ TEST(GemmInt8, ErrorAgainstTheFp32MatmulIsWithinTheAnalyticBound) {
     // The bound is the worst case; typical errors are ~1% of the result for normal data (each
     // operand's rounding error is uniform in ±scale/2, scale ≈ 3σ/127 at these group sizes).
     EXPECT_LT(std::sqrt(err2 / ref2), 0.02) << describe(s);
+  }
+}
+
+TEST(GemmInt8, NonFiniteInputsGiveNaNWhereTheyReach) {
+  const int64_t m = 3, n = 18, k = 64, group = 32;
+  auto wb = test::random_bf16(size_t(n * k), 41);
+  wb[size_t(5 * k + 40)] = f32_to_bf16(std::numeric_limits<float>::infinity());  // row 5
+  const auto w = quantize_weights_int8(wb.data(), n, k, group);
+  auto x = test::random_floats(size_t(m * k), 42);
+  x[size_t(1 * k + 3)] = std::numeric_limits<float>::quiet_NaN();  // row 1
+  for (Int8Dot dot : gemm_int8_dots_available()) {
+    std::vector<float> y(size_t(m * n));
+    gemm_int8_using(dot, {.m = m, .x = x.data(), .w = &w, .y = y.data()});
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        EXPECT_EQ(std::isnan(y[size_t(i * n + j)]), i == 1 || j == 5)
+            << int8_dot_name(dot) << " i=" << i << " j=" << j;
   }
 }
 

@@ -109,8 +109,9 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
 
 // Roofline for the int8 expert GEMM: intensity ≈ 2·m int8 ops per byte of W (1 byte per
 // weight, vs 2 for bf16), so at m ≤ 4 it is bound by DRAM and reads W at ~the stream rate; the
-// ridge point is m ≈ int8 peak / (2 · DRAM bandwidth), ~7 for 390 GOP/s and 28 GB/s (AVX2
-// vpmaddubsw on 2 Zen 3 cores) and ~13 for 1.47 TOP/s and 57 GB/s (vpdpbusd on 2 Zen 5 cores).
+// ridge point is m ≈ int8 peak / (2 · DRAM bandwidth): ~5 for the AVX2 tile on 2 Zen 3 cores
+// (vpsignb + vpmaddubsw + vpmaddwd ≈ 220 GOP/s, ~20 GB/s) and ~13 for vpdpbusd on 2 Zen 5
+// cores (1.47 TOP/s, 57 GB/s).
 KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size,
                              double min_seconds) {
   std::vector<uint16_t> w16(size_t(n * k));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -37,8 +38,8 @@ std::unique_ptr<T[], FreeDeleter> aligned_zeros(size_t count) {
 void check_shape(const char* what, int64_t n, int64_t k, int64_t group_size) {
   if (n <= 0) fail("{}: field 'n': expected > 0 rows, got {}", what, n);
   if (group_size < 4 || group_size > kInt8MaxGroup || group_size % 4 != 0)
-    fail("{}: field 'group_size': expected a multiple of 4 in [4, {}], got {}", what,
-         kInt8MaxGroup, group_size);
+    fail("{}: field 'group_size': expected a multiple of 4 in [4, {}], got {}", what, kInt8MaxGroup,
+         group_size);
   if (k <= 0 || k % group_size != 0)
     fail("{}: field 'k': expected a positive multiple of the group size {}, got {}", what,
          group_size, k);
@@ -67,9 +68,19 @@ size_t scale_index(const Int8Weights& w, int64_t j, int64_t g) {
 // Symmetric quantization of one group, the same for weights and activations: the scale is
 // max|v| / 127 and q = round-to-nearest-even(v · (127 / max|v|)), which cannot exceed 127 in
 // magnitude (v ≤ max|v| and the two roundings add at most 2⁻²² to 127). Returns the scale.
+// A group holding an inf or NaN gets q = 0 and scale NaN, so the outputs it feeds are NaN, as
+// they would be (or inf) in a float GEMM.
 float quantize_group(const float* v, int64_t count, int8_t* q) {
   float amax = 0.0f;
-  for (int64_t p = 0; p < count; ++p) amax = std::max(amax, std::fabs(v[p]));
+  bool finite = true;
+  for (int64_t p = 0; p < count; ++p) {
+    amax = std::max(amax, std::fabs(v[p]));
+    finite = finite && std::isfinite(v[p]);
+  }
+  if (!finite) {
+    std::fill(q, q + count, int8_t(0));
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   for (int64_t p = 0; p < count; ++p) q[p] = int8_t(std::nearbyint(v[p] * inv));
   return amax / 127.0f;
@@ -100,13 +111,14 @@ void allocate_activations(ActivationBuffers& b, int64_t m, int64_t k, int64_t gr
 
 // Quantizes row i of X into the buffers; `row` is scratch of k floats. Plain C++ shared by
 // every level, so the quantized activations are the same bytes everywhere.
-void quantize_activation_row(const GemmInt8Args& a, int64_t k, int64_t group, int64_t i,
-                             float* row, ActivationBuffers& b) {
+void quantize_activation_row(const GemmInt8Args& a, int64_t k, int64_t group, int64_t i, float* row,
+                             ActivationBuffers& b) {
   const int64_t ldx = a.ldx ? a.ldx : k, groups = k / group;
   if (a.x_dtype == DType::F32)
     std::memcpy(row, static_cast<const float*>(a.x) + i * ldx, size_t(k) * sizeof(float));
   else
-    for (int64_t p = 0; p < k; ++p) row[p] = bf16_to_f32(static_cast<const uint16_t*>(a.x)[i * ldx + p]);
+    for (int64_t p = 0; p < k; ++p)
+      row[p] = bf16_to_f32(static_cast<const uint16_t*>(a.x)[i * ldx + p]);
   int8_t* q = b.q.data() + i * k;
   for (int64_t g = 0; g < groups; ++g) {
     b.scale[size_t(i * groups + g)] = quantize_group(row + g * group, group, q + g * group);
@@ -162,8 +174,7 @@ void tile_scalar_rows(const Tile& t) {
   tile_scalar(t, kRows);
 }
 
-void store_scalar(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy,
-                  float beta) {
+void store_scalar(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy, float beta) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t c = 0; c < cols; ++c) {
       const float v = acc[i * kInt8BlockRows + c];
@@ -174,11 +185,16 @@ void store_scalar(const float* acc, int64_t rows, int64_t cols, float* y, int64_
 
 Kernels kernels_for(Int8Dot dot) {
   switch (dot) {
-    case Int8Dot::kScalar: return int8::kernels_scalar();
-    case Int8Dot::kAvx2Maddubs: return int8::kernels_avx2_maddubs();
-    case Int8Dot::kAvxVnni: return int8::kernels_avx_vnni();
-    case Int8Dot::kAvx512Vnni: return int8::kernels_avx512_vnni();
-    case Int8Dot::kAmx: break;
+    case Int8Dot::kScalar:
+      return int8::kernels_scalar();
+    case Int8Dot::kAvx2Maddubs:
+      return int8::kernels_avx2_maddubs();
+    case Int8Dot::kAvxVnni:
+      return int8::kernels_avx_vnni();
+    case Int8Dot::kAvx512Vnni:
+      return int8::kernels_avx512_vnni();
+    case Int8Dot::kAmx:
+      break;
   }
   fail("gemm_int8: no kernel for the int8 instruction {}", int8_dot_name(dot));
 }
@@ -218,9 +234,9 @@ void run_block(const Pass& p, int64_t block, float* acc) {
 
 namespace int8 {
 Kernels kernels_scalar() {
-  return {.tile = {tile_scalar_rows<1>, tile_scalar_rows<2>, tile_scalar_rows<3>,
-                   tile_scalar_rows<4>},
-          .store = store_scalar};
+  return {
+      .tile = {tile_scalar_rows<1>, tile_scalar_rows<2>, tile_scalar_rows<3>, tile_scalar_rows<4>},
+      .store = store_scalar};
 }
 }  // namespace int8
 
@@ -270,9 +286,10 @@ Int8Weights pack_weights_int8(const int8_t* q, const float* scales, int64_t n, i
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t p = 0; p < k; ++p) {
       if (q[j * k + p] == -128)
-        fail("pack_weights_int8: field 'q': row {} column {} is -128; symmetric int8 weights "
-             "lie in [-127, 127]",
-             j, p);
+        fail(
+            "pack_weights_int8: field 'q': row {} column {} is -128; symmetric int8 weights "
+            "lie in [-127, 127]",
+            j, p);
       out.packed[packed_index(out, j, p)] = q[j * k + p];
     }
     for (int64_t g = 0; g < out.groups(); ++g)
@@ -305,16 +322,18 @@ std::vector<Int8Dot> gemm_int8_dots_available() {
 }
 
 // Roofline, Mixtral expert shape n = 14336, k = 4096, group 128: W is 58.7 MB of int8 plus
-// 1.8 MB of scales, 2·m·n·k int ops. At m ≤ 4 the kernel does ≤ 4 vpmaddubsw per 64 bytes of W
-// and must run at DRAM bandwidth; the ridge point of a ~390 GOP/s vpmaddubsw machine with
-// 28 GB/s is m ≈ 7, so from m ≈ 8 on it is compute bound and W comes from L1/L2.
+// 1.8 MB of scales, 2·m·n·k int ops. On the 2-core AVX2 development machine (Zen 3 class), the
+// AVX2 tile's instruction mix peaks at ~220 GOP/s (see gemm_int8_avx2.cpp) and DRAM reads at
+// ~19-21 GB/s, so the ridge point is m ≈ 220 / (2 · 20) ≈ 5: at m ≤ 4 the kernel streams W
+// at DRAM speed, from m ≈ 8 on it is compute bound and W comes from L1/L2.
 void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
   check_args(args);
   const auto dots = gemm_int8_dots_available();
   if (std::find(dots.begin(), dots.end(), dot) == dots.end())
-    fail("gemm_int8: the int8 instruction {} is not available at the isa level {} of this CPU "
-         "({})",
-         int8_dot_name(dot), isa_name(isa_level()), cpu_model_name());
+    fail(
+        "gemm_int8: the int8 instruction {} is not available at the isa level {} of this CPU "
+        "({})",
+        int8_dot_name(dot), isa_name(isa_level()), cpu_model_name());
   const Int8Weights& w = *args.w;
   if (args.m == 0) return;
   const Kernels kernels = kernels_for(dot);

@@ -9,6 +9,7 @@
 //
 // Activations: quantized on the fly per row and per group of the same size, symmetrically and
 // exactly as the weights are (x ≈ sx · qx, sx = max|x| / 127, qx = round-to-nearest-even).
+// A group of X or W holding an inf or NaN gets scale NaN: the outputs it feeds are NaN.
 //
 // Arithmetic, the same at every ISA level bit for bit: for each (i, j) and group g in increasing
 // order, the int32 dot product d = Σ qx·qw over the group is exact (|d| ≤ 1024·127² < 2²⁴, so
@@ -16,7 +17,9 @@
 //     acc = fma(float(d), sx[i,g] · sw[j,g], acc)        (acc starts at 0; one fp32 product)
 //     y   = beta == 0 ? acc : fma(beta, y, acc)
 // Every level performs these very operations, so the vector kernels differ from the scalar
-// reference in nothing but speed.
+// reference in nothing but speed. The fma is spelled out everywhere (std::fma in plain C++):
+// GCC contracts a·b + c into vfmadd inside FMA-target functions (-ffp-contract=fast) but cannot
+// in the x86-64-v2 scalar code, so a written-out multiply-add would round differently per level.
 //
 // The packed layout, built once at load: rows in blocks of 16 (the last block padded with zero
 // rows of scale 0), and within a block the k axis in quads of 4 bytes, row by row:
@@ -35,8 +38,8 @@
 
 namespace sluice::cpu {
 
-constexpr int64_t kInt8BlockRows = 16;    // rows of W per packed block
-constexpr int64_t kInt8MaxGroup = 1024;   // keeps a group's int32 sum exact in fp32
+constexpr int64_t kInt8BlockRows = 16;   // rows of W per packed block
+constexpr int64_t kInt8MaxGroup = 1024;  // keeps a group's int32 sum exact in fp32
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -74,9 +77,9 @@ struct GemmInt8Args {
   DType x_dtype = DType::F32;  // F32 or BF16
   int64_t ldx = 0;             // 0 means k
   const Int8Weights* w = nullptr;
-  float* y = nullptr;          // fp32 [m, n], row stride ldy elements
-  int64_t ldy = 0;             // 0 means n
-  float beta = 0.0f;           // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y
+  float* y = nullptr;  // fp32 [m, n], row stride ldy elements
+  int64_t ldy = 0;     // 0 means n
+  float beta = 0.0f;   // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y
 };
 
 // Parallel over blocks of 16 output columns (OpenMP), with the instruction gemm_int8_dot().

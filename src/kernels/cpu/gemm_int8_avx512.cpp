@@ -45,23 +45,23 @@ SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
   for (int i = 0; i < kRows; ++i) _mm512_storeu_ps(t.acc + i * kInt8BlockRows, acc[i]);
 }
 
-SLUICE_AVX512 void store_avx512(const float* acc, int64_t rows, int64_t cols, float* y,
-                                int64_t ldy, float beta) {
+SLUICE_AVX512 void store_avx512(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy,
+                                float beta) {
   const __m512 b = _mm512_set1_ps(beta);
   const __mmask16 mask = cols >= 16 ? __mmask16(0xffff) : avx512::tail_mask(int(cols));
   for (int64_t i = 0; i < rows; ++i, acc += kInt8BlockRows, y += ldy) {
     const __m512 v = _mm512_loadu_ps(acc);
-    _mm512_mask_storeu_ps(
-        y, mask, beta == 0.0f ? v : _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(mask, y), v));
+    _mm512_mask_storeu_ps(y, mask,
+                          beta == 0.0f ? v : _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(mask, y), v));
   }
 }
 
 }  // namespace
 
 Kernels kernels_avx512_vnni() {
-  return {.tile = {tile_avx512_vnni<1>, tile_avx512_vnni<2>, tile_avx512_vnni<3>,
-                   tile_avx512_vnni<4>},
-          .store = store_avx512};
+  return {
+      .tile = {tile_avx512_vnni<1>, tile_avx512_vnni<2>, tile_avx512_vnni<3>, tile_avx512_vnni<4>},
+      .store = store_avx512};
 }
 
 }  // namespace sluice::cpu::int8

@@ -57,10 +57,11 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
 
 // Sizes that leave partial tiles in every direction: m around the 4-row tile and past the
 // 256-row block, n around the 3-column tile and past the 96-row column block, k short of a
-// 16-value group, and past the 1024-value depth of one pass.
-const Case kAwkwardCases[] = {{1, 33, 96},  {3, 130, 33}, {17, 96, 130},   {100, 33, 130},
-                              {1, 1, 1},    {2, 2, 15},   {17, 257, 4100}, {5, 97, 1040},
-                              {300, 7, 40}, {4, 3, 16}};
+// 16-value group, and past the 1024-value depth of one pass; and oneDNN's own blockings.
+const Case kAwkwardCases[] = {
+    {1, 33, 96},  {3, 130, 33},  {17, 96, 130}, {100, 33, 130}, {1, 1, 1},
+    {2, 2, 15},   {17, 257, 4100}, {5, 97, 1040}, {300, 7, 40},   {4, 3, 16},
+    {8, 13, 1100}, {9, 7, 517},  {24, 12, 3},   {33, 25, 64},   {7, 40, 1030}};
 
 // Every case at every ISA level up to the one in force (scalar, avx2, and oneDNN's at avx512+).
 void expect_all_match(DType x_dtype, float beta, int64_t pad) {

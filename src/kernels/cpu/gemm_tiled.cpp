@@ -109,6 +109,7 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
       job.ldy = a.ldy;
       job.first = k0 == 0;
       job.beta = a.beta;
+      job.stream = one_row_tile;
       for (int64_t i = 0; i < b.rows; i += kMaxRows) {
         const int mr = int(std::min<int64_t>(kMaxRows, b.rows - i));
         for (int64_t j = cb; j < cb_end; j += kMaxCols) {

@@ -6,6 +6,8 @@
 // and 12 accumulators, each updated twice per group, cover the FMA latency.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -142,6 +144,20 @@ SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, co
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
 }
 
+// Whole groups [p, end) of the tile.
+template <int MR, int NR>
+SLUICE_AVX2 inline void groups(__m256 (&acc)[MR][NR], const TileJob& job, int64_t p, int64_t end) {
+  if constexpr (MR == 4 && NR == 3) {
+    groups_4x3(acc, job.x + p, job.ldx, job.w + p, job.ldw, (end - p) / kGroup);
+  } else {
+    for (; p < end; p += kGroup) {
+      const uint16_t* w[NR];
+      for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw + p;
+      group<MR, NR>(acc, job.x + p, job.ldx, w);
+    }
+  }
+}
+
 template <int MR, int NR>
 SLUICE_AVX2 void tile(const TileJob& job) {
   __m256 acc[MR][NR];
@@ -149,16 +165,11 @@ SLUICE_AVX2 void tile(const TileJob& job) {
     for (auto& a : row) a = _mm256_setzero_ps();
   const int64_t full_end = job.k1 < job.k ? job.k1 : job.k - job.k % kGroup;
   int64_t p = job.k0;
-  if constexpr (MR == 4 && NR == 3) {
-    if (p < full_end) {
-      groups_4x3(acc, job.x + p, job.ldx, job.w + p, job.ldw, (full_end - p) / kGroup);
-      p = full_end;
-    }
-  }
-  for (; p < full_end; p += kGroup) {
-    const uint16_t* w[NR];
-    for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw + p;
-    group<MR, NR>(acc, job.x + p, job.ldx, w);
+  while (p < full_end) {
+    const int64_t end = job.stream ? std::min(full_end, p + kPrefetchChunk) : full_end;
+    if (job.stream) prefetch_w(job, NR, p + kPrefetchAhead);
+    groups<MR, NR>(acc, job, p, end);
+    p = end;
   }
   if (p < job.k1) {  // the last group runs past k
     alignas(32) uint16_t tail[NR][kGroup];

@@ -19,6 +19,7 @@
 #include "engine/device_report.h"
 #include "engine/engine_plan.h"
 #include "engine/throughput_report.h"
+#include "engine/weights_in_memory.h"
 #include "kernels/cpu/isa.h"
 #include "model/model_stats.h"
 #include "model/presets.h"
@@ -41,6 +42,19 @@ struct Options {
   DeviceOptions device;
 };
 
+// How the weights came into memory: the rate as a fraction of the profiled disk read rate where
+// `sluice profile` measured one, else of DRAM bandwidth (weights already in the page cache).
+std::string describe(const WeightsRead& r, double dram_bytes_per_s, double disk_bytes_per_s) {
+  if (r.skipped) return " (larger than the memory available: read as the run needs them)";
+  if (r.bytes == 0 || r.seconds <= 0) return "";
+  const double rate = double(r.bytes) / r.seconds;
+  const bool disk = disk_bytes_per_s > 0;
+  return fmt::format(" (weights read into memory in {:.1f} s, {:.2f} GB/s = {:.0f}% of {})",
+                     r.seconds, rate / 1e9,
+                     100 * rate / (disk ? disk_bytes_per_s : dram_bytes_per_s),
+                     disk ? "the profiled disk read rate" : "DRAM");
+}
+
 int run(Options o) {
   if (o.model_dir.empty() == o.preset.empty())
     fail("bench: give exactly one of --model or --preset");
@@ -57,6 +71,7 @@ int run(Options o) {
     model.config.num_layers = o.layers;
     model.weights.layers.resize(size_t(o.layers));
   }
+  const WeightsRead read_in = read_weights_if_they_fit(model);
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const ModelConfig& c = model.config;
@@ -156,6 +171,8 @@ int run(Options o) {
     j["cpu_model"] = cpu::cpu_model_name();
     j["isa_level"] = cpu::isa_name(cpu::isa_level());
     j["load_seconds"] = load_seconds;
+    j["weights_read_bytes"] = read_in.bytes;
+    j["weights_read_seconds"] = read_in.seconds;
     j["requests"] = o.requests;
     j["prompt_len"] = o.prompt_len;
     j["gen_len"] = o.gen_len;
@@ -179,9 +196,9 @@ int run(Options o) {
     fmt::print("{}\n", j.dump());
     return 0;
   }
-  fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s\n",
+  fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s{}\n",
              o.preset.empty() ? o.model_dir : o.preset, c.num_layers,
-             human_bytes(double(weights_bytes)), load_seconds);
+             human_bytes(double(weights_bytes)), load_seconds, describe(read_in, ceilings.dram_bytes_per_s, hw.disk_bytes_per_s));
   fmt::print("machine    {}\n", machine_description());
   fmt::print(
       "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "

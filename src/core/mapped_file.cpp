@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -39,6 +40,24 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) 
   }
   ::close(fd);
   return file;
+}
+
+void read_into_memory(const void* data, size_t bytes, const std::filesystem::path& path) {
+  if (bytes == 0) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = uintptr_t(data) / page * page;
+  const uintptr_t end = (uintptr_t(data) + bytes + page - 1) / page * page;
+  void* start = reinterpret_cast<void*>(begin);
+  madvise(start, end - begin, MADV_WILLNEED);  // readahead of the whole range, in large requests
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+  if (madvise(start, end - begin, MADV_POPULATE_READ) == 0) return;
+  if (errno != EINVAL)
+    fail("{}: cannot read {} bytes into memory: {}", path.string(), bytes, std::strerror(errno));
+  volatile unsigned char sink = 0;
+  for (uintptr_t p = begin; p < end; p += page) sink = *reinterpret_cast<const unsigned char*>(p);
+  (void)sink;
 }
 
 MappedFile::~MappedFile() {

@@ -25,4 +25,9 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Reads the pages of [data, data + bytes) of a mapping into memory now and maps them
+// (MADV_POPULATE_READ, or a read of every page where the kernel lacks it), so later reads neither
+// fault nor wait for the disk. `path` names the file in the error.
+void read_into_memory(const void* data, size_t bytes, const std::filesystem::path& path);
+
 }  // namespace sluice

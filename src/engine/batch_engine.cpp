@@ -484,14 +484,18 @@ void BatchEngine::run(std::vector<Request> requests,
     if (plan.empty()) fail("engine: the scheduler has work left but planned an empty step");
     m.stats.peak_kv_usage = std::max(m.stats.peak_kv_usage, sched.kv_usage());
     auto t_step = Clock::now();
-    const double weight_bytes_before = m.stats.device_weight_bytes;
+    const EngineStats before = m.stats;
     std::vector<int> sampled = m.execute(plan, sched);
     const double step_seconds = seconds_since(t_step);
     if (plan.prefill_tokens == 0) {
       ++m.stats.decode_only_steps;
       m.stats.decode_only_tokens += plan.decode_tokens;
       m.stats.decode_only_seconds += step_seconds;
-      m.stats.decode_only_device_weight_bytes += m.stats.device_weight_bytes - weight_bytes_before;
+      m.stats.decode_only_device_weight_bytes +=
+          m.stats.device_weight_bytes - before.device_weight_bytes;
+      m.stats.decode_only_flops += m.stats.flops - before.flops;
+      m.stats.decode_only_bytes +=
+          m.stats.weight_bytes + m.stats.kv_bytes - before.weight_bytes - before.kv_bytes;
     }
     m.stats.prefill_seconds += step_seconds * plan.prefill_tokens / plan.tokens;
     m.stats.decode_seconds += step_seconds * plan.decode_tokens / plan.tokens;

@@ -58,6 +58,7 @@ struct EngineStats {
   // Steps without prompt tokens (pure decode), where the decode rate and its bounds are read.
   int64_t decode_only_steps = 0, decode_only_tokens = 0;
   double decode_only_seconds = 0, decode_only_device_weight_bytes = 0;
+  double decode_only_flops = 0, decode_only_bytes = 0;  // arithmetic, and weight + KV bytes read
 };
 
 class BatchEngine {

@@ -18,6 +18,7 @@
 #include "engine/engine_plan.h"
 #include "engine/job_progress.h"
 #include "engine/stop_strings.h"
+#include "engine/weights_in_memory.h"
 #include "io/batch_format.h"
 #include "io/chat_prompt.h"
 #include "io/results_file.h"
@@ -96,6 +97,7 @@ class Job {
     const auto t0 = Clock::now();
     const std::vector<InputLine> lines = read_input(o_.input);
     model_ = load_model(o_.model_dir);
+    read_weights_if_they_fit(model_);
     tokenizer_ = Tokenizer::load(o_.model_dir);
     ResultsFile results(o_.output);
     if (results.torn_bytes_removed() > 0)

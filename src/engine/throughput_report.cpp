@@ -50,8 +50,18 @@ ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tok
   r.compute_ceiling_flops = c.compute_flops(precision);
   r.compute_ceiling_instruction = c.compute_instruction(precision);
   r.fraction_of_compute_ceiling = r.flops_per_s / r.compute_ceiling_flops;
-  r.roofline_seconds = std::max(bytes / c.dram_bytes_per_s, s.flops / r.compute_ceiling_flops);
+  auto bound = [&](double b, double flops) {
+    return std::max(b / c.dram_bytes_per_s, flops / r.compute_ceiling_flops);
+  };
+  r.roofline_seconds = bound(bytes, s.flops);
   r.fraction_of_roofline = r.roofline_seconds / wall;
+  const double prefill_step_seconds = s.prefill_seconds + s.decode_seconds - s.decode_only_seconds;
+  if (s.decode_only_seconds > 0)
+    r.decode_fraction_of_roofline =
+        bound(s.decode_only_bytes, s.decode_only_flops) / s.decode_only_seconds;
+  if (prefill_step_seconds > 0)
+    r.prefill_fraction_of_roofline =
+        bound(bytes - s.decode_only_bytes, s.flops - s.decode_only_flops) / prefill_step_seconds;
   r.expert_gemm_flops = s.expert_gemm_seconds > 0 ? s.expert_flops / s.expert_gemm_seconds : 0;
   r.expert_gemm_fraction_of_peak = r.expert_gemm_flops / c.gemm_flops;
   r.expert_gemm_fraction_of_ceiling = r.expert_gemm_flops / r.compute_ceiling_flops;
@@ -97,6 +107,8 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
       "roofline   the work done bounds the run at {:.2f} s (DRAM bandwidth and the compute "
       "ceiling): {:.0f}% of roofline\n",
       r.roofline_seconds, 100 * r.fraction_of_roofline);
+  fmt::print("           steps with prompt tokens {:.0f}% of their roofline, decode-only steps {:.0f}%\n",
+             100 * r.prefill_fraction_of_roofline, 100 * r.decode_fraction_of_roofline);
 }
 
 nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {
@@ -109,6 +121,8 @@ nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, cons
           {"steps", s.steps},
           {"fraction_of_roofline", r.fraction_of_roofline},
           {"roofline_seconds", r.roofline_seconds},
+          {"prefill_fraction_of_roofline", r.prefill_fraction_of_roofline},
+          {"decode_fraction_of_roofline", r.decode_fraction_of_roofline},
           {"dram_bytes_per_s", c.dram_bytes_per_s},
           {"gemm_peak_flops", c.gemm_flops},
           {"compute_ceiling_flops", r.compute_ceiling_flops},

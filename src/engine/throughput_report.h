@@ -38,6 +38,9 @@ struct ThroughputReport {
   double compute_ceiling_flops = 0, fraction_of_compute_ceiling = 0;
   std::string compute_ceiling_instruction;  // "" where the GEMM peak stands in for it
   double roofline_seconds = 0, fraction_of_roofline = 0;
+  // The same bound over the steps without prompt tokens (decode) and over the others (prefill,
+  // with any decode tokens that rode along); 0 where there were none.
+  double decode_fraction_of_roofline = 0, prefill_fraction_of_roofline = 0;
   double expert_gemm_flops = 0, expert_gemm_fraction_of_peak = 0;
   double expert_gemm_fraction_of_ceiling = 0;
   double tokens_per_expert_gemm = 0;

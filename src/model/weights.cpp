@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -90,6 +91,34 @@ Model load_model(const std::filesystem::path& dir) {
   }
   if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
   return m;
+}
+
+std::vector<const Tensor*> weight_tensors(const ModelWeights& w) {
+  std::vector<const Tensor*> all;
+  std::set<const void*> seen;
+  auto add = [&](const Tensor& t) {
+    if (!t.empty() && seen.insert(t.data).second) all.push_back(&t);
+  };
+  add(w.embed);
+  for (const LayerWeights& L : w.layers) {
+    for (const Tensor* t :
+         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm,
+          &L.k_norm, &L.ffn_norm, &L.router, &L.expert_gate, &L.expert_up, &L.expert_down,
+          &L.mlp_gate, &L.mlp_up, &L.mlp_down, &L.mlp_scale})
+      add(*t);
+  }
+  add(w.final_norm);
+  add(w.lm_head);
+  return all;
+}
+
+size_t read_weights_into_memory(const Model& model) {
+  size_t bytes = 0;
+  for (const Tensor* t : weight_tensors(model.weights)) {
+    read_into_memory(t->data, t->nbytes(), model.dir);
+    bytes += t->nbytes();
+  }
+  return bytes;
 }
 
 }  // namespace sluice

@@ -57,4 +57,12 @@ struct Model {
 // against the family's table.
 Model load_model(const std::filesystem::path& dir);
 
+// Every tensor of the weight set that is present, each once (a tied lm_head is the embedding).
+std::vector<const Tensor*> weight_tensors(const ModelWeights& weights);
+
+// Reads every weight of a loaded model into memory (read_into_memory) and returns the bytes.
+// Weights are mapped lazily: without this the first step of a run pays for reading them from the
+// disk, and a throughput measured over it is the disk's.
+size_t read_weights_into_memory(const Model& model);
+
 }  // namespace sluice

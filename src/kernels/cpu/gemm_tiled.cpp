@@ -90,6 +90,35 @@ tiles::TileFn tile_for(IsaLevel level, int rows, int cols) {
   return level >= IsaLevel::kAvx2 ? tiles::avx2_tile(rows, cols) : tiles::scalar_tile(rows, cols);
 }
 
+// Brings the next block of W (the same W rows at the next k range, or the next W rows at the
+// first one) into L2 while the tiles work on the current block, a share of its cache lines before
+// each tile: the first tile of rows to meet a block then finds it in cache instead of waiting on
+// DRAM at every line.
+class NextBlockPrefetcher {
+ public:
+  NextBlockPrefetcher(const TiledGemmArgs& a, int64_t c_begin, int64_t c_end, int64_t k0,
+                      int64_t k1, int64_t tiles)
+      : w_(a.w), ldw_(a.ldw), c_(c_begin), c_end_(c_end), k0_(k0), k1_(std::min(k1, a.k)),
+        p_(k0) {
+    const int64_t lines = (c_end - c_begin) * ((k1_ - k0_ + kLine - 1) / kLine);
+    per_tile_ = (lines + tiles - 1) / std::max<int64_t>(1, tiles);
+  }
+
+  void before_tile() {
+    for (int64_t l = 0; l < per_tile_ && c_ < c_end_; ++l) {
+      // prefetcht1: into L2 (GCC drops __builtin_prefetch from some loops, see gemm_tiles.h).
+      __asm__ volatile("prefetcht1 (%0)" : : "r"(w_ + c_ * ldw_ + p_));
+      p_ += kLine;
+      if (p_ >= k1_) p_ = k0_, ++c_;
+    }
+  }
+
+ private:
+  static constexpr int64_t kLine = 64 / sizeof(uint16_t);
+  const uint16_t* w_;
+  int64_t ldw_, c_, c_end_, k0_, k1_, p_, per_tile_ = 0;
+};
+
 // W rows [c0, c1) against every packed row of the block.
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
   const TiledGemmArgs& a = *b.a;
@@ -110,6 +139,13 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
       job.first = k0 == 0;
       job.beta = a.beta;
       job.stream = one_row_tile;
+      const bool last_range = k0 + depth >= k_padded;
+      const int64_t next_cb = last_range ? cb_end : cb;
+      const int64_t next_k0 = last_range ? 0 : k0 + depth;
+      const int64_t tiles = ((b.rows + kMaxRows - 1) / kMaxRows) *
+                            ((cb_end - cb + kMaxCols - 1) / kMaxCols);
+      NextBlockPrefetcher next(a, next_cb, std::min(c1, next_cb + col_block), next_k0,
+                               next_k0 + depth, one_row_tile ? 0 : tiles);
       for (int64_t i = 0; i < b.rows; i += kMaxRows) {
         const int mr = int(std::min<int64_t>(kMaxRows, b.rows - i));
         for (int64_t j = cb; j < cb_end; j += kMaxCols) {
@@ -117,6 +153,7 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
           job.x = b.packed + i * b.ldp;
           job.w = a.w + j * a.ldw;
           job.y = a.y + (b.r0 + i) * a.ldy + j;
+          if (!one_row_tile) next.before_tile();
           tile_for(b.level, mr, nr)(job);
         }
       }

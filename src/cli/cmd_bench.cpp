@@ -55,39 +55,32 @@ std::string describe(const WeightsRead& r, double dram_bytes_per_s, double disk_
                      disk ? "the profiled disk read rate" : "DRAM");
 }
 
-int run(Options o) {
-  if (o.model_dir.empty() == o.preset.empty())
-    fail("bench: give exactly one of --model or --preset");
-  if (o.policy.threads > 0) omp_set_num_threads(o.policy.threads);
-  // Measured first: the probe's buffers are freed before the model is made, so they do not
-  // count towards the peak resident memory reported below.
-  const Ceilings ceilings = measure_ceilings();
+// The model under test: a folder (its first --layers layers) or a preset made in memory, with the
+// weights read into memory where they fit; load_seconds counts both.
+struct LoadedModel {
+  Model model;
+  WeightsRead read_in;
+  double load_seconds = 0;
+};
+
+LoadedModel load_for_bench(const Options& o) {
   auto t_load = std::chrono::steady_clock::now();
-  Model model = o.preset.empty() ? load_model(o.model_dir)
-                                 : make_random_model(preset_config(o.preset, o.layers), o.seed);
+  LoadedModel l;
+  l.model = o.preset.empty() ? load_model(o.model_dir)
+                             : make_random_model(preset_config(o.preset, o.layers), o.seed);
   if (o.preset.empty() && o.layers > 0) {  // the first layers of a model folder
-    if (o.layers > model.config.num_layers)
-      fail("--layers {}: the model has {} layers", o.layers, model.config.num_layers);
-    model.config.num_layers = o.layers;
-    model.weights.layers.resize(size_t(o.layers));
+    if (o.layers > l.model.config.num_layers)
+      fail("--layers {}: the model has {} layers", o.layers, l.model.config.num_layers);
+    l.model.config.num_layers = o.layers;
+    l.model.weights.layers.resize(size_t(o.layers));
   }
-  const WeightsRead read_in = read_weights_if_they_fit(model);
-  const double load_seconds =
+  l.read_in = read_weights_if_they_fit(l.model);
+  l.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-  const ModelConfig& c = model.config;
-  const ModelStats ms = model_stats(model);
+  return l;
+}
 
-  // The planner fills the fields left at 0 (engine/engine_plan.h) and predicts the run, to print
-  // beside the measurement.
-  const HardwareProfile hw = planner_profile(o.policy.threads);
-  const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
-  DeviceOptions device = o.device;
-  const EnginePlan plan =
-      plan_for_workload(hw, c, o.policy, device, work, host_memory_bytes(o.host_mem, c));
-  const Policy& policy = plan.policy;
-  const Prediction predicted = predict(hw, c, policy, plan.offload, work);
-  omp_set_num_threads(policy.threads);
-
+std::vector<Request> synthetic_requests(const Options& o, const ModelConfig& c) {
   std::mt19937 rng(uint32_t(o.seed));
   std::uniform_int_distribution<int> token(3, c.vocab_size - 1);
   std::vector<Request> requests;
@@ -100,45 +93,218 @@ int run(Options o) {
     r.ignore_eos = o.ignore_eos;
     requests.push_back(std::move(r));
   }
+  return requests;
+}
 
-  // The device is opened here rather than by the engine, to measure its link first when the
-  // profile has no GPU section: the fractions below are against pinned H2D bandwidth.
-  std::unique_ptr<OffloadBackend> backend = open_offload_backend(device);
+// The offload device, opened here rather than by the engine to measure its link first when the
+// profile has no GPU section: the device fractions are against pinned H2D bandwidth.
+struct BenchDevice {
+  std::unique_ptr<OffloadBackend> backend;
   double h2d_reference = 0;
   std::string h2d_source;
-  if (backend) {
-    if (device.kind == DeviceKind::kCuda && hw.gpu && hw.gpu->h2d_pinned_bytes_per_s > 0) {
-      h2d_reference = hw.gpu->h2d_pinned_bytes_per_s;
-      h2d_source = "profiled";
-    } else {
-      h2d_reference = backend->device->measure_host_to_device(size_t(256) << 20, 3);
-      h2d_source = "measured (3 x 256 MiB)";
-    }
+};
+
+BenchDevice open_bench_device(const DeviceOptions& device, const HardwareProfile& hw) {
+  BenchDevice d;
+  d.backend = open_offload_backend(device);
+  if (!d.backend) return d;
+  if (device.kind == DeviceKind::kCuda && hw.gpu && hw.gpu->h2d_pinned_bytes_per_s > 0) {
+    d.h2d_reference = hw.gpu->h2d_pinned_bytes_per_s;
+    d.h2d_source = "profiled";
+  } else {
+    d.h2d_reference = d.backend->device->measure_host_to_device(size_t(256) << 20, 3);
+    d.h2d_source = "measured (3 x 256 MiB)";
   }
-  EngineDevice engine_device;
-  if (backend) engine_device = {backend->device.get(), backend->math.get(), device.settings};
-  BatchEngine engine(model, policy, engine_device);
-  // CPU time this process got, split between prefill and decode by each step's token mix as the
-  // engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
-  // share of its cores the run really had.
-  auto cpu_seconds = [] {
+  return d;
+}
+
+// CPU time this process got, split between prefill and decode by each step's token mix as the
+// engine splits wall time: on a machine shared with other work, cpu / (wall · threads) is the
+// share of its cores the run really had.
+class CpuShareMeter {
+ public:
+  void observe(const EngineStats& st) {
+    const double now = cpu_seconds(), used = now - last_cpu_;
+    const double dp = double(st.prefill_tokens - last_prefill_),
+                 dd = double(st.decode_tokens - last_decode_);
+    if (dp + dd > 0) prefill_cpu_ += used * dp / (dp + dd), decode_cpu_ += used * dd / (dp + dd);
+    last_cpu_ = now, last_prefill_ = st.prefill_tokens, last_decode_ = st.decode_tokens;
+  }
+  double prefill_share(double seconds, int threads) const {
+    return seconds > 0 ? prefill_cpu_ / (seconds * threads) : 0;
+  }
+  double decode_share(double seconds, int threads) const {
+    return seconds > 0 ? decode_cpu_ / (seconds * threads) : 0;
+  }
+
+ private:
+  static double cpu_seconds() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
            1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-  };
-  double prefill_cpu = 0, decode_cpu = 0, last_cpu = cpu_seconds();
-  int64_t last_prefill = 0, last_decode = 0;
-  engine.set_step_observer([&](const EngineStats& st, const BatchEngine::Progress&) {
-    const double now = cpu_seconds(), used = now - last_cpu;
-    const double dp = double(st.prefill_tokens - last_prefill),
-                 dd = double(st.decode_tokens - last_decode);
-    if (dp + dd > 0) prefill_cpu += used * dp / (dp + dd), decode_cpu += used * dd / (dp + dd);
-    last_cpu = now, last_prefill = st.prefill_tokens, last_decode = st.decode_tokens;
-  });
+  }
+  double prefill_cpu_ = 0, decode_cpu_ = 0, last_cpu_ = cpu_seconds();
+  int64_t last_prefill_ = 0, last_decode_ = 0;
+};
+
+// Everything the reports print, gathered once the run is over.
+struct BenchResult {
+  const Options* o;
+  const LoadedModel* loaded;
+  const ModelStats* ms;
+  const Ceilings* ceilings;
+  const HardwareProfile* hw;
+  const EnginePlan* plan;
+  const Prediction* predicted;
+  const BenchDevice* device;
+  const EngineStats* stats;
+  ThroughputReport report;
+  double wall = 0, prefill_share = 0, decode_share = 0;
+  size_t peak_rss = 0;
+};
+
+void print_json(const BenchResult& b) {
+  const Options& o = *b.o;
+  const EngineStats& s = *b.stats;
+  const Policy& policy = b.plan->policy;
+  const std::string activations = policy.precision == Precision::kF32 ? "f32" : "bf16";
+  nlohmann::json j = report_json(b.report, s, *b.ceilings);
+  j["model"] = o.preset.empty() ? o.model_dir : o.preset;
+  j["layers"] = b.loaded->model.config.num_layers;
+  j["cpu_model"] = cpu::cpu_model_name();
+  j["isa_level"] = cpu::isa_name(cpu::isa_level());
+  j["load_seconds"] = b.loaded->load_seconds;
+  j["weights_read_bytes"] = b.loaded->read_in.bytes;
+  j["weights_read_seconds"] = b.loaded->read_in.seconds;
+  j["requests"] = o.requests;
+  j["prompt_len"] = o.prompt_len;
+  j["gen_len"] = o.gen_len;
+  j["policy"] = policy.to_json();
+  if (b.plan->offload.gpu) j["offload_plan"] = describe(b.plan->offload);
+  j["predicted_prefill_tokens_per_s"] = b.predicted->prefill_tokens_per_s();
+  j["predicted_decode_tokens_per_s"] = b.predicted->decode_tokens_per_s();
+  j["predicted_total_tokens_per_s"] = b.predicted->total_tokens_per_s();
+  j["prediction_profile"] = b.hw->source;
+  j["cpu_share_prefill"] = b.prefill_share;
+  j["cpu_share_decode"] = b.decode_share;
+  j["profile_gemm_peak_flops"] = b.hw->gemm_peak_flops;
+  j["profile_compute_ceiling_flops"] = b.hw->compute_ceiling_flops(activations);
+  j["profile_dram_bytes_per_s"] = b.hw->dram_bytes_per_s;
+  j["peak_resident_bytes"] = b.peak_rss;
+  j["weights_bytes"] = b.ms->total_bytes;
+  if (const auto& backend = b.device->backend) {
+    j["device"] = backend->device->name();
+    add_device_report(
+        j, device_report(s, b.wall, b.device->h2d_reference, b.device->h2d_source), s);
+  }
+  fmt::print("{}\n", j.dump());
+}
+
+void print_setup(const BenchResult& b) {
+  const Options& o = *b.o;
+  const Policy& policy = b.plan->policy;
+  fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s{}\n",
+             o.preset.empty() ? o.model_dir : o.preset, b.loaded->model.config.num_layers,
+             human_bytes(double(b.ms->total_bytes)), b.loaded->load_seconds,
+             describe(b.loaded->read_in, b.ceilings->dram_bytes_per_s, b.hw->disk_bytes_per_s));
+  fmt::print("machine    {}\n", machine_description());
+  fmt::print(
+      "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "
+      "sluice's bf16 GEMM {:.1f} GFLOP/s\n",
+      policy.threads, b.ceilings->dram_bytes_per_s / 1e9, b.report.compute_ceiling_flops / 1e9,
+      b.report.compute_ceiling_instruction.empty() ? "GEMM peak"
+                                                   : b.report.compute_ceiling_instruction,
+      b.ceilings->gemm_flops / 1e9);
+  fmt::print("workload   {} requests, prompt {}, generate {}{}\n", o.requests, o.prompt_len,
+             o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
+  fmt::print("policy     {}{}\n\n", policy.describe(),
+             b.plan->offload.gpu ? "\n           offload " + describe(b.plan->offload) : "");
+}
+
+void print_prediction_and_share(const BenchResult& b) {
+  const ThroughputReport& r = b.report;
+  const Prediction& p = *b.predicted;
+  const HardwareProfile& hw = *b.hw;
+  const Policy& policy = b.plan->policy;
+  const std::string activations = policy.precision == Precision::kF32 ? "f32" : "bf16";
+  fmt::print(
+      "predicted  prefill {:.1f}, decode {:.1f}, end to end {:.1f} tokens/s ({} profile; "
+      "measured/predicted {:.2f}, {:.2f}, {:.2f})\n",
+      p.prefill_tokens_per_s(), p.decode_tokens_per_s(), p.total_tokens_per_s(), hw.source,
+      r.prefill_tokens_per_s / p.prefill_tokens_per_s(),
+      r.decode_tokens_per_s / p.decode_tokens_per_s(),
+      r.total_tokens_per_s / p.total_tokens_per_s());
+  fmt::print("cpu share  the run had {:.0f}% of {} core(s) in prefill, {:.0f}% in decode\n",
+             100 * b.prefill_share, policy.threads, 100 * b.decode_share);
+  fmt::print(
+      "           ceilings now are {:.0f}% (compute), {:.0f}% (sluice's GEMM) and {:.0f}% (DRAM) "
+      "of the profile's: other load on the machine slows the measurement, not the prediction\n",
+      100 * r.compute_ceiling_flops / hw.compute_ceiling_flops(activations),
+      100 * b.ceilings->gemm_flops / hw.gemm_peak_flops,
+      100 * b.ceilings->dram_bytes_per_s / hw.dram_bytes_per_s);
+}
+
+void print_memory(const BenchResult& b) {
+  const EngineStats& s = *b.stats;
+  const size_t weights_bytes = b.ms->total_bytes;
+  const double memory_bound = double(weights_bytes + s.kv_cache_bytes) * 1.10;
+  fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
+             human_bytes(double(b.peak_rss)), human_bytes(double(weights_bytes)),
+             human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),
+             double(b.peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
+  // The use counts the device KV pool's blocks too (ω < 1); the bytes are the host cache's.
+  fmt::print("KV cache   peak use {:.0f}% of the blocks (host cache {}{})\n", 100 * s.peak_kv_usage,
+             human_bytes(double(s.kv_cache_bytes)),
+             b.device->backend ? " and the device KV pool" : "");
+}
+
+void print_text(const BenchResult& b) {
+  print_setup(b);
+  print_report(b.report, *b.stats, *b.ceilings);
+  print_prediction_and_share(b);
+  print_memory(b);
+  if (const auto& backend = b.device->backend) {
+    fmt::print("device     {}\n", backend->device->name());
+    print_device_report(
+        device_report(*b.stats, b.wall, b.device->h2d_reference, b.device->h2d_source), *b.stats,
+        b.wall);
+  }
+}
+
+int run(Options o) {
+  if (o.model_dir.empty() == o.preset.empty())
+    fail("bench: give exactly one of --model or --preset");
+  if (o.policy.threads > 0) omp_set_num_threads(o.policy.threads);
+  // Measured first: the probe's buffers are freed before the model is made, so they do not
+  // count towards the peak resident memory reported below.
+  const Ceilings ceilings = measure_ceilings();
+  const LoadedModel loaded = load_for_bench(o);
+  const ModelConfig& c = loaded.model.config;
+  const ModelStats ms = model_stats(loaded.model);
+
+  // The planner fills the fields left at 0 (engine/engine_plan.h) and predicts the run, to print
+  // beside the measurement.
+  const HardwareProfile hw = planner_profile(o.policy.threads);
+  const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
+  DeviceOptions device_options = o.device;
+  const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work,
+                                            host_memory_bytes(o.host_mem, c));
+  const Prediction predicted = predict(hw, c, plan.policy, plan.offload, work);
+  omp_set_num_threads(plan.policy.threads);
+
+  const BenchDevice device = open_bench_device(device_options, hw);
+  EngineDevice engine_device;
+  if (device.backend)
+    engine_device = {device.backend->device.get(), device.backend->math.get(),
+                     device_options.settings};
+  BatchEngine engine(loaded.model, plan.policy, engine_device);
+  CpuShareMeter share;
+  engine.set_step_observer(
+      [&](const EngineStats& st, const BatchEngine::Progress&) { share.observe(st); });
   int64_t generated = 0;
   auto t0 = std::chrono::steady_clock::now();
-  engine.run(std::move(requests), [&](Completion&& done) {
+  engine.run(synthetic_requests(o, c), [&](Completion&& done) {
     // Every request has the same shape: one that can never run means none can, and the
     // measurement would be of nothing.
     if (done.reason == FinishReason::kError)
@@ -149,95 +315,16 @@ int run(Options o) {
     generated += int64_t(done.tokens.size());
   });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
   const EngineStats& s = engine.stats();
-
-  const int64_t prompt_tokens = int64_t(o.requests) * o.prompt_len;
-  const ThroughputReport r =
-      summarize(s, wall, prompt_tokens, generated, ceilings, policy.precision);
-  const std::string activations = policy.precision == Precision::kF32 ? "f32" : "bf16";
-  auto share = [&](double cpu, double seconds) {
-    return seconds > 0 ? cpu / (seconds * policy.threads) : 0;
-  };
-  const double prefill_share = share(prefill_cpu, s.prefill_seconds);
-  const double decode_share = share(decode_cpu, s.decode_seconds);
-  const size_t weights_bytes = ms.total_bytes;
-  const size_t peak_rss = peak_resident_bytes();
-  const double memory_bound = double(weights_bytes + s.kv_cache_bytes) * 1.10;
-
-  if (o.json) {
-    nlohmann::json j = report_json(r, s, ceilings);
-    j["model"] = o.preset.empty() ? o.model_dir : o.preset;
-    j["layers"] = c.num_layers;
-    j["cpu_model"] = cpu::cpu_model_name();
-    j["isa_level"] = cpu::isa_name(cpu::isa_level());
-    j["load_seconds"] = load_seconds;
-    j["weights_read_bytes"] = read_in.bytes;
-    j["weights_read_seconds"] = read_in.seconds;
-    j["requests"] = o.requests;
-    j["prompt_len"] = o.prompt_len;
-    j["gen_len"] = o.gen_len;
-    j["policy"] = policy.to_json();
-    if (plan.offload.gpu) j["offload_plan"] = describe(plan.offload);
-    j["predicted_prefill_tokens_per_s"] = predicted.prefill_tokens_per_s();
-    j["predicted_decode_tokens_per_s"] = predicted.decode_tokens_per_s();
-    j["predicted_total_tokens_per_s"] = predicted.total_tokens_per_s();
-    j["prediction_profile"] = hw.source;
-    j["cpu_share_prefill"] = prefill_share;
-    j["cpu_share_decode"] = decode_share;
-    j["profile_gemm_peak_flops"] = hw.gemm_peak_flops;
-    j["profile_compute_ceiling_flops"] = hw.compute_ceiling_flops(activations);
-    j["profile_dram_bytes_per_s"] = hw.dram_bytes_per_s;
-    j["peak_resident_bytes"] = peak_rss;
-    j["weights_bytes"] = weights_bytes;
-    if (backend) {
-      j["device"] = backend->device->name();
-      add_device_report(j, device_report(s, wall, h2d_reference, h2d_source), s);
-    }
-    fmt::print("{}\n", j.dump());
-    return 0;
-  }
-  fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s{}\n",
-             o.preset.empty() ? o.model_dir : o.preset, c.num_layers,
-             human_bytes(double(weights_bytes)), load_seconds, describe(read_in, ceilings.dram_bytes_per_s, hw.disk_bytes_per_s));
-  fmt::print("machine    {}\n", machine_description());
-  fmt::print(
-      "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "
-      "sluice's bf16 GEMM {:.1f} GFLOP/s\n",
-      policy.threads, ceilings.dram_bytes_per_s / 1e9, r.compute_ceiling_flops / 1e9,
-      r.compute_ceiling_instruction.empty() ? "GEMM peak" : r.compute_ceiling_instruction,
-      ceilings.gemm_flops / 1e9);
-  fmt::print("workload   {} requests, prompt {}, generate {}{}\n", o.requests, o.prompt_len,
-             o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
-  fmt::print("policy     {}{}\n\n", policy.describe(),
-             plan.offload.gpu ? "\n           offload " + describe(plan.offload) : "");
-  print_report(r, s, ceilings);
-  fmt::print(
-      "predicted  prefill {:.1f}, decode {:.1f}, end to end {:.1f} tokens/s ({} profile; "
-      "measured/predicted {:.2f}, {:.2f}, {:.2f})\n",
-      predicted.prefill_tokens_per_s(), predicted.decode_tokens_per_s(),
-      predicted.total_tokens_per_s(), hw.source,
-      r.prefill_tokens_per_s / predicted.prefill_tokens_per_s(),
-      r.decode_tokens_per_s / predicted.decode_tokens_per_s(),
-      r.total_tokens_per_s / predicted.total_tokens_per_s());
-  fmt::print("cpu share  the run had {:.0f}% of {} core(s) in prefill, {:.0f}% in decode\n",
-             100 * prefill_share, policy.threads, 100 * decode_share);
-  fmt::print(
-      "           ceilings now are {:.0f}% (compute), {:.0f}% (sluice's GEMM) and {:.0f}% (DRAM) "
-      "of the profile's: other load on the machine slows the measurement, not the prediction\n",
-      100 * r.compute_ceiling_flops / hw.compute_ceiling_flops(activations),
-      100 * ceilings.gemm_flops / hw.gemm_peak_flops,
-      100 * ceilings.dram_bytes_per_s / hw.dram_bytes_per_s);
-  fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
-             human_bytes(double(peak_rss)), human_bytes(double(weights_bytes)),
-             human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),
-             double(peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
-  // The use counts the device KV pool's blocks too (ω < 1); the bytes are the host cache's.
-  fmt::print("KV cache   peak use {:.0f}% of the blocks (host cache {}{})\n", 100 * s.peak_kv_usage,
-             human_bytes(double(s.kv_cache_bytes)), backend ? " and the device KV pool" : "");
-  if (backend) {
-    fmt::print("device     {}\n", backend->device->name());
-    print_device_report(device_report(s, wall, h2d_reference, h2d_source), s, wall);
-  }
+  BenchResult b{&o, &loaded, &ms, &ceilings, &hw, &plan, &predicted, &device, &s};
+  b.wall = wall;
+  b.report = summarize(s, wall, int64_t(o.requests) * o.prompt_len, generated, ceilings,
+                       plan.policy.precision);
+  b.prefill_share = share.prefill_share(s.prefill_seconds, plan.policy.threads);
+  b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);
+  b.peak_rss = peak_resident_bytes();
+  o.json ? print_json(b) : print_text(b);
   return 0;
 }
 

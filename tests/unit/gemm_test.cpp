@@ -113,6 +113,13 @@ TEST(CpuGemm, NamesTheImplementationOfEachLevel) {
     ScopedIsaLevel scoped(IsaLevel::kAvx2);
     EXPECT_EQ(gemm_implementation(args), "sluice:avx2");
   }
+  if (isa_level() >= IsaLevel::kAvx512) {
+    // A few rows are bound by reading W, where sluice's tiles are the faster; more go to oneDNN.
+    EXPECT_EQ(gemm_implementation(args), "sluice:avx2");
+    GemmArgs wide = args;
+    wide.m = 64;
+    EXPECT_EQ(gemm_implementation(wide).rfind("oneDNN", 0), 0u) << gemm_implementation(wide);
+  }
 }
 
 TEST(CpuGemm, ZeroRowsIsANoOp) {

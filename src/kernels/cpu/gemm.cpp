@@ -32,8 +32,14 @@ bool runtime_rows() {
   return g_row_mode.load(std::memory_order_relaxed) == GemmRowMode::kRuntime;
 }
 
-bool uses_onednn(IsaLevel level) {
-  return level >= IsaLevel::kAvx512;
+// Up to this many rows the product is bound by reading W, and sluice's tiles (which prefetch W
+// ahead) read it faster than oneDNN's bf16 matmul. Measured on 2 Zen 5 cores at avx512bf16
+// (n = 14336, k = 4096, `sluice bench-kernels`): oneDNN 17–26 GB/s at m = 1 and 95 GFLOP/s at
+// m = 4; the avx2 tiles 32 GB/s and 110 GFLOP/s. From m = 8 on oneDNN is ahead (170 vs 133).
+constexpr int64_t kMaxTiledRowsAtAvx512 = 4;
+
+bool uses_onednn(IsaLevel level, int64_t m) {
+  return level >= IsaLevel::kAvx512 && m > kMaxTiledRowsAtAvx512;
 }
 
 TiledGemmArgs tiled_args(const GemmArgs& a) {
@@ -57,7 +63,7 @@ void gemm(const GemmArgs& args) {
   const GemmArgs a = resolve(args);
   if (a.m == 0) return;
   const IsaLevel level = isa_level();
-  if (uses_onednn(level) && onednn::try_gemm(a, runtime_rows())) return;
+  if (uses_onednn(level, a.m) && onednn::try_gemm(a, runtime_rows())) return;
   tiled_gemm(tiled_args(a), level);
 }
 
@@ -94,7 +100,7 @@ size_t gemm_cached_primitives() {
 std::string gemm_implementation(const GemmArgs& args) {
   const GemmArgs a = resolve(args);
   const IsaLevel level = isa_level();
-  if (uses_onednn(level)) {
+  if (uses_onednn(level, a.m)) {
     std::string name = onednn::implementation(a, runtime_rows());
     if (!name.empty()) return "oneDNN " + name;
   }

@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -237,12 +238,18 @@ void print_prediction_and_share(const BenchResult& b) {
       r.total_tokens_per_s / p.total_tokens_per_s());
   fmt::print("cpu share  the run had {:.0f}% of {} core(s) in prefill, {:.0f}% in decode\n",
              100 * b.prefill_share, policy.threads, 100 * b.decode_share);
+  const double compute_ratio = r.compute_ceiling_flops / hw.compute_ceiling_flops(activations);
+  const double gemm_ratio = b.ceilings->gemm_flops / hw.gemm_peak_flops;
+  const double dram_ratio = b.ceilings->dram_bytes_per_s / hw.dram_bytes_per_s;
+  // Above the profile by a quarter or more: the profile, not this run, was measured under load.
+  const bool profile_depressed = std::max({compute_ratio, gemm_ratio, dram_ratio}) > 1.25;
   fmt::print(
       "           ceilings now are {:.0f}% (compute), {:.0f}% (sluice's GEMM) and {:.0f}% (DRAM) "
-      "of the profile's: other load on the machine slows the measurement, not the prediction\n",
-      100 * r.compute_ceiling_flops / hw.compute_ceiling_flops(activations),
-      100 * b.ceilings->gemm_flops / hw.gemm_peak_flops,
-      100 * b.ceilings->dram_bytes_per_s / hw.dram_bytes_per_s);
+      "of the profile's: {}\n",
+      100 * compute_ratio, 100 * gemm_ratio, 100 * dram_ratio,
+      profile_depressed
+          ? "the profile was measured under load; `sluice profile` measures it again"
+          : "other load on the machine slows the measurement, not the prediction");
 }
 
 void print_memory(const BenchResult& b) {

@@ -35,7 +35,7 @@ void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceili
              ceilings.bf16_flops / 1e9, ceilings.bf16_instruction);
   fmt::print("{:>6} {:>10} {:>12} {:>7} {:>7} {:>12} {:>7} {:>12}\n", "m", "ms", "GFLOP/s", "%ceil",
              "%gemm", "W GB/s", "%dram", "runtime-m ms");
-  for (int64_t m : {1, 4, 8, 16, 64, 256, 1024}) {
+  for (int64_t m : {1, 4, 8, 16, 32, 64, 256, 1024}) {
     auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
     auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);
     fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>6.1f}% {:>12.1f} {:>6.1f}% {:>12.3f}\n", m,

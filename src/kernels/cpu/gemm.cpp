@@ -32,14 +32,19 @@ bool runtime_rows() {
   return g_row_mode.load(std::memory_order_relaxed) == GemmRowMode::kRuntime;
 }
 
-// Up to this many rows the product is bound by reading W, and sluice's tiles (which prefetch W
-// ahead) read it faster than oneDNN's bf16 matmul. Measured on 2 Zen 5 cores at avx512bf16
-// (n = 14336, k = 4096, `sluice bench-kernels`): oneDNN 17–26 GB/s at m = 1 and 95 GFLOP/s at
-// m = 4; the avx2 tiles 32 GB/s and 110 GFLOP/s. From m = 8 on oneDNN is ahead (170 vs 133).
-constexpr int64_t kMaxTiledRowsAtAvx512 = 4;
+// Up to this many rows sluice's tiles beat oneDNN's bf16 matmul at the AVX-512 levels. Measured
+// on 2 Zen 5 cores (n = 14336, k = 4096, `sluice bench-kernels`): at avx512 the prefetching avx2
+// tiles read W at 37–41 GB/s at m = 1 where oneDNN reads 17–26, and are behind from m = 8 on; at
+// avx512bf16 the `vdpbf16ps` tiles take 5.5 ms at m = 16 (344 GFLOP/s) where oneDNN takes
+// 5.9–9.7 ms, and oneDNN is ahead from m = 32 (7.7 against 9.3–10.4 ms).
+// At the amx level oneDNN's AMX kernels are assumed ahead (not measured: no AMX machine yet).
+int64_t max_tiled_rows(IsaLevel level) {
+  if (level >= IsaLevel::kAmx) return 4;
+  return level >= IsaLevel::kAvx512Bf16 ? 16 : 4;
+}
 
 bool uses_onednn(IsaLevel level, int64_t m) {
-  return level >= IsaLevel::kAvx512 && m > kMaxTiledRowsAtAvx512;
+  return level >= IsaLevel::kAvx512 && m > max_tiled_rows(level);
 }
 
 TiledGemmArgs tiled_args(const GemmArgs& a) {

@@ -30,8 +30,9 @@ struct GemmArgs {
   float beta = 0.0f;            // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y
 };
 
-// At the AVX-512 levels and more than 4 rows a oneDNN primitive per (shape, strides, dtype,
-// beta), created once and cached; elsewhere sluice's tiles.
+// At the AVX-512 levels and more rows than sluice's tiles handle faster (4 at avx512, 16 at
+// avx512bf16) a oneDNN primitive per (shape, strides, dtype, beta), created once and cached;
+// elsewhere sluice's tiles.
 void gemm(const GemmArgs& args);
 
 // Plain triple loop, fp32 accumulation in k order, X rounded to bf16 exactly as gemm() does.

@@ -72,22 +72,56 @@ void pack_row(const TiledGemmArgs& a, int64_t row, float* dst, int64_t ldp) {
   }
 }
 
-// Rows [r0, r0 + rows) of X, packed.
-void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, float* out, int64_t ldp) {
+// One row of X as bf16 in its natural order, zero-padded to `ldp` (the avx512bf16 tiles).
+void pack_row_bf16(const TiledGemmArgs& a, int64_t row, uint16_t* dst, int64_t ldp) {
+  if (a.x_dtype == DType::BF16) {
+    const uint16_t* x = static_cast<const uint16_t*>(a.x) + row * a.ldx;
+    std::copy(x, x + a.k, dst);
+  } else {
+    const float* x = static_cast<const float*>(a.x) + row * a.ldx;
+    for (int64_t p = 0; p < a.k; ++p) dst[p] = f32_to_bf16(x[p]);
+  }
+  std::fill(dst + a.k, dst + ldp, uint16_t(0));
+}
+
+// Which tiles a call takes, and the packed layout they read.
+struct TileSet {
+  IsaLevel level;
+  bool bf16;      // X packed as bf16 pairs (avx512bf16 tiles) instead of fp32 evens/odds
+  int64_t group;  // k-values per packed group
+};
+
+TileSet tile_set(const TiledGemmArgs& a, IsaLevel level) {
+  // The bf16 tiles multiply bf16 activations: only where X is bf16 or rounded to bf16 anyway.
+  const bool bf16 = level >= IsaLevel::kAvx512Bf16 && (a.x_dtype == DType::BF16 || a.round_x_to_bf16);
+  return {level, bf16, bf16 ? tiles::kBf16Group : kGroup};
+}
+
+// Rows [r0, r0 + rows) of X, packed for `set`'s tiles into `out` (elements of the set's type).
+void pack_rows(const TiledGemmArgs& a, const TileSet& set, int64_t r0, int64_t rows, void* out,
+               int64_t ldp) {
 #pragma omp parallel for schedule(static) if (rows * a.k >= (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) pack_row(a, r0 + r, out + r * ldp, ldp);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (set.bf16) {
+      pack_row_bf16(a, r0 + r, static_cast<uint16_t*>(out) + r * ldp, ldp);
+    } else {
+      pack_row(a, r0 + r, static_cast<float*>(out) + r * ldp, ldp);
+    }
+  }
 }
 
 struct Block {
   const TiledGemmArgs* a;
-  const float* packed;  // rows [r0, r0 + rows) of X, packed
-  int64_t ldp;          // packed row stride
+  const void* packed;  // rows [r0, r0 + rows) of X, packed for the set's tiles
+  int64_t ldp;         // packed row stride, in elements
   int64_t r0, rows;
-  IsaLevel level;
+  TileSet set;
 };
 
-tiles::TileFn tile_for(IsaLevel level, int rows, int cols) {
-  return level >= IsaLevel::kAvx2 ? tiles::avx2_tile(rows, cols) : tiles::scalar_tile(rows, cols);
+tiles::TileFn tile_for(const TileSet& set, int rows, int cols) {
+  if (set.bf16) return tiles::avx512bf16_tile(rows, cols);
+  return set.level >= IsaLevel::kAvx2 ? tiles::avx2_tile(rows, cols)
+                                      : tiles::scalar_tile(rows, cols);
 }
 
 // Brings the next block of W (the same W rows at the next k range, or the next W rows at the
@@ -123,7 +157,7 @@ class NextBlockPrefetcher {
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
   const TiledGemmArgs& a = *b.a;
   const bool one_row_tile = b.rows <= kMaxRows;
-  const int64_t k_padded = round_up(a.k, kGroup);
+  const int64_t k_padded = round_up(a.k, b.set.group);
   const int64_t depth = one_row_tile ? k_padded : kDepth;
   const int64_t col_block = one_row_tile ? c1 - c0 : kColBlock;
   for (int64_t cb = c0; cb < c1; cb += col_block) {
@@ -150,11 +184,15 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
         const int mr = int(std::min<int64_t>(kMaxRows, b.rows - i));
         for (int64_t j = cb; j < cb_end; j += kMaxCols) {
           const int nr = int(std::min<int64_t>(kMaxCols, cb_end - j));
-          job.x = b.packed + i * b.ldp;
+          if (b.set.bf16) {
+            job.xb = static_cast<const uint16_t*>(b.packed) + i * b.ldp;
+          } else {
+            job.x = static_cast<const float*>(b.packed) + i * b.ldp;
+          }
           job.w = a.w + j * a.ldw;
           job.y = a.y + (b.r0 + i) * a.ldy + j;
           if (!one_row_tile) next.before_tile();
-          tile_for(b.level, mr, nr)(job);
+          tile_for(b.set, mr, nr)(job);
         }
       }
     }
@@ -179,18 +217,21 @@ void run_block(const Block& b) {
 }  // namespace
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
+  const TileSet set = tile_set(a, level);
   // One spare group per packed row: with k a multiple of 1024 (every real model), rows exactly
   // k apart would all fall into the same L1 sets as each other and as W's rows.
-  const int64_t ldp = round_up(a.k, kGroup) + kGroup;
+  const int64_t ldp = round_up(a.k, set.group) + set.group;
+  const int64_t element = set.bf16 ? 2 : 4;
   for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, a.m - r0);
-    float* packed = scratch(size_t(rows * ldp));
-    pack_rows(a, r0, rows, packed, ldp);
-    run_block({&a, packed, ldp, r0, rows, level});
+    void* packed = scratch(size_t((rows * ldp * element + 3) / 4));
+    pack_rows(a, set, r0, rows, packed, ldp);
+    run_block({&a, packed, ldp, r0, rows, set});
   }
 }
 
 const char* tiled_gemm_name(IsaLevel level) {
+  if (level >= IsaLevel::kAvx512Bf16) return "sluice:avx512bf16";
   return level >= IsaLevel::kAvx2 ? "sluice:avx2" : "sluice:scalar";
 }
 

@@ -79,6 +79,8 @@ inline std::vector<TinyModelCase> family_cases() {
                      c.num_layers = 3;
                      c.dense_layers = {1};
                    }});
+  // DBRX: LayerNorm, the fused Wqkv clamped to ±1.5, flat experts (w2 transposed), top-3 of 7.
+  cases.push_back({"tiny_dbrx", [](ModelConfig& c) { c = preset_config("tiny-dbrx"); }});
   return cases;
 }
 

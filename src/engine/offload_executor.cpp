@@ -155,7 +155,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     if (free < f.minimum())
       fail(
           "--gpu-mem: the offload executor needs at least {} ({} bytes) of device memory: {} "
-          "resident attention and router weights, {} resident experts of {} layers, {} lm_head, "
+          "resident attention, router and dense MLP weights, {} resident experts of {} layers, {} "
+          "lm_head, "
           "{} step buffers for {} tokens, {} KV pool of {} blocks (the GPU share of attention), "
           "and {} expert page slots of {}; the device budget has "
           "{} ({} bytes) free. Raise --gpu-mem to at least {}, or lower --batch, "
@@ -409,8 +410,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     math.gemm_bf16(s, {m, n, k}, scratch, wt, y, beta);
   }
 
-  // The model's norm (RMSNorm or LayerNorm, config `norm`) over n rows of H, fp32 weights at
-  // resident offset `weight_at` (or `lm_head`-relative for the final norm: see run_layers).
+  // The model's norm (RMSNorm or LayerNorm, config `norm`) over n rows of H with fp32 weights
+  // `wt` (device), or those at resident offset `weight_at`.
   void norm(void* s, const float* x, float* y, int64_t n, const float* wt) {
     if (c.norm == NormKind::kLayerNorm)
       math.layer_norm(s, x, y, n, sh.H, wt, c.rms_norm_eps);

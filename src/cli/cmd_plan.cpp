@@ -98,12 +98,13 @@ void print_offload(const Plan& plan, const HardwareProfile& hw, const ModelConfi
                o.cpu_expert_max_tokens);
   const GpuMemoryUse& g = plan.chosen.gpu_memory;
   fmt::print(
-      "gpu memory {} of {}: attention weights {} + router, norms, lm_head {} + resident experts "
-      "{} + KV share {} + page slots {} + step buffers {}\n",
+      "gpu memory {} of {}: attention weights {} + router, norms, lm_head {} + dense MLPs {} + "
+      "resident experts {} + KV share {} + page slots {} + step buffers {}\n",
       human_bytes(double(g.total())), human_bytes(double(limits.gpu_bytes)),
       human_bytes(double(g.attention_weights)), human_bytes(double(g.router_norms_head)),
-      human_bytes(double(g.resident_experts)), human_bytes(double(g.kv_cache)),
-      human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)));
+      human_bytes(double(g.dense_mlps)), human_bytes(double(g.resident_experts)),
+      human_bytes(double(g.kv_cache)), human_bytes(double(g.page_slots)),
+      human_bytes(double(g.step_buffers)));
   for (const PhaseBottleneck& b : plan.bottlenecks) {
     const double rate = b.use.step_seconds > 0 ? b.use.h2d_bytes / b.use.step_seconds : 0;
     fmt::print(
@@ -188,6 +189,7 @@ int run(const Options& o) {
       j["gpu_memory_limit_bytes"] = limits.gpu_bytes;
       j["gpu_memory_bytes"] = {{"attention_weights", g.attention_weights},
                                {"router_norms_head", g.router_norms_head},
+                               {"dense_mlps", g.dense_mlps},
                                {"resident_experts", g.resident_experts},
                                {"kv_cache", g.kv_cache},
                                {"page_slots", g.page_slots},

@@ -148,18 +148,23 @@ struct BatchEngine::Impl {
     cpu::gemm(a);
   }
 
-  // y = x · weightᵀ + bias (when present): the bias rows first, then the GEMM adds onto them.
-  void project(const float* xin, int m, const Tensor& weight, const Tensor& bias, float* y) {
-    const int64_t n = weight.shape[0];
-    if (!bias.empty())
-      for (int r = 0; r < m; ++r) std::copy_n(bias.as<const float>(), n, y + size_t(r) * n);
-    gemm(xin, DType::F32, m, weight, y, bias.empty() ? 0.0f : 1.0f);
-  }
-
   // The elementwise kernels as the offload path's HostMath makes them (one set of calls, so the
   // stand-in device computes this engine's numbers by construction).
-  void rms_norm(const float* in, int rows, const Tensor& weight, float* out) {
-    math.rms_norm(nullptr, in, out, rows, c.hidden_size, weight.as<const float>(), c.rms_norm_eps);
+
+  // y = x · weightᵀ, then + bias (when present).
+  void project(const float* xin, int m, const Tensor& weight, const Tensor& bias, float* y) {
+    gemm(xin, DType::F32, m, weight, y);
+    if (!bias.empty()) math.add_bias(nullptr, y, bias.as<const float>(), m, weight.shape[0]);
+  }
+
+  // The model's norm over rows of hidden size: RMSNorm, or LayerNorm without bias.
+  void norm(const float* in, int rows, const Tensor& weight, float* out) {
+    if (c.norm == NormKind::kLayerNorm)
+      math.layer_norm(nullptr, in, out, rows, c.hidden_size, weight.as<const float>(),
+                      c.rms_norm_eps);
+    else
+      math.rms_norm(nullptr, in, out, rows, c.hidden_size, weight.as<const float>(),
+                    c.rms_norm_eps);
   }
 
   // The q or k norm in place over `rows` rows of `heads` heads: per head, or over the row.
@@ -177,9 +182,8 @@ struct BatchEngine::Impl {
   }
 
   // x.clamp_(min=-clip_qkv, max=clip_qkv) when the model clips.
-  void clip(float* values, size_t n) const {
-    if (c.clip_qkv <= 0) return;
-    for (size_t i = 0; i < n; ++i) values[i] = std::clamp(values[i], -c.clip_qkv, c.clip_qkv);
+  void clip(float* values, size_t n) {
+    if (c.clip_qkv > 0) math.clamp(nullptr, values, int64_t(n), c.clip_qkv);
   }
 
   void grow(int T) {
@@ -214,7 +218,7 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   const int r0 = item_row[ib], n = item_row[ie] - r0;
   auto t0 = Clock::now();
   // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h) (+ biases)
-  rms_norm(&x[size_t(r0) * H], n, L.attn_norm, &h[size_t(r0) * H]);
+  norm(&x[size_t(r0) * H], n, L.attn_norm, &h[size_t(r0) * H]);
   project(&h[size_t(r0) * H], n, L.wq, L.bq, &q[size_t(r0) * qd]);
   project(&h[size_t(r0) * H], n, L.wk, L.bk, &k[size_t(r0) * kvd]);
   project(&h[size_t(r0) * H], n, L.wv, L.bv, &v[size_t(r0) * kvd]);
@@ -242,10 +246,8 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   t0 = Clock::now();
   // x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x)
   gemm(&attn[size_t(r0) * qd], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
-  if (!L.bo.empty())
-    for (int r = r0; r < r0 + n; ++r)
-      for (int d = 0; d < H; ++d) x[size_t(r) * H + d] += L.bo.as<const float>()[d];
-  rms_norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
+  if (!L.bo.empty()) math.add_bias(nullptr, &x[size_t(r0) * H], L.bo.as<const float>(), n, H);
+  norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
   route(l, r0, n);
   // Each row goes to k experts (and the dense MLP): round it to bf16 once here rather than in
   // every expert GEMM.
@@ -275,7 +277,7 @@ void BatchEngine::Impl::route(int l, int r0, int n) {
     return;
   }
   gemm(&h[size_t(r0) * H], DType::F32, n, L.mlp_scale, scale, 0, /*exact=*/true);
-  for (int r = 0; r < n; ++r) scale[r] = 1.0f / (1.0f + std::exp(-scale[r]));
+  math.sigmoid(nullptr, scale, n);
 }
 
 // Each expert once over all its tokens of the step:
@@ -350,12 +352,8 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
     gemm(xe, xe_type, m, L.mlp_up, up.data());
     cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
     gemm(act.data(), DType::F32, m, L.mlp_down, down.data());
-    for (int j = 0; j < m; ++j) {
-      float* xr = &x[size_t(begin + j) * H];
-      const float* dr = &down[size_t(j) * H];
-      const float scale = mlp_scale[size_t(begin + j)];
-      for (int d = 0; d < H; ++d) xr[d] += scale * dr[d];
-    }
+    math.add_scaled_rows(nullptr, down.data(), H, &mlp_scale[size_t(begin)], m,
+                         &x[size_t(begin) * H]);
   }
   stats.dense_seconds += seconds_since(t0);
 }
@@ -416,7 +414,7 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   const float* logit_rows = device_out.logits.data();
   if (!offload || !offload->lm_head_on_device()) {
     t0 = Clock::now();
-    rms_norm(final_rows.data(), S, w.final_norm, h.data());
+    norm(final_rows.data(), S, w.final_norm, h.data());
     logits.resize(size_t(S) * c.vocab_size);
     if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
     stats.dense_seconds += seconds_since(t0);

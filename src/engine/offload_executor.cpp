@@ -155,7 +155,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     if (free < f.minimum())
       fail(
           "--gpu-mem: the offload executor needs at least {} ({} bytes) of device memory: {} "
-          "resident attention and router weights, {} resident experts of {} layers, {} lm_head, "
+          "resident attention, router and dense MLP weights, {} resident experts of {} layers, {} "
+          "lm_head, "
           "{} step buffers for {} tokens, {} KV pool of {} blocks (the GPU share of attention), "
           "and {} expert page slots of {}; the device budget has "
           "{} ({} bytes) free. Raise --gpu-mem to at least {}, or lower --batch, "
@@ -273,7 +274,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const size_t layer_experts = size_t(sh.E) * expert_matrix_bytes(c);
     for (int l = 0; l < c.num_layers; ++l) {
       const int j = expert_layer_index[size_t(l)];
-      if (j < 0) continue;
+      if (j < 0 || !res[size_t(l)].moe) continue;  // streamed, or a dense layer (no experts)
       const LayerWeights& L = w.layers[size_t(l)];
       up_to(resident_experts, resident_expert_offset(c, j, 0, 0), L.expert_gate, layer_experts,
             "resident expert_gate");
@@ -295,9 +296,22 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       up(r.wk, L.wk, size_t(sh.kvd) * H * 2, "wk");
       up(r.wv, L.wv, size_t(sh.kvd) * H * 2, "wv");
       up(r.wo, L.wo, H * size_t(sh.qd) * 2, "wo");
-      up(r.router, L.router, size_t(sh.E) * H * 2, "router");
+      if (r.moe) up(r.router, L.router, size_t(sh.E) * H * 2, "router");
       if (!L.q_norm.empty()) up(r.q_norm, L.q_norm, size_t(c.q_norm_size()) * 4, "q_norm");
       if (!L.k_norm.empty()) up(r.k_norm, L.k_norm, size_t(c.k_norm_size()) * 4, "k_norm");
+      if (r.qkv_bias) {
+        up(r.bq, L.bq, size_t(sh.qd) * 4, "q_proj.bias");
+        up(r.bk, L.bk, size_t(sh.kvd) * 4, "k_proj.bias");
+        up(r.bv, L.bv, size_t(sh.kvd) * 4, "v_proj.bias");
+      }
+      if (r.o_bias) up(r.bo, L.bo, H * 4, "o_proj.bias");
+      if (r.mlp_I > 0) {
+        const size_t matrix = size_t(r.mlp_I) * H * 2;
+        up(r.mlp_gate, L.mlp_gate, matrix, "mlp gate_proj");
+        up(r.mlp_up, L.mlp_up, matrix, "mlp up_proj");
+        up(r.mlp_down, L.mlp_down, matrix, "mlp down_proj");
+      }
+      if (r.mlp_scaled) up(r.mlp_scale, L.mlp_scale, H * 2, "shared_expert_gate");
     }
     const std::vector<float> inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
     dev.copy_to_device(offload::Queue::kWeights, resident + inv_freq_at, inv_freq.data(),
@@ -317,6 +331,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       if (expert_layer_index[size_t(l)] >= 0) continue;  // copied once, never streamed
       const LayerWeights& L = w.layers[size_t(l)];
       for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
+        if (t->empty()) continue;  // a dense layer
         const auto begin = reinterpret_cast<uintptr_t>(t->data);
         ranges.push_back(
             {begin / os_page * os_page, (begin + t->nbytes() + os_page - 1) / os_page * os_page});
@@ -358,6 +373,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     for (int l = 0; l < c.num_layers; ++l) {
       const LayerWeights& L = w.layers[size_t(l)];
       offload::LayerPages lp;
+      if (!res[size_t(l)].moe) {  // a dense layer: no experts
+        layer_pages.push_back(std::move(lp));
+        continue;
+      }
       if (expert_layer_index[size_t(l)] >= 0) {
         lp.experts.resize(size_t(sh.E));
         layer_pages.push_back(std::move(lp));
@@ -389,6 +408,62 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     }
     math.to_bf16(s, x, scratch, int64_t(m) * k);
     math.gemm_bf16(s, {m, n, k}, scratch, wt, y, beta);
+  }
+
+  // The model's norm (RMSNorm or LayerNorm, config `norm`) over n rows of H with fp32 weights
+  // `wt` (device), or those at resident offset `weight_at`.
+  void norm(void* s, const float* x, float* y, int64_t n, const float* wt) {
+    if (c.norm == NormKind::kLayerNorm)
+      math.layer_norm(s, x, y, n, sh.H, wt, c.rms_norm_eps);
+    else
+      math.rms_norm(s, x, y, n, sh.H, wt, c.rms_norm_eps);
+  }
+  void norm(void* s, const float* x, float* y, int64_t n, size_t weight_at) {
+    norm(s, x, y, n, weight<float>(weight_at));
+  }
+
+  // The layer's dense MLP over every row of the step (a shared expert, or a dense layer's FFN),
+  // after its experts, b_e rows per GEMM as the CPU engine:
+  // x[row] += scale[row] · down(silu(gate h) * up h), scale = sigmoid(shared_expert_gate · h).
+  void dense_mlp(void* s, int l) override {
+    const LayerResident& r = res[size_t(l)];
+    if (r.mlp_I == 0) return;
+    const int T = mb_row.back(), H = sh.H, I = r.mlp_I;
+    const uint16_t *wg = weight<uint16_t>(r.mlp_gate), *wu = weight<uint16_t>(r.mlp_up),
+                   *wd = weight<uint16_t>(r.mlp_down);
+    float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
+    for (int begin = 0; begin < T; begin += sh.be) {
+      const int m = std::min(T - begin, sh.be);
+      const float* h = at<float>(buf.h) + size_t(begin) * H;
+      if (sh.f32) {
+        math.gemm_f32(s, {m, I, H}, h, wg, gate, 0);
+        math.gemm_f32(s, {m, I, H}, h, wu, up, 0);
+      } else {
+        uint16_t* ex = at<uint16_t>(buf.ex);
+        math.to_bf16(s, h, ex, int64_t(m) * H);
+        math.gemm_bf16(s, {m, I, H}, ex, wg, gate, 0);
+        math.gemm_bf16(s, {m, I, H}, ex, wu, up, 0);
+      }
+      math.silu_mul(s, gate, up, gate, int64_t(m) * I);
+      gemm(s, m, H, I, gate, wd, down, 0, at<uint16_t>(buf.actb));
+      math.add_scaled_rows(s, down, H, r.mlp_scaled ? at<float>(buf.mlp_scale) + begin : nullptr, m,
+                           at<float>(buf.x) + size_t(begin) * H);
+    }
+  }
+
+  // The resident GEMMs of a step of T rows in M micro-batches, as the CPU engine's gemm()
+  // counts them (per call: the weight's bytes and 2·m·n·k FLOPs; experts: account_expert).
+  void account_resident_gemms(int T, int M) const {
+    const double H = sh.H, attention = double(sh.qd) * 2 + double(sh.kvd) * 2;
+    for (const LayerResident& r : res) {
+      const double columns = attention + (r.moe ? sh.E : 0) + (r.mlp_scaled ? 1 : 0);
+      stats->flops += 2.0 * T * H * columns;
+      stats->weight_bytes += H * columns * 2 * M;
+      for (int begin = 0; begin < T && r.mlp_I > 0; begin += sh.be) {
+        stats->flops += 6.0 * std::min(T - begin, sh.be) * r.mlp_I * H;
+        stats->weight_bytes += 3.0 * r.mlp_I * H * 2;
+      }
+    }
   }
 
   // The q|k|v block of micro-batch mb: [n, qd] q, then [n, kvd] k, then [n, kvd] v.
@@ -463,14 +538,16 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     float* q = at<float>(buf.qkv) + qkv_offset(mb);
     float* k = q + size_t(n) * sh.qd;
     float* v = k + size_t(n) * sh.kvd;
-    // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h)
-    math.rms_norm(s, x, h, n, H, weight<float>(r.attn_norm), c.rms_norm_eps);
+    // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h) (+ biases)
+    norm(s, x, h, n, r.attn_norm);
     if (!sh.f32) math.to_bf16(s, h, xb, int64_t(n) * H);  // once for the three projections
-    for (auto [wt, y, out] : {std::tuple{r.wq, q, sh.qd}, {r.wk, k, sh.kvd}, {r.wv, v, sh.kvd}}) {
+    for (auto [wt, bias, y, out] :
+         {std::tuple{r.wq, r.bq, q, sh.qd}, {r.wk, r.bk, k, sh.kvd}, {r.wv, r.bv, v, sh.kvd}}) {
       if (sh.f32)
         math.gemm_f32(s, {n, out, H}, h, weight<uint16_t>(wt), y, 0);
       else
         math.gemm_bf16(s, {n, out, H}, xb, weight<uint16_t>(wt), y, 0);
+      if (r.qkv_bias) math.add_bias(s, y, weight<float>(bias), n, out);
     }
     // q = q_norm(q); k = k_norm(k) (per head, or over the row), as the CPU engine's qk_norm
     if (c.qk_norm != QkNorm::kNone) {
@@ -480,6 +557,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       math.rms_norm(s, k, k, per_head ? int64_t(n) * c.num_kv_heads : n,
                     per_head ? c.head_dim : sh.kvd, weight<float>(r.k_norm), c.rms_norm_eps);
     }
+    // q, k, v = q.clamp(±clip_qkv), ...
+    if (c.clip_qkv > 0)
+      for (auto [y, width] : {std::pair{q, sh.qd}, {k, sh.kvd}, {v, sh.kvd}})
+        math.clamp(s, y, int64_t(n) * width, c.clip_qkv);
     const int32_t* pos = at<int32_t>(buf.positions) + r0;
     const float* inv_freq = weight<float>(inv_freq_at);
     math.rope(s, q, n, c.num_heads, c.head_dim, pos, inv_freq);
@@ -559,10 +640,18 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     if (mb_gpu[size_t(mb)] > 0)  // both shares' outputs into the rows' order
       math.gather_rows_f32(s, at<float>(buf.attn_parts) + size_t(r0) * sh.qd, sh.qd,
                            index(kMerge, r0), n, at<float>(buf.attn) + size_t(r0) * sh.qd);
-    // x = x + o_proj(attn); h = post_attention_layernorm(x); router_logits = gate(h)
+    // x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x); router_logits = gate(h)
     gemm(s, n, H, sh.qd, at<float>(buf.attn) + size_t(r0) * sh.qd, weight<uint16_t>(r.wo), x, 1.0f,
          xb);
-    math.rms_norm(s, x, h, n, H, weight<float>(r.ffn_norm), c.rms_norm_eps);
+    if (r.o_bias) math.add_bias(s, x, weight<float>(r.bo), n, H);
+    norm(s, x, h, n, r.ffn_norm);
+    // scale = sigmoid(shared_expert_gate(h)), fp32 input as the router
+    if (r.mlp_scaled) {
+      float* scale = at<float>(buf.mlp_scale) + r0;
+      math.gemm_f32(s, {n, 1, H}, h, weight<uint16_t>(r.mlp_scale), scale, 0);
+      math.sigmoid(s, scale, n);
+    }
+    if (!r.moe) return;  // a dense layer: no routing
     float* logits = at<float>(buf.logits) + size_t(r0) * sh.E;
     math.gemm_f32(s, {n, sh.E, H}, h, weight<uint16_t>(r.router), logits, 0);
     char* block = at<char>(buf.routing) + routing_offset(mb);
@@ -577,6 +666,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   bool hidden_to_host(int l) const { return sh.cpu_experts && expert_layer_index[size_t(l)] < 0; }
 
   offload::Transfer routing_to_host(int l, int mb) override {
+    if (!res[size_t(l)].moe) return {h_routing.data(), at<char>(buf.routing), 0};
     const size_t n = size_t(rows_of(mb));
     const size_t bytes = hidden_to_host(l) ? n * sh.routing_row() : n * size_t(sh.K) * 8;
     to_host_bytes += double(bytes);
@@ -586,7 +676,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
 
   // Groups the step's rows per expert in the CPU engine's order (micro-batch, row, rank), into
   // the [rows | weights] block uploaded for the expert kernels.
-  std::vector<int> expert_tokens(int) override {
+  std::vector<int> expert_tokens(int l) override {
+    if (!res[size_t(l)].moe) return {};  // a dense layer: no experts
     const int T = mb_row.back(), K = sh.K;
     std::vector<std::vector<std::pair<int, float>>> lists(size_t(sh.E));
     row_hidden.assign(size_t(T), nullptr);
@@ -638,7 +729,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     }
   }
 
-  offload::Transfer expert_rows_to_device(int) override {
+  offload::Transfer expert_rows_to_device(int l) override {
+    if (!res[size_t(l)].moe) return {};
     const size_t bytes = size_t(mb_row.back()) * sh.K * 8;
     to_device_bytes += double(bytes);
     return {at<char>(buf.expert_lists), h_lists.data(), bytes};
@@ -851,9 +943,8 @@ OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float*
                                  mp->at<int32_t>(mp->buf.sample_rows), S, rows);
         if (!lm || S == 0) return;
         float* normed = mp->at<float>(mp->buf.h);  // the layers are done with it
-        mp->math.rms_norm(s, rows, normed, S, H,
-                          reinterpret_cast<const float*>(mp->lm_head + mp->lm_layout.final_norm),
-                          mp->c.rms_norm_eps);
+        mp->norm(s, rows, normed, S,
+                 reinterpret_cast<const float*>(mp->lm_head + mp->lm_layout.final_norm));
         mp->gemm(s, S, V, H, normed,
                  reinterpret_cast<const uint16_t*>(mp->lm_head + mp->lm_layout.lm_head),
                  mp->at<float>(mp->buf.lm_logits), 0, mp->at<uint16_t>(mp->buf.xb));
@@ -893,13 +984,7 @@ OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float*
     m.to_host_bytes += double(S) * H * 4;
   }
 
-  // The resident GEMMs' accounting, as the CPU engine counts it (experts: expert_tokens).
-  const double dense_flops =
-      2.0 * T * H * (double(m.sh.qd) + 2.0 * m.sh.kvd + m.sh.qd + m.sh.E) * m.c.num_layers;
-  const double dense_bytes = double(H) * (2.0 * m.sh.qd + 2.0 * m.sh.kvd + m.sh.E) * 2 *
-                             m.c.num_layers * double(plan.micro_batch_end.size());
-  stats.flops += dense_flops;
-  stats.weight_bytes += dense_bytes;
+  m.account_resident_gemms(T, int(plan.micro_batch_end.size()));
   stats.device_pages_copied += ps.pages_copied;
   stats.device_bytes_to_device += double(ps.bytes_copied) + m.to_device_bytes;
   stats.device_bytes_to_host += m.to_host_bytes;

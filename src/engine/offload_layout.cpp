@@ -1,45 +1,51 @@
 #include "engine/offload_layout.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "engine/offload_executor.h"
 
 namespace sluice {
+
+int widest_dense_mlp(const ModelConfig& c) {
+  int widest = 0;
+  for (int l = 0; l < c.num_layers; ++l) widest = std::max(widest, c.dense_mlp_size(l));
+  return widest;
+}
 
 size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq) {
   ArenaLayout L;
   const size_t H = size_t(c.hidden_size), qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
   for (int l = 0; l < c.num_layers; ++l) {
     LayerResident r;
+    r.moe = c.is_moe_layer(l);
+    r.qkv_bias = c.qkv_bias;
+    r.o_bias = c.o_bias;
+    r.mlp_I = c.dense_mlp_size(l);
+    r.mlp_scaled = r.moe && r.mlp_I > 0 && c.shared_expert_gate;
+    const size_t I = size_t(r.mlp_I);
     r.attn_norm = L.add(H * 4);
     r.ffn_norm = L.add(H * 4);
     r.wq = L.add(qd * H * 2);
     r.wk = L.add(kvd * H * 2);
     r.wv = L.add(kvd * H * 2);
     r.wo = L.add(H * qd * 2);
-    r.router = L.add(size_t(c.num_experts) * H * 2);
+    r.router = L.add(r.moe ? size_t(c.num_experts) * H * 2 : 0);
     r.q_norm = L.add(size_t(c.q_norm_size()) * 4);
     r.k_norm = L.add(size_t(c.k_norm_size()) * 4);
+    r.bq = L.add(r.qkv_bias ? qd * 4 : 0);
+    r.bk = L.add(r.qkv_bias ? kvd * 4 : 0);
+    r.bv = L.add(r.qkv_bias ? kvd * 4 : 0);
+    r.bo = L.add(r.o_bias ? H * 4 : 0);
+    r.mlp_gate = L.add(I * H * 2);
+    r.mlp_up = L.add(I * H * 2);
+    r.mlp_down = L.add(H * I * 2);
+    r.mlp_scale = L.add(r.mlp_scaled ? H * 2 : 0);
     if (layers) layers->push_back(r);
   }
   const size_t f = L.add(size_t(c.head_dim / 2) * 4);
   if (inv_freq) *inv_freq = f;
   return L.size();
-}
-
-void check_offload_supports(const ModelConfig& c) {
-  auto refuse = [&](const char* feature, const char* field) {
-    fail(
-        "offload executor: {} uses {} (config field '{}'), which the offload path does not run "
-        "yet; run it with --device cpu",
-        c.architecture, feature, field);
-  };
-  if (c.qkv_bias || c.o_bias) refuse("attention projection biases", "qkv_bias/attention_bias");
-  if (c.clip_qkv > 0) refuse("q/k/v clipping", "clip_qkv");
-  if (c.norm != NormKind::kRms) refuse("LayerNorm", "norm");
-  if (c.shared_expert_intermediate_size > 0)
-    refuse("a shared expert", "shared_expert_intermediate_size");
-  for (int l = 0; l < c.num_layers; ++l)
-    if (!c.is_moe_layer(l)) refuse("dense MLP layers", "mlp_only_layers/decoder_sparse_step");
 }
 
 size_t expert_matrix_bytes(const ModelConfig& c) {
@@ -80,7 +86,6 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
         "offload executor: fields 'batch', 'prefill_chunk', 'expert_batch', 'attn_micro_batch': "
         "expected a resolved policy (all > 0), got {}",
         p.describe());
-  check_offload_supports(c);
   OffloadFootprint f;
   f.resident = resident_layout(c, nullptr, nullptr);
   f.resident_layers = resident_expert_layers(c, s);

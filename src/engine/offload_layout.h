@@ -30,9 +30,13 @@ class ArenaLayout {
 // ω of the settings: -1 (not set) is 1, all attention on the host; outside [0, 1] is an error.
 double cpu_attention_share(const OffloadSettings& s);
 
+// The largest dense_mlp_size over the layers (0 when no layer has a dense MLP).
+int widest_dense_mlp(const ModelConfig& c);
+
 // The shapes every size below is derived from.
 struct StepShape {
   int H, I, E, K, qd, kvd, V, T, S, be;
+  int mlp_I;  // the widest dense MLP (shared expert or dense layer); 0: none
   bool f32, cpu_experts, lm_head;
   int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none
   explicit StepShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
@@ -40,6 +44,7 @@ struct StepShape {
         I(c.expert_intermediate_size),
         E(c.num_experts),
         K(c.experts_per_token),
+        mlp_I(widest_dense_mlp(c)),
         qd(c.q_dim()),
         kvd(c.kv_dim()),
         V(c.vocab_size),
@@ -72,6 +77,7 @@ constexpr size_t kAttentionIndexArrays = 6;
 struct BufferLayout {
   size_t x, h, xb, qkv, attn, logits, routing, positions, sample_rows, final_rows, expert_lists, ex,
       gate, up, actb, down, cpu_block, lm_logits;
+  size_t mlp_scale;  // per row: sigmoid of the dense MLP's gate (when the model has one)
   // The GPU share of attention (empty without one): the CPU share's q|k|v gathered per
   // micro-batch, the GPU share's q, both shares' outputs ([GPU rows | CPU rows] per micro-batch),
   // the step's row indices (AttentionIndex) and the GPU share's block tables.
@@ -79,7 +85,9 @@ struct BufferLayout {
   size_t bytes;
   explicit BufferLayout(const StepShape& s) {
     ArenaLayout L;
-    const size_t T = size_t(s.T), H = size_t(s.H), be = size_t(s.be), I = size_t(s.I);
+    // The experts' and the dense MLP's intermediate rows share the gate/up/act buffers.
+    const size_t T = size_t(s.T), H = size_t(s.H), be = size_t(s.be),
+                 I = size_t(std::max(s.I, s.mlp_I));
     x = L.add(T * H * 4);
     h = L.add(T * H * 4);
     xb = L.add(s.f32 ? 0 : T * size_t(std::max(s.H, s.qd)) * 2);
@@ -99,6 +107,7 @@ struct BufferLayout {
     cpu_block = L.add(s.cpu_experts ? T * (8 + H * 4) : 0);
     // The sampled rows' logits when the lm_head runs on the device (its bf16 input is in xb).
     lm_logits = L.add(s.lm_head ? size_t(s.S) * size_t(s.V) * 4 : 0);
+    mlp_scale = L.add(s.mlp_I > 0 ? T * 4 : 0);
     const bool g = s.gpu_attention();
     qkv_cpu = L.add(g ? T * size_t(s.qkv_row()) * 4 : 0);
     q_gpu = L.add(g ? T * size_t(s.qd) * 4 : 0);
@@ -110,15 +119,18 @@ struct BufferLayout {
 };
 
 // Resident weights of one layer: offsets into one allocation.
+// Every tensor is laid out in every layer; an absent one (its config feature off, or no MoE
+// block in a dense layer) takes no bytes, and `has` says which are present.
 struct LayerResident {
-  size_t attn_norm, ffn_norm, wq, wk, wv, wo, router;
-  size_t q_norm, k_norm;  // fp32, when the model has q/k norms
+  size_t attn_norm, ffn_norm, wq, wk, wv, wo;
+  size_t router;                      // bf16 [E, H]; a MoE layer's
+  size_t q_norm, k_norm;              // fp32, when the model has q/k norms
+  size_t bq, bk, bv, bo;              // fp32, when the model has projection biases
+  size_t mlp_gate, mlp_up, mlp_down;  // bf16, the layer's dense MLP (shared expert or dense FFN)
+  size_t mlp_scale;                   // bf16 [1, H], the dense MLP's sigmoid gate
+  bool moe = true, qkv_bias = false, o_bias = false, mlp_scaled = false;
+  int mlp_I = 0;  // the dense MLP's intermediate size; 0: none
 };
-
-// Fails, naming the feature and its config field, when the model needs something the offload
-// executor does not run yet (biases, clipping, LayerNorm, a dense MLP or shared expert, dense
-// layers): the CPU engine runs every model.
-void check_offload_supports(const ModelConfig& c);
 
 // Lays out every layer's resident tensors; returns the bytes, fills `layers` and the RoPE table's
 // offset when given.

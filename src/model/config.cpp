@@ -153,6 +153,8 @@ void read_rope(const ConfigReader& r, float fallback, ModelConfig& c) {
   }
 }
 
+}  // namespace
+
 DType read_dtype(const ConfigReader& r) {
   const json& j = r.doc();
   std::string dtype = j.value("torch_dtype", j.value("dtype", std::string("bfloat16")));
@@ -166,8 +168,6 @@ DType read_dtype(const ConfigReader& r) {
 const char* dtype_json_name(DType t) {
   return t == DType::BF16 ? "bfloat16" : t == DType::F16 ? "float16" : "float32";
 }
-
-}  // namespace
 
 void read_llama_style(const ConfigReader& r, const LlamaStyleDefaults& d, ModelConfig& c) {
   c.vocab_size = r.integer("vocab_size");

@@ -14,7 +14,7 @@
 
 namespace sluice {
 
-enum class Family { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe };
+enum class Family { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, Dbrx };
 
 std::string_view family_name(Family f);
 

@@ -72,6 +72,10 @@ void write_llama_style(const ModelConfig& c, nlohmann::json& j);
 // (l + 1) % decoder_sparse_step != 0. Reads both fields into c.dense_layers.
 void read_qwen_dense_layers(const ConfigReader& r, ModelConfig& c);
 
+// torch_dtype (or dtype): bfloat16 (when absent), float16 or float32; and as written.
+DType read_dtype(const ConfigReader& r);
+const char* dtype_json_name(DType t);
+
 // The fields shared by every family's checks: head_dim even for RoPE, top-k within the experts.
 void check_common(const ConfigReader& r, const ModelConfig& c);
 

@@ -5,8 +5,8 @@
 namespace sluice {
 
 std::span<const FamilySpec* const> all_families() {
-  static const FamilySpec* const families[] = {&mixtral_family(), &qwen3_moe_family(),
-                                               &olmoe_family(), &qwen2_moe_family()};
+  static const FamilySpec* const families[] = {
+      &mixtral_family(), &qwen3_moe_family(), &olmoe_family(), &qwen2_moe_family(), &dbrx_family()};
   return families;
 }
 

@@ -88,6 +88,19 @@ ModelConfig qwen2_moe(const Shape& s, int moe_intermediate, int shared_intermedi
   return c;
 }
 
+// DBRX: LayerNorm without bias, a fused Wqkv clamped to ±clip_qkv, top-k of E experts
+// renormalised (moe_normalize_expert_weights 1), head_dim = hidden / heads.
+ModelConfig dbrx(const Shape& s, int ffn, int experts, int top_k, float clip_qkv) {
+  ModelConfig c = base(Family::Dbrx, s);
+  c.norm = NormKind::kLayerNorm;
+  c.clip_qkv = clip_qkv;
+  c.expert_intermediate_size = ffn;
+  c.num_experts = experts;
+  c.experts_per_token = top_k;
+  c.normalize_topk = true;
+  return c;
+}
+
 struct Preset {
   const char* name;
   ModelConfig config;
@@ -107,6 +120,7 @@ const std::vector<Preset>& presets() {
        qwen2_moe({151936, 2048, 24, 16, 16, 128, 8192, 1e6f, 1e-6f}, 1408, 5632, 5632, 60, 4)},
       {"qwen2-57b-a14b",
        qwen2_moe({151936, 3584, 28, 28, 4, 128, 32768, 1e6f, 1e-6f}, 2560, 20480, 18944, 64, 8)},
+      {"dbrx", dbrx({100352, 6144, 40, 48, 8, 128, 32768, 500000.f, 1e-5f}, 10752, 16, 4, 8.f)},
       // Small enough for unit tests, with every dimension distinct so layout bugs show.
       {"tiny-mixtral", mixtral(384, 64, 96, 2, 4, 2, 8, 2, 4096)},
       // heads·head_dim (4·24 = 96) unrelated to the hidden size, as in Qwen3.
@@ -114,6 +128,9 @@ const std::vector<Preset>& presets() {
       // Grouped KV heads (the published OLMoE has one per query head) to exercise k_norm's width.
       {"tiny-olmoe", olmoe({384, 64, 2, 4, 2, 16, 4096, 10000.f, 1e-5f}, 48, 8, 3)},
       {"tiny-qwen2-moe", qwen2_moe({384, 64, 2, 4, 2, 16, 4096, 1e6f, 1e-6f}, 32, 72, 88, 8, 4)},
+      // head_dim = 64 / 4; the fused Wqkv is 64 + 2·2·16 = 128 rows; clip 1.5 clamps a share of
+      // q/k/v; top-3 of 7 experts of 40.
+      {"tiny-dbrx", dbrx({384, 64, 2, 4, 2, 16, 4096, 500000.f, 1e-5f}, 40, 7, 3, 1.5f)},
   };
   return all;
 }

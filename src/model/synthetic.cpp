@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -37,9 +38,14 @@ struct Init {
 Init init_for(const ExpectedTensor& t) {
   if (t.name.ends_with(".bias")) return {0.0f, 0.5f};
   if (t.shape.size() == 1) return {1.0f, 0.1f};
-  const float std_dev = t.name.find("embed_tokens") != std::string::npos
-                            ? 1.0f
-                            : 1.0f / std::sqrt(float(t.shape.back()));
+  // fan_in: the last dimension, but the rows of one expert where the checkpoint stores its
+  // transpose (DBRX's w2).
+  const float fan_in = t.mapping == TensorMapping::kExpertsFlatTransposed
+                           ? float(t.shape[0] / t.experts)
+                           : float(t.shape.back());
+  const bool embedding =
+      t.name.find("embed_tokens") != std::string::npos || t.name.ends_with("wte.weight");
+  const float std_dev = embedding ? 1.0f : 1.0f / std::sqrt(fan_in);
   return {0.0f, std_dev * std::sqrt(3.0f)};
 }
 
@@ -105,8 +111,17 @@ Model make_random_model(const ModelConfig& config, uint64_t seed) {
   Model m;
   m.config = config;
   TensorTable table = tensor_table(config, m.weights);
+  std::map<std::string, Tensor> mapped_whole;  // a mapped entry's checkpoint tensor, made once
   for (const ExpectedTensor& t : table.tensors) {
-    if (t.expert < 0) {
+    if (t.mapping != TensorMapping::kWhole) {
+      auto [it, fresh] = mapped_whole.try_emplace(t.name);
+      if (fresh) {
+        it->second = Tensor::allocate(config.dtype, t.shape);
+        fill_parallel(config.dtype, it->second.data, it->second.numel(), name_key(t.name, seed),
+                      init_for(t));
+      }
+      *t.slot = mapped_slot(t, it->second);
+    } else if (t.expert < 0) {
       *t.slot = Tensor::allocate(config.dtype, t.shape);
       fill_parallel(config.dtype, t.slot->data, t.slot->numel(), name_key(t.name, seed),
                     init_for(t));
@@ -130,6 +145,9 @@ WriteStats write_random_checkpoint(const ModelConfig& config, const std::filesys
   fs::create_directories(dir);
   ModelWeights unused;
   std::vector<ExpectedTensor> order = storage_order(tensor_table(config, unused));
+  // A fused tensor is in the table once per part: written once.
+  std::set<std::string> seen;
+  std::erase_if(order, [&](const ExpectedTensor& t) { return !seen.insert(t.name).second; });
   const size_t esize = dtype_size(config.dtype);
   auto bytes_of = [&](const ExpectedTensor& t) { return size_t(shape_numel(t.shape)) * esize; };
 

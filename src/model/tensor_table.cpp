@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "model/family.h"
 
 namespace sluice {
@@ -9,6 +11,32 @@ namespace sluice {
 TensorTable tensor_table(const ModelConfig& c, ModelWeights& w) {
   w.layers.assign(size_t(c.num_layers), LayerWeights{});
   return family_spec(c.family).tensor_table(c, w);
+}
+
+Tensor mapped_slot(const ExpectedTensor& t, const Tensor& whole) {
+  const size_t esize = dtype_size(whole.dtype);
+  if (t.mapping == TensorMapping::kRows) {
+    Tensor v = whole;
+    v.data = static_cast<char*>(whole.data) + size_t(t.first_row) * size_t(whole.shape[1]) * esize;
+    v.shape = {t.rows, whole.shape[1]};
+    return v;
+  }
+  const int64_t E = t.experts, I = whole.shape[0] / E, H = whole.shape[1];
+  if (t.mapping == TensorMapping::kExpertsFlat) {
+    Tensor v = whole;
+    v.shape = {E, I, H};
+    return v;
+  }
+  // [E, I, H] → [E, H, I], element by element (any float dtype: bytes are moved, not converted).
+  Tensor out = Tensor::allocate(whole.dtype, {E, H, I});
+  const char* src = static_cast<const char*>(whole.data);
+  char* dst = static_cast<char*>(out.data);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < I; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        std::memcpy(dst + size_t((e * H + h) * I + i) * esize,
+                    src + size_t((e * I + i) * H + h) * esize, esize);
+  return out;
 }
 
 void add_llama_embedding(const ModelConfig& c, ModelWeights& w, TensorTable& t) {

@@ -9,11 +9,25 @@
 
 namespace sluice {
 
+// How a checkpoint tensor becomes its canonical slot.
+enum class TensorMapping {
+  kWhole,        // the slot is the tensor (or, with `expert`, one expert of the stacked slot)
+  kRows,         // the slot is rows [first_row, first_row + rows) of a 2-D tensor (a fused
+                 // projection, e.g. DBRX's Wqkv); a view
+  kExpertsFlat,  // [E·I, H], expert after expert: the slot [E, I, H]; a view
+  kExpertsFlatTransposed,  // [E·I, H] holding each expert's [I, H] = the transpose of its
+                           // canonical [H, I] (DBRX's w2, used as act @ w2): the slot [E, H, I],
+                           // repacked once at load
+};
+
 struct ExpectedTensor {
   std::string name;  // as in the checkpoint
-  Shape shape;
-  Tensor* slot;     // the canonical tensor it becomes
-  int expert = -1;  // >= 0: expert `expert` of the stacked slot [E, ...]
+  Shape shape;       // as in the checkpoint
+  Tensor* slot;      // the canonical tensor it becomes
+  int expert = -1;   // >= 0: expert `expert` of the stacked slot [E, ...]
+  TensorMapping mapping = TensorMapping::kWhole;
+  int64_t first_row = 0, rows = 0;  // kRows
+  int64_t experts = 0;              // kExpertsFlat*
 };
 
 struct TensorTable {
@@ -24,7 +38,29 @@ struct TensorTable {
   void add(std::string name, Shape shape, Tensor* slot, int expert = -1) {
     tensors.push_back({std::move(name), std::move(shape), slot, expert});
   }
+  // Rows [first_row, first_row + rows) of the 2-D checkpoint tensor `name` into `slot`; a fused
+  // tensor is added once per part, with the same name and shape.
+  void add_rows(std::string name, Shape shape, Tensor* slot, int64_t first_row, int64_t rows) {
+    ExpectedTensor t{std::move(name), std::move(shape), slot};
+    t.mapping = TensorMapping::kRows;
+    t.first_row = first_row;
+    t.rows = rows;
+    tensors.push_back(std::move(t));
+  }
+  // The E experts of one [E·I, H] checkpoint tensor into the stacked slot; `transposed` when
+  // each expert's [I, H] is the transpose of the slot's matrix.
+  void add_experts_flat(std::string name, Shape shape, Tensor* slot, int64_t experts,
+                        bool transposed) {
+    ExpectedTensor t{std::move(name), std::move(shape), slot};
+    t.mapping = transposed ? TensorMapping::kExpertsFlatTransposed : TensorMapping::kExpertsFlat;
+    t.experts = experts;
+    tensors.push_back(std::move(t));
+  }
 };
+
+// The slot of a mapped table entry (mapping != kWhole) from its whole checkpoint tensor: a view
+// of `whole`, or a repacked copy (kExpertsFlatTransposed).
+Tensor mapped_slot(const ExpectedTensor& t, const Tensor& whole);
 
 // Builds the table for `config` (its family's), pointing slots into `weights` (whose layers are
 // sized here).

@@ -70,7 +70,9 @@ Model load_model(const std::filesystem::path& dir) {
       fail("{}: tensor '{}': expected dtype BF16, F16 or F32, got {}", file, want.name,
            dtype_name(got->dtype));
     used[want.name] = true;
-    if (want.expert < 0) {
+    if (want.mapping != TensorMapping::kWhole) {
+      *want.slot = mapped_slot(want, got->view());
+    } else if (want.expert < 0) {
       *want.slot = got->view();
     } else {
       auto& list = stacks[want.slot];

@@ -2,6 +2,7 @@
 // message, on machines without a GPU; compiled everywhere nvcc is.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -15,9 +16,9 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
-#include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/cuda_device.h"
 #include "runtime/kv_cache.h"
 
@@ -80,6 +81,63 @@ TEST(CudaKernels, RmsNormMatchesCpu) {
     cuda::rms_norm(dx.ptr, dy.ptr, rows, dim, dw.ptr, a.eps, nullptr);
     expect_close(dy.get(), want, 2e-6f, 1e-6f, "rms_norm");
   }
+}
+
+TEST(CudaKernels, LayerNormMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t dim : {1, 7, 128, 4096, 5000}) {
+    const int64_t rows = 5;
+    auto x = random_floats(size_t(rows * dim), 11), w = random_floats(size_t(dim), 12);
+    for (float& v : x) v += 2.0f;  // off zero, so the centring matters
+    std::vector<float> want(x.size());
+    cpu::RmsNormArgs a;
+    a.x = x.data();
+    a.y = want.data();
+    a.rows = rows;
+    a.dim = dim;
+    a.weight = w.data();
+    a.weight_dtype = DType::F32;
+    cpu::layer_norm_reference(a);
+    DeviceVec<float> dx(x), dw(w);
+    cuda::layer_norm(dx.ptr, dx.ptr, rows, dim, dw.ptr, a.eps, nullptr);  // in place
+    // fp32 sums in another order than the double reference: as cpu::layer_norm's own test.
+    expect_close(dx.get(), want, 1e-5f, 1e-5f, "layer_norm");
+  }
+}
+
+// add_bias, clamp and sigmoid are exact against the host loops of HostMath (one rounding each;
+// sigmoid's exp rounded from double, which the host's expf matches to the last bit or one ulp).
+TEST(CudaKernels, BiasClampSigmoidAndScaledRowsMatchTheHostLoops) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 7, cols = 333;
+  auto y = random_floats(size_t(rows * cols), 13, 3.0f), bias = random_floats(size_t(cols), 14);
+  DeviceVec<float> dy(y), db(bias);
+  cuda::add_bias(dy.ptr, db.ptr, rows, cols, nullptr);
+  cuda::clamp(dy.ptr, rows * cols, 1.5f, nullptr);
+  std::vector<float> want = y;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      float& v = want[size_t(r * cols + i)];
+      v = std::min(std::max(v + bias[size_t(i)], -1.5f), 1.5f);
+    }
+  expect_close(dy.get(), want, 0, 0, "add_bias+clamp");
+  auto z = random_floats(100003, 15, 6.0f);
+  DeviceVec<float> dz(z);
+  cuda::sigmoid(dz.ptr, int64_t(z.size()), nullptr);
+  for (float& v : z) v = 1.0f / (1.0f + std::exp(-v));
+  expect_close(dz.get(), z, 2.4e-7f, 0, "sigmoid");
+  auto src = random_floats(size_t(rows * cols), 16), dst = random_floats(size_t(rows * cols), 17);
+  auto scales = random_floats(size_t(rows), 18);
+  DeviceVec<float> ds(src), dd(dst), dsc(scales);
+  cuda::add_scaled_rows(ds.ptr, cols, dsc.ptr, rows, dd.ptr, nullptr);
+  cuda::add_scaled_rows(ds.ptr, cols, nullptr, rows, dd.ptr, nullptr);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      float& d = dst[size_t(r * cols + i)];
+      d += scales[size_t(r)] * src[size_t(r * cols + i)];
+      d += 1.0f * src[size_t(r * cols + i)];
+    }
+  expect_close(dd.get(), dst, 0, 0, "add_scaled_rows");
 }
 
 TEST(CudaKernels, RopeMatchesCpuAtLongPositions) {

@@ -13,10 +13,10 @@
 #include "core/dtype.h"
 #include "engine/batch_engine.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/offload_ops.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
-#include "kernels/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {
@@ -104,10 +104,15 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
 // expert streamed and the lm_head on the host, with one of the two layers' experts resident and
 // the lm_head on the device, and with every layer resident (no expert page copied); each with
 // all attention on the CPU (ω = 1) and with half the sequences' attention on the GPU over its
-// KV pool (ω = 0.5: the write_kv and paged attention kernels).
-TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
+// KV pool (ω = 0.5: the write_kv and paged attention kernels). Every family's tiny model and its
+// feature variants (biases, clip_qkv, shared experts, dense layers, LayerNorm).
+class CudaOffloadEngine : public ::testing::TestWithParam<testing::TinyModelCase> {};
+
+TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
-  const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
+  ModelConfig config = preset_config("tiny-mixtral");
+  GetParam().edit(config);
+  const Model m = make_random_model(config, 42);
   struct Variant {
     int resident;
     LmHeadPlace lm_head;
@@ -127,7 +132,7 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
       for (int i = 0; i < 6; ++i) {
         Request r;
         r.id = i;
-        for (int t = 0; t < 1 + 6 * i; ++t) r.prompt.push_back(3 + (t * 37 + i * 101) % 380);
+        r.prompt = testing::prompt_of(1 + 6 * i, i, m.config.vocab_size);
         r.max_new_tokens = 16;
         requests.push_back(r);
       }
@@ -212,6 +217,10 @@ TEST(CudaOffloadEngine, MatchesTheCpuEngine) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaOffloadEngine,
+                         ::testing::ValuesIn(testing::family_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace sluice

@@ -196,6 +196,44 @@ void add_qwen2_moe_cases(std::vector<GoldenCase>& cases) {
   }
 }
 
+// DBRX: LayerNorm without bias, the fused Wqkv clamped before its split, flat experts with w2
+// stored transposed; head_dim is always hidden / heads.
+void add_dbrx_cases(std::vector<GoldenCase>& cases) {
+  {
+    // The preset: GQA 4x2, clip_qkv 1.5 (a share of q/k/v clamps), top-3 of 7 renormalised.
+    GoldenCase g{"DbrxGqa4x2Clip1p5Top3of7Bf16", base_config("tiny-dbrx")};
+    cases.push_back(g);
+  }
+  {
+    // Multi-head 3x3 of head_dim 16, a tight clip of 0.6, moe_normalize_expert_weights null (no
+    // renormalisation), fp32, a sharded checkpoint (the fused Wqkv written once).
+    GoldenCase g{"DbrxMha3Clip0p6NoRenormF32Sharded", base_config("tiny-dbrx")};
+    ModelConfig& c = g.config;
+    c.hidden_size = 48;
+    c.num_heads = 3;
+    c.num_kv_heads = 3;
+    c.head_dim = 16;
+    c.clip_qkv = 0.6f;
+    c.normalize_topk = false;
+    c.rope_theta = 300.f;
+    c.dtype = DType::F32;
+    g.shard_bytes = 40 << 10;
+    cases.push_back(g);
+  }
+  {
+    // One KV head, no clip_qkv (null), top-1 of 5, F16.
+    GoldenCase g{"DbrxMqa4NoClipTop1of5F16", base_config("tiny-dbrx")};
+    ModelConfig& c = g.config;
+    c.num_kv_heads = 1;
+    c.clip_qkv = 0;
+    c.num_experts = 5;
+    c.experts_per_token = 1;
+    c.expert_intermediate_size = 24;
+    c.dtype = DType::F16;
+    cases.push_back(g);
+  }
+}
+
 std::vector<GoldenCase> golden_cases() {
   std::vector<GoldenCase> cases;
   {
@@ -273,6 +311,7 @@ std::vector<GoldenCase> golden_cases() {
   add_qwen3_moe_cases(cases);
   add_olmoe_cases(cases);
   add_qwen2_moe_cases(cases);
+  add_dbrx_cases(cases);
   return cases;
 }
 

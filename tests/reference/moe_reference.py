@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """An independent PyTorch reference for the forward pass of the Hugging Face MoE families sluice
-loads: MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and Qwen2MoeForCausalLM.
+loads: MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM and
+DbrxForCausalLM.
 
 Written from the semantics of transformers' modeling_<family>.py, configuration_<family>.py and
 masking_utils.py, with no dependency beyond torch (Debian's python3-torch): it reads config.json
@@ -172,11 +173,43 @@ def qwen2_moe_settings(cfg, path):
     return s
 
 
+def dbrx_settings(cfg, path):
+    # DbrxConfig: d_model 2048, n_heads 16, n_layers 24, max_seq_len 2048, vocab 32000; nested
+    # DbrxAttentionConfig (kv_n_heads 1, rope_theta 1e4, clip_qkv None) and DbrxFFNConfig
+    # (ffn_hidden_size 3584, 4 experts, top 1, moe_normalize_expert_weights 1). Norms are
+    # nn.LayerNorm(d_model, bias=False), eps 1e-5; head_dim = d_model // n_heads.
+    s = Settings()
+    get = _config_getter(cfg)
+    attn = get("attn_config", None) or {}
+    ffn = get("ffn_config", None) or {}
+    s.dbrx = True
+    s.vocab_size = get("vocab_size", 32000)
+    s.hidden_size = get("d_model", 2048)
+    s.num_layers = get("n_layers", 24)
+    s.num_heads = get("n_heads", 16)
+    s.num_kv_heads = attn.get("kv_n_heads", 1)
+    s.head_dim = s.hidden_size // s.num_heads
+    s.rope_theta = attn.get("rope_theta", 10000.0)
+    s.clip_qkv = attn.get("clip_qkv", None)
+    s.layer_norm_eps = 1e-5
+    s.tie_word_embeddings = False
+    s.sliding_window = None
+    s.num_experts = ffn.get("moe_num_experts", 4)
+    s.top_k = ffn.get("moe_top_k", 1)
+    s.moe_intermediate_size = ffn.get("ffn_hidden_size", 3584)
+    s.normalize_p = ffn.get("moe_normalize_expert_weights", 1.0)
+    act = (ffn.get("ffn_act_fn") or {"name": "silu"}).get("name", "silu")
+    if act != "silu":
+        raise ValueError(f"{path}: field 'ffn_config.ffn_act_fn': expected silu, got {act!r}")
+    return s
+
+
 FAMILIES = {
     "MixtralForCausalLM": mixtral_settings,
     "Qwen3MoeForCausalLM": qwen3_moe_settings,
     "OlmoeForCausalLM": olmoe_settings,
     "Qwen2MoeForCausalLM": qwen2_moe_settings,
+    "DbrxForCausalLM": dbrx_settings,
 }
 
 
@@ -188,7 +221,9 @@ def read_settings(path):
     arch = (cfg.get("architectures") or [None])[0]
     if arch not in FAMILIES:
         raise ValueError(f"{path}: architecture {arch!r} is not one of {sorted(FAMILIES)}")
-    return FAMILIES[arch](cfg, path)
+    s = FAMILIES[arch](cfg, path)
+    s.dbrx = getattr(s, "dbrx", False)
+    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,11 +461,93 @@ def forward(cfg, w, tokens):
     return dumps
 
 
+# ---------------------------------------------------------------------------------------------
+# DBRX (modeling_dbrx.py): its own module names, LayerNorm, the fused Wqkv and the flat experts.
+
+
+def layer_norm(x, weight, eps):
+    # nn.LayerNorm(d, bias=False): (x - mean) / sqrt(biased var + eps) * weight.
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, None, eps)
+
+
+def dbrx_attention(cfg, w, prefix, h, cos, sin, allowed):
+    # qkv = Wqkv(x).clamp(min=-clip_qkv, max=clip_qkv), split into [hidden, kv, kv].
+    T, D = h.shape[0], cfg.head_dim
+    qkv = h @ w[prefix + "Wqkv.weight"].T
+    if cfg.clip_qkv is not None:
+        qkv = qkv.clamp(min=-cfg.clip_qkv, max=cfg.clip_qkv)
+    kv = cfg.num_kv_heads * D
+    q, k, v = qkv.split([cfg.num_heads * D, kv, kv], dim=1)
+    q = q.reshape(T, cfg.num_heads, D).transpose(0, 1)
+    k = k.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
+    v = v.reshape(T, cfg.num_kv_heads, D).transpose(0, 1)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    group = cfg.num_heads // cfg.num_kv_heads
+    k = k.repeat_interleave(group, dim=0)
+    v = v.repeat_interleave(group, dim=0)
+    scores = (q @ k.transpose(1, 2)) / math.sqrt(D)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    out = (probs @ v).transpose(0, 1).reshape(T, cfg.num_heads * D)
+    return out @ w[prefix + "out_proj.weight"].T
+
+
+def dbrx_ffn(cfg, w, prefix, h):
+    # DbrxRouter: softmax(layer(x)) in fp32, top-k, top_weights / norm(top_weights, p).
+    probs = torch.softmax(h @ w[prefix + "router.layer.weight"].T, dim=-1, dtype=torch.float32)
+    top_weights, top_experts = torch.topk(probs, cfg.top_k, dim=-1)
+    if cfg.normalize_p is not None:
+        top_weights = top_weights / torch.norm(top_weights, p=cfg.normalize_p, dim=-1,
+                                               keepdim=True)
+    # DbrxExperts: w1, v1, w2 viewed as [E, ffn, hidden]; expert e is
+    # (silu(x @ w1[e].T) * (x @ v1[e].T)) @ w2[e] (w2 not transposed).
+    E, I, H = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size
+    mp = prefix + "experts.mlp."
+    w1, v1, w2 = (w[mp + n].reshape(E, I, H) for n in ("w1", "v1", "w2"))
+    out = torch.zeros_like(h)
+    for e in range(E):
+        token, slot = torch.where(top_experts == e)
+        if token.numel() == 0:
+            continue
+        x = h[token]
+        y = (torch.nn.functional.silu(x @ w1[e].T) * (x @ v1[e].T)) @ w2[e]
+        out.index_add_(0, token, y * top_weights[token, slot, None])
+    return out
+
+
+def dbrx_forward(cfg, w, tokens):
+    ids = torch.tensor(tokens, dtype=torch.int64)
+    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size:
+        raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}), got {tokens}")
+    eps = cfg.layer_norm_eps
+    dumps = []
+    x = w["transformer.wte.weight"][ids]
+    dumps.append(("embed", x.clone()))
+    cos, sin = rope_cos_sin(cfg, torch.arange(len(tokens)))
+    allowed = attention_mask(cfg, len(tokens))
+    for i in range(cfg.num_layers):
+        p = f"transformer.blocks.{i}."
+        n = p + "norm_attn_norm."
+        attn = dbrx_attention(cfg, w, n + "attn.",
+                              layer_norm(x, w[n + "norm_1.weight"], eps), cos, sin, allowed)
+        dumps.append((f"layer.{i}.attn_out", attn))
+        x = x + attn
+        ffn = dbrx_ffn(cfg, w, p + "ffn.", layer_norm(x, w[n + "norm_2.weight"], eps))
+        dumps.append((f"layer.{i}.moe_out", ffn))
+        x = x + ffn
+        dumps.append((f"layer.{i}.out", x))
+    normed = layer_norm(x, w["transformer.norm_f.weight"], eps)
+    dumps.append(("final_norm", normed))
+    dumps.append(("logits", normed @ w["lm_head.weight"].T))
+    return dumps
+
+
 def run_job(model_dir, tokens, out_path):
     cfg = read_settings(os.path.join(model_dir, "config.json"))
     weights = read_checkpoint(model_dir)
     with torch.no_grad():
-        dumps = forward(cfg, weights, tokens)
+        dumps = (dbrx_forward if cfg.dbrx else forward)(cfg, weights, tokens)
     write_safetensors(out_path, dumps)
 
 

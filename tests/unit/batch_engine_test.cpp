@@ -50,8 +50,8 @@ EngineRun run_engine(const Model& model, Precision precision) {
 
 // Each tiny model at every ISA level this run offers (SLUICE_ISA lowers the top): the engine runs
 // at that level, the reference forward is plain C++ at any level.
-// Every family's tiny model, and variants only the CPU engine runs (the offload executor refuses
-// biases and dense layers, offload_executor_test).
+// Every family's tiny model and its feature variants (family_cases, which the offload executor's
+// tests run too), and two attention shapes.
 std::vector<Case> engine_cases() {
   std::vector<Case> cases = testing::family_cases();
   cases.push_back({"attention_narrower_than_hidden",  // heads·head_dim 32 < hidden 64
@@ -62,33 +62,6 @@ std::vector<Case> engine_cases() {
                      c.head_dim = 24;
                      c.experts_per_token = 1;
                      c.tie_word_embeddings = true;
-                   }});
-  // Qwen3-MoE with attention_bias (q/k/v/o biases) and layer 1 a dense MLP. (The same without
-  // renormalisation has bf16 near-ties: at 2 of 448 positions its two best logits lie 2.5e-5 and
-  // 1.3e-3 apart, which bf16 rounding decides either way; OLMoE's case runs that routing.)
-  cases.push_back({"qwen3_moe_biases_dense_layer", [](ModelConfig& c) {
-                     c = preset_config("tiny-qwen3-moe");
-                     c.num_layers = 3;
-                     c.qkv_bias = c.o_bias = true;
-                     c.dense_layers = {1};
-                   }});
-  // OLMoE with clip_qkv (q, k, v clamped to ±1.2 after the q/k norms: a good share of them
-  // clamps) and attention_bias.
-  cases.push_back({"olmoe_clip_qkv_biases", [](ModelConfig& c) {
-                     c = preset_config("tiny-olmoe");
-                     c.clip_qkv = 1.2f;
-                     c.qkv_bias = c.o_bias = true;
-                   }});
-  // Qwen2-MoE: q/k/v biases and the sigmoid-gated shared expert beside top-4 of 8 without
-  // renormalisation; and with layer 1 a dense MLP. The offload executor refuses both (biases,
-  // shared expert), so they run here only. (With top-3, two bf16 positions of 224 are near-ties
-  // between the same two tokens, 6.7e-4 and 1.5e-3 apart on 2.4-2.6, decided either way by bf16
-  // rounding.)
-  cases.push_back({"tiny_qwen2_moe", [](ModelConfig& c) { c = preset_config("tiny-qwen2-moe"); }});
-  cases.push_back({"qwen2_moe_dense_layer", [](ModelConfig& c) {
-                     c = preset_config("tiny-qwen2-moe");
-                     c.num_layers = 3;
-                     c.dense_layers = {1};
                    }});
   return cases;
 }

@@ -232,6 +232,71 @@ TEST(Config, Qwen2MoeBadFieldsAreNamed) {
                         "missing");
 }
 
+// dbrx-instruct's config.json: attention and FFN fields nested, no norm eps, no
+// moe_normalize_expert_weights (DbrxFFNConfig's default 1).
+json dbrx_instruct_config() {
+  return json::parse(R"({
+    "architectures": ["DbrxForCausalLM"],
+    "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "model_type": "", "rope_theta": 500000},
+    "d_model": 6144, "emb_pdrop": 0.0,
+    "ffn_config": {"ffn_hidden_size": 10752, "model_type": "", "moe_jitter_eps": 0.01,
+                   "moe_loss_weight": 0.05, "moe_num_experts": 16, "moe_top_k": 4},
+    "initializer_range": 0.02, "max_seq_len": 32768, "model_type": "dbrx", "n_heads": 48,
+    "n_layers": 40, "output_router_logits": false, "resid_pdrop": 0.0,
+    "router_aux_loss_coef": 0.05, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.38.2", "use_cache": true, "vocab_size": 100352})");
+}
+
+TEST(Config, ReadsDbrxInstruct) {
+  ModelConfig c = parse_config(dbrx_instruct_config(), "config.json");
+  EXPECT_EQ(c.family, Family::Dbrx);
+  EXPECT_EQ(c.hidden_size, 6144);
+  EXPECT_EQ(c.num_layers, 40);
+  EXPECT_EQ(c.num_heads, 48);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rope_theta, 500000.f);
+  EXPECT_EQ(c.clip_qkv, 8.f);
+  EXPECT_EQ(c.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5f);  // nn.LayerNorm's default
+  EXPECT_EQ(c.expert_intermediate_size, 10752);
+  EXPECT_EQ(c.num_experts, 16);
+  EXPECT_EQ(c.experts_per_token, 4);
+  EXPECT_TRUE(c.normalize_topk);  // p = 1: the sum
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_EQ(c.vocab_size, 100352);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.qk_norm, QkNorm::kNone);
+  const ModelConfig preset = preset_config("dbrx");
+  EXPECT_EQ(preset.hidden_size, c.hidden_size);
+  EXPECT_EQ(preset.expert_intermediate_size, c.expert_intermediate_size);
+  EXPECT_EQ(preset.clip_qkv, c.clip_qkv);
+}
+
+TEST(Config, DbrxDefaultsAndBadFieldsAreNamed) {
+  json j = dbrx_instruct_config();
+  j.erase("attn_config");
+  j["ffn_config"]["moe_normalize_expert_weights"] = nullptr;
+  ModelConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.num_kv_heads, 1);  // DbrxAttentionConfig's defaults
+  EXPECT_EQ(c.rope_theta, 10000.f);
+  EXPECT_EQ(c.clip_qkv, 0.f);
+  EXPECT_FALSE(c.normalize_topk);  // null: no renormalisation
+  j = dbrx_instruct_config();
+  j["ffn_config"]["moe_normalize_expert_weights"] = 2.0;
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "dir/config.json",
+                        "'ffn_config.moe_normalize_expert_weights'", "p = 1");
+  j = dbrx_instruct_config();
+  j["attn_config"]["kv_n_heads"] = 7;
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'attn_config.kv_n_heads'", "48");
+  j = dbrx_instruct_config();
+  j["attn_config"]["clip_qkv"] = -1;
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'attn_config.clip_qkv'", "positive");
+  j = dbrx_instruct_config();
+  j["ffn_config"]["ffn_act_fn"] = {{"name", "gelu"}};
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'ffn_config.ffn_act_fn'", "silu");
+}
+
 TEST(Config, EveryPresetRoundTripsThroughJson) {
   for (const std::string& name : preset_names()) {
     SCOPED_TRACE(name);

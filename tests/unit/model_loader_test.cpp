@@ -179,6 +179,62 @@ TEST(ModelLoader, Qwen2MoeMissingSharedExpertGateIsNamed) {
                         "missing", "[1, 64]");
 }
 
+// DBRX's fused Wqkv becomes three views of its rows; its flat w1/v1 are views [E, I, H]; its w2
+// is repacked so that expert e's canonical down projection [H, I] is the transpose of rows
+// [e·I, (e+1)·I) of w2. The loaded model equals the one made in memory.
+TEST(ModelLoader, DbrxFusedQkvAndFlatExpertsMapOntoTheCanonicalWeights) {
+  TempDir dir;
+  const ModelConfig c = preset_config("tiny-dbrx");
+  write_random_checkpoint(c, dir.path(), 5);
+  Model loaded = load_model(dir.path());
+  Model made = make_random_model(c, 5);
+  const int64_t H = 64, qd = 64, kvd = 32, E = 7, I = 40;
+  Checkpoint ckpt = Checkpoint::open(dir.path());
+  const Tensor wqkv = ckpt.find("transformer.blocks.1.norm_attn_norm.attn.Wqkv.weight")->view();
+  ASSERT_EQ(wqkv.shape, (Shape{qd + 2 * kvd, H}));
+  const LayerWeights& L = loaded.weights.layers[1];
+  EXPECT_EQ(L.wq.shape, (Shape{qd, H}));
+  EXPECT_EQ(L.wv.shape, (Shape{kvd, H}));
+  EXPECT_EQ(L.wq.data, wqkv.data);
+  EXPECT_EQ(L.wk.data, wqkv.as<uint16_t>() + qd * H);
+  EXPECT_EQ(L.wv.data, wqkv.as<uint16_t>() + (qd + kvd) * H);
+  const Tensor w1 = ckpt.find("transformer.blocks.1.ffn.experts.mlp.w1")->view();
+  EXPECT_EQ(L.expert_gate.shape, (Shape{E, I, H}));
+  EXPECT_EQ(L.expert_gate.data, w1.data);
+  const Tensor w2 = ckpt.find("transformer.blocks.1.ffn.experts.mlp.w2")->view();
+  ASSERT_EQ(L.expert_down.shape, (Shape{E, H, I}));
+  for (int64_t e : {0, 3, 6})
+    for (int64_t h : {0, 17, 63})
+      for (int64_t i : {0, 21, 39})
+        ASSERT_EQ(L.expert_down.as<uint16_t>()[(e * H + h) * I + i],
+                  w2.as<uint16_t>()[(e * I + i) * H + h])
+            << "e=" << e << " h=" << h << " i=" << i;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights &a = loaded.weights.layers[size_t(l)], &b = made.weights.layers[size_t(l)];
+    for (auto [x, y] : {std::pair{&a.wq, &b.wq},
+                        {&a.wk, &b.wk},
+                        {&a.wv, &b.wv},
+                        {&a.expert_up, &b.expert_up},
+                        {&a.expert_down, &b.expert_down},
+                        {&a.attn_norm, &b.attn_norm}})
+      EXPECT_TRUE(same_bytes(*x, *y)) << "layer " << l;
+  }
+  EXPECT_TRUE(same_bytes(loaded.weights.final_norm, made.weights.final_norm));
+}
+
+// A DBRX checkpoint whose Wqkv is wider than its config says (written for 2 KV heads, read
+// under kv_n_heads 1) is refused, naming the tensor and the width the config expects.
+TEST(ModelLoader, DbrxWqkvOfTheWrongWidthIsNamed) {
+  TempDir dir;
+  ModelConfig c = preset_config("tiny-dbrx");
+  write_random_checkpoint(c, dir.path(), 1);
+  c.num_kv_heads = 1;
+  std::ofstream(dir / "config.json") << config_to_json(c).dump(2);
+  EXPECT_ERROR_MENTIONS(load_model(dir.path()),
+                        "'transformer.blocks.0.norm_attn_norm.attn.Wqkv.weight'",
+                        "expected shape [96, 64], got [128, 64]");
+}
+
 TEST(ModelLoader, UnknownExtraTensorIsAnError) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir.path(), 1);

@@ -210,6 +210,59 @@ TEST(OffloadCostModel, GpuMemoryByHand) {
   EXPECT_EQ(gpu_memory_use(c, p, o).page_slots, 0u);
 }
 
+// Qwen2-57B-A14B cut to 3 layers, layer 1 dense: the GPU holds each MoE layer's shared expert
+// and gate and the dense layer's MLP, routers only for MoE layers, and the q/k/v biases; a step
+// runs each layer's dense MLP over every row, routes and runs experts only in MoE layers, and
+// adds the biases and the gate in the micro-batch's chain.
+TEST(OffloadCostModel, SharedExpertsDenseLayersAndBiases) {
+  ModelConfig c = preset_config("qwen2-57b-a14b", 3);
+  c.dense_layers = {1};
+  const double H = 3584, E = 64, shared = 20480, dense = 18944, qd = 3584, kvd = 512;
+  const GpuMemoryUse m = gpu_memory_use(c, small_policy(), streamed());
+  EXPECT_EQ(m.dense_mlps, size_t(2 * (3 * H * shared * 2 + H * 2) + 3 * H * dense * 2));
+  const double V = 151936;
+  EXPECT_EQ(m.router_norms_head,
+            size_t(2 * E * H * 2 + 3 * 2 * H * 4 + H * 4 + V * H * 2 + 3 * (qd + 2 * kvd) * 4));
+
+  const Policy p = small_policy();  // b_e 256
+  const OffloadCostModel model(synthetic_gpu_profile(), c, p, streamed());
+  const int T = 300;
+  const StepShape step = decode_step(T, 3000);
+  const TaskGraph g = model.step_graph(step);
+  auto find = [&](const std::string& name) -> const Task* {
+    for (const Task& t : g.tasks())
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  for (const char* name :
+       {"layer0.dense_mlp", "layer1.dense_mlp", "layer2.dense_mlp", "layer0.mb0.shared_expert_gate",
+        "layer0.mb0.qkv_bias", "layer1.mb0.qkv_bias", "layer0.mb0.router", "layer2.expert63.gpu"})
+    EXPECT_NE(find(name), nullptr) << name;
+  for (const char* name : {"layer1.mb0.router", "layer1.mb0.shared_expert_gate",
+                           "layer1.mb0.routing_d2h", "layer1.expert0.gpu", "layer0.mb0.o_bias"})
+    EXPECT_EQ(find(name), nullptr) << name;
+  // 300 rows in GEMMs of 256 and 44: 6·T·I·H FLOPs, the three matrices read once per GEMM.
+  EXPECT_DOUBLE_EQ(find("layer0.dense_mlp")->flops, 6.0 * T * shared * H);
+  EXPECT_DOUBLE_EQ(find("layer1.dense_mlp")->flops, 6.0 * T * dense * H);
+  EXPECT_DOUBLE_EQ(find("layer1.dense_mlp")->bytes, 2 * 3.0 * dense * H * 2);
+  EXPECT_DOUBLE_EQ(find("layer0.mb0.shared_expert_gate")->flops, 2.0 * T * H);
+  EXPECT_NEAR(model.step_seconds(step), pipeline_step_seconds(g), 1e-12 * pipeline_step_seconds(g));
+}
+
+// DBRX: the clamp of q/k/v is one more pass over them; no dense MLP.
+TEST(OffloadCostModel, DbrxClipIsAPassOverQkv) {
+  const ModelConfig c = preset_config("dbrx", 2);
+  const OffloadCostModel model(synthetic_gpu_profile(), c, small_policy(), streamed());
+  const TaskGraph g = model.step_graph(decode_step(64, 640));
+  double clip_bytes = -1;
+  for (const Task& t : g.tasks()) {
+    EXPECT_EQ(t.name.find("dense_mlp"), std::string::npos) << t.name;
+    if (t.name == "layer1.mb0.clip_qkv") clip_bytes = t.bytes;
+  }
+  EXPECT_DOUBLE_EQ(clip_bytes, 64.0 * (6144 + 2 * 1024) * 8);
+  EXPECT_EQ(gpu_memory_use(c, small_policy(), streamed()).dense_mlps, 0u);
+}
+
 // The KV blocks split between the pools: the host holds the rest of the GPU share's.
 TEST(OffloadCostModel, HostHoldsTheCpuShareOfTheKvCache) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);

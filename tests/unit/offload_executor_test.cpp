@@ -420,40 +420,6 @@ TEST(OffloadEngineBudget, CpuAttentionShareOutsideZeroToOneIsRefused) {
 INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine, ::testing::ValuesIn(testing::family_cases()),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
-// A feature the offload path does not run yet is refused up front, naming it and its config
-// field, rather than computed wrong.
-TEST(OffloadEngineBudget, UnsupportedFeatureIsRefusedNamingIt) {
-  struct Refused {
-    const char* preset;
-    std::function<void(ModelConfig&)> edit;
-    const char *feature, *field;
-  };
-  const Refused cases[] = {
-      {"tiny-qwen3-moe", [](ModelConfig& c) { c.dense_layers = {1}; }, "dense MLP layers",
-       "mlp_only_layers"},
-      {"tiny-qwen2-moe", [](ModelConfig& c) { c.qkv_bias = false; }, "a shared expert",
-       "shared_expert_intermediate_size"},
-      {"tiny-qwen2-moe", [](ModelConfig&) {}, "attention projection biases", "qkv_bias"},
-      {"tiny-olmoe", [](ModelConfig& c) { c.clip_qkv = 8; }, "clipping", "clip_qkv"},
-  };
-  for (const Refused& r : cases) {
-    ModelConfig c = preset_config(r.preset);
-    r.edit(c);
-    const Model m = make_random_model(c, 42);
-    offload::CpuStandinDevice device(size_t(1) << 30);
-    offload::HostMath math;
-    try {
-      BatchEngine engine(m, test_policy(Precision::kF32), EngineDevice{&device, &math, {0, 6, 0}});
-      ADD_FAILURE() << r.preset << ": expected an error about " << r.feature;
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(r.feature), std::string::npos) << what;
-      EXPECT_NE(what.find(r.field), std::string::npos) << what;
-      EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
-    }
-  }
-}
-
 // A budget one byte under the minimum footprint is refused, naming the minimum. By default the
 // lm_head goes on the device only when the budget has room for it: the minimum is the footprint
 // with the lm_head on the host, and the footprint with it on the device puts it there.

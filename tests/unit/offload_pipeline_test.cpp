@@ -133,12 +133,15 @@ class CheckingOps final : public StepOps {
   void gpu_expert(void*, int l, int e, std::span<void* const> pages) override {
     check_pages(f_.layers[size_t(l)].experts[size_t(e)], pages);
     if (tokens_for(l, e) == 0) ++failures;
+    if (int(dense_mlp_layers.size()) > l) ++failures;  // the layer's dense MLP ran before it
   }
   void cpu_expert(int l, int e) override {
     cpu_expert_runs.push_back(fmt::format("L{}.e{}", l, e));
   }
   Transfer cpu_experts_to_device(int) override { return {}; }
   void add_cpu_experts(void*, int) override {}
+  void dense_mlp(void*, int l) override { dense_mlp_layers.push_back(l); }
+  std::vector<int> dense_mlp_layers;  // in the order the compute queue ran them
 
  private:
   Device& dev_;
@@ -162,6 +165,9 @@ TEST(OffloadPipeline, StandinStepKeepsOrderWindowAndBudget) {
     dev.synchronize_all();
   }
   EXPECT_EQ(ops.failures.load(), 0);
+  std::vector<int> every_layer(kLayers);
+  for (int l = 0; l < kLayers; ++l) every_layer[size_t(l)] = l;
+  EXPECT_EQ(ops.dense_mlp_layers, every_layer);  // once per layer, after its experts
   const int64_t cpu_expert_runs = int64_t(ops.cpu_expert_runs.size());
   const std::set<std::string> cpu_run(ops.cpu_expert_runs.begin(), ops.cpu_expert_runs.end());
   checking_ops.reset();  // its device buffers go back to the budget

@@ -48,9 +48,40 @@ inline TinyModelCase tiny_olmoe_case() {
   return {"tiny_olmoe", [](ModelConfig& c) { c = preset_config("tiny-olmoe"); }};
 }
 
-// Every family's tiny model, for the tests that run each engine path on each.
+// Every family's tiny model, and the features a description switches on (biases, clipping, a
+// shared expert, dense layers), for the tests that run each engine path on each.
 inline std::vector<TinyModelCase> family_cases() {
-  return {tiny_mixtral_case(), sliding_window_gqa_case(), tiny_qwen3_moe_case(), tiny_olmoe_case()};
+  std::vector<TinyModelCase> cases = {tiny_mixtral_case(), sliding_window_gqa_case(),
+                                      tiny_qwen3_moe_case(), tiny_olmoe_case()};
+  // Qwen3-MoE with attention_bias (q/k/v/o biases) and layer 1 a dense MLP. (The same without
+  // renormalisation has bf16 near-ties: at 2 of 448 positions its two best logits lie 2.5e-5 and
+  // 1.3e-3 apart, which bf16 rounding decides either way; OLMoE's case runs that routing.)
+  cases.push_back({"qwen3_moe_biases_dense_layer", [](ModelConfig& c) {
+                     c = preset_config("tiny-qwen3-moe");
+                     c.num_layers = 3;
+                     c.qkv_bias = c.o_bias = true;
+                     c.dense_layers = {1};
+                   }});
+  // OLMoE with clip_qkv (q, k, v clamped to ±1.2 after the q/k norms: a good share of them
+  // clamps) and attention_bias.
+  cases.push_back({"olmoe_clip_qkv_biases", [](ModelConfig& c) {
+                     c = preset_config("tiny-olmoe");
+                     c.clip_qkv = 1.2f;
+                     c.qkv_bias = c.o_bias = true;
+                   }});
+  // Qwen2-MoE: q/k/v biases and the sigmoid-gated shared expert beside top-4 of 8 without
+  // renormalisation; and with layer 1 a dense MLP (mlp_only_layers). (With top-3, two bf16
+  // positions of 224 are near-ties between the same two tokens, 6.7e-4 and 1.5e-3 apart on
+  // 2.4-2.6, decided either way by bf16 rounding.)
+  cases.push_back({"tiny_qwen2_moe", [](ModelConfig& c) { c = preset_config("tiny-qwen2-moe"); }});
+  cases.push_back({"qwen2_moe_dense_layer", [](ModelConfig& c) {
+                     c = preset_config("tiny-qwen2-moe");
+                     c.num_layers = 3;
+                     c.dense_layers = {1};
+                   }});
+  // DBRX: LayerNorm, the fused Wqkv clamped to ±1.5, flat experts (w2 transposed), top-3 of 7.
+  cases.push_back({"tiny_dbrx", [](ModelConfig& c) { c = preset_config("tiny-dbrx"); }});
+  return cases;
 }
 
 // Prompt lengths of the engine tests' requests: 1 token, several in one KV block, several blocks,

@@ -125,4 +125,36 @@ void rms_norm_reference(const RmsNormArgs& args) {
   }
 }
 
+// Roofline: three reads and one write of the row for ~6 FLOP per element, bandwidth bound like
+// rms_norm; the scalar loop is fine at a few rows of hidden size per layer.
+void layer_norm(const RmsNormArgs& args) {
+  const RmsNormArgs a = resolve(args);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const float* x = a.x + r * a.x_stride;
+    float* y = a.y + r * a.y_stride;
+    float sum = 0;
+    for (int64_t i = 0; i < a.dim; ++i) sum += x[i];
+    const float mean = sum / float(a.dim);
+    float squares = 0;
+    for (int64_t i = 0; i < a.dim; ++i) squares += (x[i] - mean) * (x[i] - mean);
+    const float inv_std = 1.0f / std::sqrt(squares / float(a.dim) + a.eps);
+    for (int64_t i = 0; i < a.dim; ++i) y[i] = (x[i] - mean) * inv_std * weight_at(a, i);
+  }
+}
+
+void layer_norm_reference(const RmsNormArgs& args) {
+  const RmsNormArgs a = resolve(args);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const float* x = a.x + r * a.x_stride;
+    float* y = a.y + r * a.y_stride;
+    double sum = 0;
+    for (int64_t i = 0; i < a.dim; ++i) sum += x[i];
+    const double mean = sum / double(a.dim);
+    double squares = 0;
+    for (int64_t i = 0; i < a.dim; ++i) squares += (x[i] - mean) * (x[i] - mean);
+    const double inv_std = 1.0 / std::sqrt(squares / double(a.dim) + a.eps);
+    for (int64_t i = 0; i < a.dim; ++i) y[i] = float((x[i] - mean) * inv_std * weight_at(a, i));
+  }
+}
+
 }  // namespace sluice::cpu

@@ -23,4 +23,11 @@ struct RmsNormArgs {
 void rms_norm(const RmsNormArgs& args);
 void rms_norm_reference(const RmsNormArgs& args);  // sum of squares in double
 
+// LayerNorm without bias over rows, on the same arguments: y = w ⊙ (x - mean) / sqrt(var + eps),
+// var the biased variance (F.layer_norm(x, (dim,), w, None, eps), as DBRX's norms).
+// Two passes over each row (mean, then centred squares) in fp32; LayerNorm runs on a few
+// hidden-size rows per layer, so the plain loop is not worth vectorising.
+void layer_norm(const RmsNormArgs& args);
+void layer_norm_reference(const RmsNormArgs& args);  // sums in double
+
 }  // namespace sluice::cpu

@@ -13,6 +13,19 @@ namespace sluice::cuda {
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* weight, float eps,
               cudaStream_t stream);
 
+// cpu::layer_norm with fp32 weights (LayerNorm without bias): y = w ⊙ (x - mean) / sqrt(var + eps).
+void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* weight, float eps,
+                cudaStream_t stream);
+// y[r, i] += bias[i] over `rows` rows of `cols`.
+void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+// x[i] = clamp(x[i], -limit, limit), in place.
+void clamp(float* x, int64_t n, float limit, cudaStream_t stream);
+// x[i] = 1 / (1 + exp(-x[i])), in place.
+void sigmoid(float* x, int64_t n, cudaStream_t stream);
+// dst[j] += scales[j] · src[j] over n rows of `cols` (scales null: 1).
+void add_scaled_rows(const float* src, int64_t cols, const float* scales, int64_t n, float* dst,
+                     cudaStream_t stream);
+
 // cpu::apply_rope (rotate-half, fp32 angle float(pos)·inv_freq[i], cos/sin evaluated in double
 // and rounded, no FMA contraction): rotates x [rows, n_heads, head_dim] in place.
 void apply_rope(float* x, int64_t rows, int n_heads, int head_dim, int rotary_dim,

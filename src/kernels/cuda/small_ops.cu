@@ -2,8 +2,8 @@
 // one block per row for reductions, a grid-stride loop for element-wise work.
 #include <cfloat>
 
-#include "kernels/cuda/ops.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
 
 namespace sluice::cuda {
 namespace {
@@ -38,6 +38,50 @@ __global__ void rms_norm_kernel(const float* x, float* y, int64_t dim, const flo
   sum = block_sum(sum, shared);
   const float inv_rms = 1.0f / sqrtf(sum / float(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv_rms * w[i];
+}
+
+// Two passes as cpu::layer_norm: the mean, then the centred squares.
+__global__ void layer_norm_kernel(const float* x, float* y, int64_t dim, const float* w,
+                                  float eps) {
+  __shared__ float shared[32];
+  const float* xr = x + blockIdx.x * dim;
+  float* yr = y + blockIdx.x * dim;
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += xr[i];
+  const float mean = block_sum(sum, shared) / float(dim);
+  float squares = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    squares += (xr[i] - mean) * (xr[i] - mean);
+  const float inv_std = 1.0f / sqrtf(block_sum(squares, shared) / float(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * inv_std * w[i];
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, int64_t cols) {
+  float* yr = y + blockIdx.x * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = __fadd_rn(yr[i], bias[i]);
+}
+
+__global__ void clamp_kernel(float* x, int64_t n, float limit) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = fminf(fmaxf(x[i], -limit), limit);
+}
+
+// exp in double, rounded: the correctly rounded fp32 exp the host's expf gives (almost always).
+__global__ void sigmoid_kernel(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, float(exp(-double(x[i])))));
+}
+
+__global__ void add_scaled_rows_kernel(const float* src, int64_t cols, const float* scales,
+                                       float* dst) {
+  const float* s = src + int64_t(blockIdx.x) * cols;
+  float* d = dst + int64_t(blockIdx.x) * cols;
+  const float w = scales ? scales[blockIdx.x] : 1.0f;
+  // Rounded product, then the add, as the CPU engine's loop.
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+    d[i] = __fadd_rn(d[i], __fmul_rn(w, s[i]));
 }
 
 __global__ void rope_kernel(float* x, int n_heads, int head_dim, int half, const int32_t* positions,
@@ -159,6 +203,38 @@ void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* 
   if (rows == 0) return;
   rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, y, dim, weight, eps);
   SLUICE_CUDA_CHECK_LAUNCH("rms_norm kernel");
+}
+
+void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* weight, float eps,
+                cudaStream_t stream) {
+  if (rows == 0) return;
+  layer_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, y, dim, weight, eps);
+  SLUICE_CUDA_CHECK_LAUNCH("layer_norm kernel");
+}
+
+void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows == 0) return;
+  add_bias_kernel<<<unsigned(rows), kThreads, 0, stream>>>(y, bias, cols);
+  SLUICE_CUDA_CHECK_LAUNCH("add_bias kernel");
+}
+
+void clamp(float* x, int64_t n, float limit, cudaStream_t stream) {
+  if (n == 0) return;
+  clamp_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, limit);
+  SLUICE_CUDA_CHECK_LAUNCH("clamp kernel");
+}
+
+void sigmoid(float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  sigmoid_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n);
+  SLUICE_CUDA_CHECK_LAUNCH("sigmoid kernel");
+}
+
+void add_scaled_rows(const float* src, int64_t cols, const float* scales, int64_t n, float* dst,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  add_scaled_rows_kernel<<<unsigned(n), kThreads, 0, stream>>>(src, cols, scales, dst);
+  SLUICE_CUDA_CHECK_LAUNCH("add_scaled_rows kernel");
 }
 
 void apply_rope(float* x, int64_t rows, int n_heads, int head_dim, int rotary_dim,

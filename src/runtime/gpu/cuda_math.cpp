@@ -1,9 +1,9 @@
 #include "runtime/gpu/cuda_math.h"
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/offload_ops.h"
 #include "kernels/cuda/ops.h"
-#include "kernels/cuda/cuda_check.h"
 
 namespace sluice::gpu {
 
@@ -34,6 +34,28 @@ void CudaMath::to_bf16(void* s, const float* x, uint16_t* y, int64_t n) {
 void CudaMath::rms_norm(void* s, const float* x, float* y, int64_t rows, int64_t dim,
                         const float* weight, float eps) {
   cuda::rms_norm(x, y, rows, dim, weight, eps, as_stream(s));
+}
+
+void CudaMath::layer_norm(void* s, const float* x, float* y, int64_t rows, int64_t dim,
+                          const float* weight, float eps) {
+  cuda::layer_norm(x, y, rows, dim, weight, eps, as_stream(s));
+}
+
+void CudaMath::add_bias(void* s, float* y, const float* bias, int64_t rows, int64_t cols) {
+  cuda::add_bias(y, bias, rows, cols, as_stream(s));
+}
+
+void CudaMath::clamp(void* s, float* x, int64_t n, float limit) {
+  cuda::clamp(x, n, limit, as_stream(s));
+}
+
+void CudaMath::sigmoid(void* s, float* x, int64_t n) {
+  cuda::sigmoid(x, n, as_stream(s));
+}
+
+void CudaMath::add_scaled_rows(void* s, const float* src, int64_t cols, const float* scales,
+                               int64_t n, float* dst) {
+  cuda::add_scaled_rows(src, cols, scales, n, dst, as_stream(s));
 }
 
 void CudaMath::rope(void* s, float* x, int64_t rows, int heads, int head_dim,

@@ -57,6 +57,19 @@ class DeviceMath {
   // cpu::rms_norm with fp32 weights over `rows` rows of `dim`; y may equal x.
   virtual void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
                         const float* weight, float eps) = 0;
+  // cpu::layer_norm (LayerNorm without bias) with fp32 weights; y may equal x.
+  virtual void layer_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
+                          const float* weight, float eps) = 0;
+  // y[r, i] += bias[i] over `rows` rows of `cols` (a projection's bias, after its GEMM).
+  virtual void add_bias(void* stream, float* y, const float* bias, int64_t rows, int64_t cols) = 0;
+  // x[i] = clamp(x[i], -limit, limit), in place (x.clamp_(min=-limit, max=limit)).
+  virtual void clamp(void* stream, float* x, int64_t n, float limit) = 0;
+  // x[i] = 1 / (1 + exp(-x[i])), in place (F.sigmoid).
+  virtual void sigmoid(void* stream, float* x, int64_t n) = 0;
+  // dst[j] += scales[j] · src[j] over n rows of `cols` (a dense MLP's output into the residual,
+  // scaled per row by its gate); scales null: 1.
+  virtual void add_scaled_rows(void* stream, const float* src, int64_t cols, const float* scales,
+                               int64_t n, float* dst) = 0;
   // cpu::apply_rope over the whole head (rotary_dim = head_dim), in place.
   virtual void rope(void* stream, float* x, int64_t rows, int heads, int head_dim,
                     const int32_t* positions, const float* inv_freq) = 0;

@@ -1,6 +1,7 @@
 #include "runtime/offload/host_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -49,6 +50,40 @@ void HostMath::rms_norm(void*, const float* x, float* y, int64_t rows, int64_t d
   a.weight_dtype = DType::F32;
   a.eps = eps;
   cpu::rms_norm(a);
+}
+
+void HostMath::layer_norm(void*, const float* x, float* y, int64_t rows, int64_t dim,
+                          const float* weight, float eps) {
+  cpu::RmsNormArgs a;
+  a.x = x;
+  a.y = y;
+  a.rows = rows;
+  a.dim = dim;
+  a.weight = weight;
+  a.weight_dtype = DType::F32;
+  a.eps = eps;
+  cpu::layer_norm(a);
+}
+
+void HostMath::add_bias(void*, float* y, const float* bias, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) y[r * cols + i] += bias[i];
+}
+
+void HostMath::clamp(void*, float* x, int64_t n, float limit) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::clamp(x[i], -limit, limit);
+}
+
+void HostMath::sigmoid(void*, float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = 1.0f / (1.0f + std::exp(-x[i]));
+}
+
+void HostMath::add_scaled_rows(void*, const float* src, int64_t cols, const float* scales,
+                               int64_t n, float* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float s = scales ? scales[j] : 1.0f;
+    for (int64_t i = 0; i < cols; ++i) dst[j * cols + i] += s * src[j * cols + i];
+  }
 }
 
 void HostMath::rope(void*, float* x, int64_t rows, int heads, int head_dim,

@@ -17,6 +17,13 @@ class HostMath final : public DeviceMath {
   void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) override;
   void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
                 const float* weight, float eps) override;
+  void layer_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
+                  const float* weight, float eps) override;
+  void add_bias(void* stream, float* y, const float* bias, int64_t rows, int64_t cols) override;
+  void clamp(void* stream, float* x, int64_t n, float limit) override;
+  void sigmoid(void* stream, float* x, int64_t n) override;
+  void add_scaled_rows(void* stream, const float* src, int64_t cols, const float* scales, int64_t n,
+                       float* dst) override;
   void rope(void* stream, float* x, int64_t rows, int heads, int head_dim, const int32_t* positions,
             const float* inv_freq) override;
   void silu_mul(void* stream, const float* gate, const float* up, float* out, int64_t n) override;

@@ -124,6 +124,9 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
           Queue::kCompute, [&ops, l](void* s) { ops.add_cpu_experts(s, l); },
           fmt::format("L{}.add_cpu_experts", l));
     }
+    device.enqueue(
+        Queue::kCompute, [&ops, l](void* s) { ops.dense_mlp(s, l); },
+        fmt::format("L{}.dense_mlp", l));
   }
   if (!streamer.finished()) fail("step pipeline: {} tasks left unrun (a bug)", task);
   stats.pages_copied = streamer.pages_copied();

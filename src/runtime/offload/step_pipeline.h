@@ -13,6 +13,8 @@
 //     pages while earlier experts compute); experts with at most `cpu_expert_max_tokens` tokens
 //     whose pages are not copied yet run on the CPU instead, their output added on the GPU.
 //     An expert with no pages (its weights resident on the GPU) always runs on the GPU.
+//   dense MLP: the layer's shared expert or dense FFN (resident) over every row, after the
+//     experts, as the CPU engine adds them.
 // Weight pages of the whole step (every layer) stream through one PageStreamer, so the next
 // layer's attention pages and experts are prefetched during this layer's expert phase. The host
 // waits only on single events (a micro-batch's q/k/v, the routing); never on the whole device.
@@ -52,6 +54,9 @@ class StepOps {
   virtual void cpu_expert(int layer, int expert) = 0;
   virtual Transfer cpu_experts_to_device(int layer) = 0;  // bytes 0: none ran on the CPU
   virtual void add_cpu_experts(void* stream, int layer) = 0;
+  // After the layer's experts: its dense MLP over every row (a shared expert or a dense layer's
+  // FFN), which reads the FFN-normed rows and adds into the residual; nothing without one.
+  virtual void dense_mlp(void* stream, int layer) = 0;
 };
 
 // Which streamed pages each kind of task reads. Resident weights have no pages.

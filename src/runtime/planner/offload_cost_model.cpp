@@ -47,8 +47,18 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
   GpuMemoryUse m;
   m.attention_weights = L * (2 * H * qd + 2 * H * kvd) * 2;
-  m.router_norms_head = L * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2 +
-                        L * size_t(c.q_norm_size() + c.k_norm_size()) * 4;
+  size_t moe_layers = 0, widest_mlp = 0, per_layer_extra = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const size_t mlp = size_t(c.dense_mlp_size(l));
+    const bool gated = c.is_moe_layer(l) && c.shared_expert_gate && mlp > 0;
+    moe_layers += c.is_moe_layer(l);
+    widest_mlp = std::max(widest_mlp, mlp);
+    m.dense_mlps += 3 * H * mlp * 2 + (gated ? H * 2 : 0);
+    per_layer_extra += (mlp > 0 ? 3 : 0) + (gated ? 1 : 0);
+  }
+  const size_t biases = (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0);
+  m.router_norms_head = moe_layers * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2 +
+                        L * size_t(c.q_norm_size() + c.k_norm_size()) * 4 + L * biases * 4;
   const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
   m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
   // The GPU share's KV pool (whole blocks, as the executor pages it) and its block tables.
@@ -69,14 +79,19 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   // 32 MiB workspace, which the CUDA math takes from the same budget.
   const bool f32 = p.precision == Precision::kF32, cpu_experts = o.cpu_expert_max_tokens > 0;
   const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
+  // The experts' and the dense MLPs' GEMMs share the intermediate rows; a dense MLP's gate adds
+  // one scale per token.
   const size_t per_token = H * 4 * 2 + (f32 ? 0 : std::max(H, qd) * 2) + (qd + 2 * kvd) * 4 +
                            qd * 4 + E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
-                           (gpu_attention ? (qd + 2 * kvd) * 4 + 2 * qd * 4 + 6 * 4 : 0);
-  const size_t per_expert_row = H * (f32 ? 4 : 2) + I * 4 * 2 + (f32 ? 0 : I * 2) + H * 4;
-  // The executor aligns each tensor and buffer to 256 bytes: 7 per layer (9 with q/k norms) and
-  // some 30 others.
-  const size_t per_layer = c.qk_norm == QkNorm::kNone ? 7 : 9;
-  const size_t alignment = (per_layer * L + 32 + (gpu_attention ? 6 : 0)) * 256;
+                           (gpu_attention ? (qd + 2 * kvd) * 4 + 2 * qd * 4 + 6 * 4 : 0) +
+                           (widest_mlp > 0 ? 4 : 0);
+  const size_t wide = std::max(I, widest_mlp);
+  const size_t per_expert_row = H * (f32 ? 4 : 2) + wide * 4 * 2 + (f32 ? 0 : wide * 2) + H * 4;
+  // The executor aligns each tensor and buffer to 256 bytes: 7 per layer (9 with q/k norms, and
+  // one per bias, dense MLP matrix and gate) and some 30 others.
+  const size_t per_layer =
+      (c.qk_norm == QkNorm::kNone ? 7 : 9) + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
+  const size_t alignment = (per_layer * L + per_layer_extra + 32 + (gpu_attention ? 6 : 0)) * 256;
   m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
                    (size_t(32) << 20) + alignment;
   return m;
@@ -231,7 +246,8 @@ Task make_task(Resource r, const char* group, double seconds, double bytes, doub
 
 // The tasks of one micro-batch, the same in every layer (the names are added per layer).
 struct MicroBatchTasks {
-  std::vector<std::pair<const char*, Task>> in, out;  // GPU, in stream order
+  // GPU, in stream order: `route` in MoE layers only, `mlp_gate` where a shared expert is gated.
+  std::vector<std::pair<const char*, Task>> in, out, route, mlp_gate;
   bool cpu_share = false;
   Task qkv_d2h, cpu_attention, out_h2d, routing_d2h;
 };
@@ -278,9 +294,14 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     t.in.push_back({"q_proj", gpu_gemm("GPU attention projections", n, qd, H)});
     t.in.push_back({"k_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
     t.in.push_back({"v_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    const double qkv_bytes = n * double(qd + 2 * kvd) * 8;  // read and written once
+    if (c.qkv_bias)
+      t.in.push_back({"qkv_bias", gpu_elementwise("GPU norms, RoPE, routing", qkv_bytes)});
     if (c.qk_norm != QkNorm::kNone)
       t.in.push_back(
           {"qk_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(qd + kvd) * 8)});
+    if (c.clip_qkv > 0)
+      t.in.push_back({"clip_qkv", gpu_elementwise("GPU norms, RoPE, routing", qkv_bytes)});
     t.in.push_back(
         {"rope_kv_write", gpu_elementwise("GPU norms, RoPE, routing",
                                           n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4))});
@@ -303,10 +324,15 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
       t.out_h2d = copy(Resource::kHostToDevice, "activation copies", w * n * double(qd) * 2);
     }
     t.out.push_back({"o_proj", gpu_gemm("GPU attention projections", n, H, qd)});
+    if (c.o_bias)
+      t.out.push_back({"o_bias", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
     t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
-    t.out.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
-    t.out.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
-                                              n * double(E) * 4 + n * double(K) * 8)});
+    t.route.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
+    t.route.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
+                                                n * double(E) * 4 + n * double(K) * 8)});
+    // sigmoid(shared_expert_gate · h): a one-column GEMM and the sigmoid
+    t.mlp_gate.push_back({"shared_expert_gate", gpu_gemm("GPU norms, RoPE, routing", n, 1, H)});
+    t.mlp_gate.push_back({"sigmoid", gpu_elementwise("GPU norms, RoPE, routing", n * 8)});
     t.routing_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
   }
 
@@ -339,6 +365,22 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   const Task add_cpu_experts =
       gpu_elementwise("GPU norms, RoPE, routing", cpu_expert_rows * double(H) * 12);
 
+  // A layer's dense MLP (shared expert or dense FFN, resident) over the step's T rows, b_e rows
+  // per GEMM as the executor: gate and up, down, SiLU·mul and the scaled add into the residual.
+  const int be = std::max(1, policy().expert_batch);
+  auto dense_mlp = [&](int64_t mlp_I) {
+    double seconds = 0, flops = 0, bytes = 0;
+    for (int begin = 0; begin < T; begin += be) {
+      const double m = std::min(T - begin, be);
+      seconds += 2 * gpu_gemm_seconds(m, mlp_I, H) + gpu_gemm_seconds(m, H, mlp_I) +
+                 (m * double(mlp_I) * 12 + m * double(H) * 12) / bw + 2 * kLaunchSeconds;
+      flops += 6.0 * m * double(mlp_I) * double(H);
+      bytes += 3.0 * double(mlp_I) * double(H) * 2;
+    }
+    return make_task(Resource::kGpu, "GPU dense MLP GEMMs", seconds, bytes, flops,
+                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
+  };
+
   // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
   int cpu_last =
       b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
@@ -350,6 +392,9 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
 
   for (int l = 0; l < c.num_layers; ++l) {
+    const bool moe = c.is_moe_layer(l);
+    const int64_t mlp_I = c.dense_mlp_size(l);
+    const bool gated = moe && mlp_I > 0 && c.shared_expert_gate;
     std::vector<int> in_end(static_cast<size_t>(M)), routing;
     auto prefix = [&](int i) { return named ? fmt::format("layer{}.mb{}.", l, i) : std::string(); };
     auto attention_in = [&](int i) {
@@ -372,6 +417,11 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
         gpu_last = b.add(task, {gpu_last, first ? cpu_out : -1}, {}, name(p, what));
         first = false;
       }
+      for (const auto& [what, task] : t.mlp_gate)
+        if (gated) gpu_last = b.add(task, {gpu_last}, {}, name(p, what));
+      if (!moe) return;  // a dense layer: no routing
+      for (const auto& [what, task] : t.route)
+        gpu_last = b.add(task, {gpu_last}, {}, name(p, what));
       routing.push_back(b.add(t.routing_d2h, {gpu_last}, {}, name(p, "routing_d2h")));
     };
     if (M > 0) attention_in(0);
@@ -382,7 +432,7 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
 
     // Expert phase: the host waits for every micro-batch's routing, then enqueues the experts.
     const bool resident = layer_resident(l, c.num_layers, o_.resident_expert_layers);
-    for (int e = 0; e < E; ++e) {
+    for (int e = 0; moe && e < E; ++e) {
       const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
       const std::vector<int>& after_routing = e == 0 ? routing : std::vector<int>{};
       if (q_gpu > 0) {
@@ -399,11 +449,12 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
       if (o_.cpu_expert_max_tokens > 0)
         cpu_last = b.add(cpu_expert, {cpu_last}, after_routing, name(p, "cpu"));
     }
-    if (o_.cpu_expert_max_tokens > 0 && cpu_rows > 0) {
-      const std::string p = named ? fmt::format("layer{}.", l) : std::string();
-      const int up = b.add(cpu_experts_h2d, {cpu_last}, {}, name(p, "cpu_experts_h2d"));
-      gpu_last = b.add(add_cpu_experts, {gpu_last, up}, {}, name(p, "add_cpu_experts"));
+    const std::string lp = named ? fmt::format("layer{}.", l) : std::string();
+    if (moe && o_.cpu_expert_max_tokens > 0 && cpu_rows > 0) {
+      const int up = b.add(cpu_experts_h2d, {cpu_last}, {}, name(lp, "cpu_experts_h2d"));
+      gpu_last = b.add(add_cpu_experts, {gpu_last, up}, {}, name(lp, "add_cpu_experts"));
     }
+    if (mlp_I > 0) gpu_last = b.add(dense_mlp(mlp_I), {gpu_last}, {}, name(lp, "dense_mlp"));
   }
 
   if (S > 0) {

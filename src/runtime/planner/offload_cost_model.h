@@ -77,14 +77,15 @@ int pages_per_expert(const ModelConfig& c, size_t page_bytes);
 
 struct GpuMemoryUse {
   size_t attention_weights = 0;  // Q, K, V, O of every layer (bf16)
-  size_t router_norms_head = 0;  // router, norms, final norm, lm_head
+  size_t router_norms_head = 0;  // routers, norms, q/k norms, biases, final norm, lm_head
+  size_t dense_mlps = 0;         // shared experts and dense layers' MLPs, with their gates
   size_t resident_experts = 0;   // experts of the resident layers
   size_t kv_cache = 0;           // the GPU's (1-ω) share of the KV cache
   size_t page_slots = 0;         // prefetch_depth experts' pages
   size_t step_buffers = 0;       // activations of the largest step, cuBLASLt workspace
   size_t total() const {
-    return attention_weights + router_norms_head + resident_experts + kv_cache + page_slots +
-           step_buffers;
+    return attention_weights + router_norms_head + dense_mlps + resident_experts + kv_cache +
+           page_slots + step_buffers;
   }
 };
 GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o);

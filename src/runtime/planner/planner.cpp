@@ -332,11 +332,11 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     if (g.total() > limits.gpu_bytes)
       fail(
           "planner: needs at least {} GPU memory for resident attention weights ({}), router, "
-          "norms and lm_head ({}) + {} experts' page slots ({}) + step buffers ({}); got {}. "
-          "Give more with --gpu-mem",
+          "norms and lm_head ({}), dense MLPs ({}) + {} experts' page slots ({}) + step buffers "
+          "({}); got {}. Give more with --gpu-mem",
           human_bytes(double(g.total())), human_bytes(double(g.attention_weights)),
-          human_bytes(double(g.router_norms_head)), least_key[kDepth],
-          human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)),
+          human_bytes(double(g.router_norms_head)), human_bytes(double(g.dense_mlps)),
+          least_key[kDepth], human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)),
           human_bytes(double(limits.gpu_bytes)));
   }
   double scale = 1;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -351,13 +352,26 @@ void edit_config(const GoldenCase& g, const fs::path& config_json) {
   std::ofstream(config_json) << j.dump(2);
 }
 
-// One temporary folder holding every case's checkpoint and reference dump, made once: the
-// Python process (and its ~2 s torch import) is shared by all cases.
+// The position of a case in golden_cases(): it salts the case's weights and tokens.
+int case_salt(const GoldenCase& g) {
+  int salt = 0;
+  for (const GoldenCase& other : golden_cases()) {
+    if (other.name == g.name) break;
+    ++salt;
+  }
+  return salt;
+}
+
+// A temporary folder holding one case's checkpoint and reference dump, made when the case first
+// asks for it. ctest runs every case in a process of its own, so one Python batch over all cases
+// would be recomputed by each of them; one job per case keeps the suite's time linear in the cases.
 class GoldenWorkspace {
  public:
-  static GoldenWorkspace& get() {
-    static GoldenWorkspace workspace;
-    return workspace;
+  static GoldenWorkspace& get(const GoldenCase& g) {
+    static std::map<std::string, std::unique_ptr<GoldenWorkspace>> made;
+    std::unique_ptr<GoldenWorkspace>& w = made[g.name];
+    if (!w) w.reset(new GoldenWorkspace(g));
+    return *w;
   }
 
   std::string skip_reason;  // non-empty: PyTorch is not available
@@ -373,26 +387,24 @@ class GoldenWorkspace {
   }
 
  private:
-  GoldenWorkspace() {
+  explicit GoldenWorkspace(const GoldenCase& g) {
     const std::string probe = std::string(kPython) + " -c 'import torch' >/dev/null 2>&1";
     if (std::system(probe.c_str()) != 0) {
       skip_reason = std::string(kPython) +
                     " cannot import torch; install Debian's python3-torch to run the golden tests";
       return;
     }
-    dir = fs::temp_directory_path() / ("sluice-golden-" + std::to_string(::getpid()));
+    dir = fs::temp_directory_path() /
+          ("sluice-golden-" + std::to_string(::getpid()) + "-" + g.name);
     fs::remove_all(dir);
     fs::create_directories(dir);
     nlohmann::json jobs = nlohmann::json::array();
-    int salt = 0;
-    for (const GoldenCase& g : golden_cases()) {
-      write_random_checkpoint(g.config, model_dir(g.name), /*seed=*/1000 + salt, g.shard_bytes);
-      edit_config(g, model_dir(g.name) / "config.json");
-      jobs.push_back({{"model", model_dir(g.name).string()},
-                      {"tokens", test_tokens(g.config.vocab_size, salt)},
-                      {"out", dump_path(g.name).string()}});
-      ++salt;
-    }
+    const int salt = case_salt(g);
+    write_random_checkpoint(g.config, model_dir(g.name), /*seed=*/1000 + salt, g.shard_bytes);
+    edit_config(g, model_dir(g.name) / "config.json");
+    jobs.push_back({{"model", model_dir(g.name).string()},
+                    {"tokens", test_tokens(g.config.vocab_size, salt)},
+                    {"out", dump_path(g.name).string()}});
     const fs::path jobs_file = dir / "jobs.json";
     std::ofstream(jobs_file) << jobs.dump(2);
     const fs::path log = dir / "reference.log";
@@ -440,16 +452,11 @@ int argmax(const float* v, int n) {
 class ModelGolden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(ModelGolden, ReferenceForwardMatchesPyTorch) {
-  GoldenWorkspace& ws = GoldenWorkspace::get();
+  const GoldenCase& g = GetParam();
+  GoldenWorkspace& ws = GoldenWorkspace::get(g);
   if (!ws.skip_reason.empty()) GTEST_SKIP() << ws.skip_reason;
   ASSERT_TRUE(ws.error.empty()) << ws.error;
-  const GoldenCase& g = GetParam();
-  int salt = 0;
-  for (const GoldenCase& other : golden_cases()) {
-    if (other.name == g.name) break;
-    ++salt;
-  }
-  const std::vector<int> tokens = test_tokens(g.config.vocab_size, salt);
+  const std::vector<int> tokens = test_tokens(g.config.vocab_size, case_salt(g));
 
   const bool sharded = fs::exists(ws.model_dir(g.name) / "model.safetensors.index.json");
   ASSERT_EQ(sharded, g.shard_bytes < (size_t(1) << 20))

@@ -36,6 +36,8 @@ void check_offload_supports(const ModelConfig& c) {
   if (c.qkv_bias || c.o_bias) refuse("attention projection biases", "qkv_bias/attention_bias");
   if (c.clip_qkv > 0) refuse("q/k/v clipping", "clip_qkv");
   if (c.norm != NormKind::kRms) refuse("LayerNorm", "norm");
+  if (c.attention == AttentionKind::kLatent)
+    refuse("multi-head latent attention (MLA)", "kv_lora_rank");
   if (c.shared_expert_intermediate_size > 0)
     refuse("a shared expert", "shared_expert_intermediate_size");
   for (int l = 0; l < c.num_layers; ++l)

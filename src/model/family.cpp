@@ -5,8 +5,9 @@
 namespace sluice {
 
 std::span<const FamilySpec* const> all_families() {
-  static const FamilySpec* const families[] = {&mixtral_family(), &qwen3_moe_family(),
-                                               &olmoe_family(), &qwen2_moe_family()};
+  static const FamilySpec* const families[] = {&mixtral_family(),     &qwen3_moe_family(),
+                                               &olmoe_family(),       &qwen2_moe_family(),
+                                               &deepseek_v2_family(), &deepseek_v3_family()};
   return families;
 }
 

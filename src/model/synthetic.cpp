@@ -36,6 +36,9 @@ struct Init {
 };
 Init init_for(const ExpectedTensor& t) {
   if (t.name.ends_with(".bias")) return {0.0f, 0.5f};
+  // DeepSeek-V3's selection bias: comparable to the gaps between sigmoid scores, so it moves
+  // the choice of experts, yet small enough that the chosen ones keep positive choice scores.
+  if (t.name.ends_with("e_score_correction_bias")) return {0.0f, 0.25f};
   if (t.shape.size() == 1) return {1.0f, 0.1f};
   const float std_dev = t.name.find("embed_tokens") != std::string::npos
                             ? 1.0f

@@ -32,14 +32,14 @@ double yarn_mscale(double scale, double mscale) {
 }  // namespace
 
 float ModelConfig::attention_scale() const {
-  double scale = 1.0 / std::sqrt(double(head_dim));
   // DeepseekV3Attention: scaling *= mscale² with mscale = yarn_get_mscale(factor,
-  // mscale_all_dim) when rope_scaling has a (non-zero) mscale_all_dim.
+  // mscale_all_dim) when rope_scaling has a (non-zero) mscale_all_dim (in double, as Python).
   if (rope_scaling.kind != RopeScalingKind::kNone && rope_scaling.mscale_all_dim > 0) {
     const double m = yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
-    scale *= m * m;
+    return float(m * m / std::sqrt(double(head_dim)));
   }
-  return float(scale);
+  // Without it, the fp32 expression the engine's kernels use, bit for bit.
+  return 1.0f / std::sqrt(float(head_dim));
 }
 
 float ModelConfig::rope_attention_factor() const {

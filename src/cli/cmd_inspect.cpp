@@ -22,9 +22,29 @@ int run(const std::string& dir) {
   fmt::print("layers       {}\n", c.num_layers);
   fmt::print("hidden       {}   vocab {}   max positions {}\n", c.hidden_size, c.vocab_size,
              c.max_position_embeddings);
-  fmt::print("attention    {} heads, {} KV heads, head dim {}, rope theta {}, sliding window {}\n",
-             c.num_heads, c.num_kv_heads, c.head_dim, c.rope_theta,
-             c.sliding_window > 0 ? std::to_string(c.sliding_window) : "none");
+  if (c.attention == AttentionKind::kLatent) {
+    const LatentAttentionShape& a = c.mla;
+    fmt::print(
+        "attention    multi-head latent (MLA): {} heads, q/k head {} (no-RoPE {} + RoPE {}), v "
+        "head "
+        "{}, latent {}, q {}\n",
+        c.num_heads, c.head_dim, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim,
+        a.kv_lora_rank, a.q_lora_rank > 0 ? fmt::format("LoRA rank {}", a.q_lora_rank) : "full");
+    fmt::print("KV cache     {} values per token and layer (latent + RoPE key), {} bytes in bf16\n",
+               c.kv_cache_values_per_token(), c.kv_cache_values_per_token() * 2);
+  } else {
+    fmt::print(
+        "attention    {} heads, {} KV heads, head dim {}, rope theta {}, sliding window {}\n",
+        c.num_heads, c.num_kv_heads, c.head_dim, c.rope_theta,
+        c.sliding_window > 0 ? std::to_string(c.sliding_window) : "none");
+  }
+  fmt::print("rope         theta {}{}{}; softmax scale {:.6g}\n", c.rope_theta,
+             c.rope_interleaved ? ", adjacent pairs" : "",
+             c.rope_scaling.kind == RopeScalingKind::kYarn
+                 ? fmt::format(", YaRN factor {} (attention factor {:.6g})", c.rope_scaling.factor,
+                               c.rope_attention_factor())
+                 : "",
+             c.attention_scale());
   fmt::print("norms        {}{}{}{}\n",
              c.norm == NormKind::kRms ? "RMSNorm" : "LayerNorm (no bias)",
              c.qk_norm == QkNorm::kNone      ? ""
@@ -39,12 +59,29 @@ int run(const std::string& dir) {
                  ? fmt::format("; shared expert of {}{}", c.shared_expert_intermediate_size,
                                c.shared_expert_gate ? " (sigmoid-gated)" : "")
                  : "");
+  if (c.router_score == RouterScore::kSigmoid || c.expert_groups > 1 || c.router_selection_bias ||
+      c.routed_scaling_factor != 1.f)
+    fmt::print(
+        "routing      {} scores{}{}, weights x {}\n",
+        c.router_score == RouterScore::kSigmoid ? "sigmoid" : "softmax",
+        c.router_selection_bias ? ", a selection bias (e_score_correction_bias)" : "",
+        c.expert_groups > 1
+            ? fmt::format(
+                  ", the best {} of {} groups (scored by {})", c.groups_per_token, c.expert_groups,
+                  c.group_score == GroupScore::kMax ? "their best expert" : "their best two")
+            : "",
+        c.routed_scaling_factor);
   std::vector<int> dense;
   for (int l = 0; l < c.num_layers; ++l)
     if (!c.is_moe_layer(l)) dense.push_back(l);
   if (!dense.empty())
     fmt::print("dense layers {} (MLP intermediate {})\n", fmt::join(dense, ", "),
                c.dense_intermediate_size);
+  if (c.mtp_layers > 0)
+    fmt::print(
+        "skipped      {} multi-token-prediction layer(s) (num_nextn_predict_layers): not "
+        "run, their tensors not loaded\n",
+        c.mtp_layers);
   fmt::print("embeddings   {}\n", c.tie_word_embeddings ? "tied to lm_head" : "separate lm_head");
   fmt::print("parameters   {} total, {} active per token\n", human_count(double(s.total_params)),
              human_count(double(s.active_params_per_token)));

@@ -56,6 +56,26 @@ struct Routed {
   float weight;
 };
 
+// The model features the batch engine's kernels do not run yet, refused by name before anything
+// is allocated (the reference path, `sluice logits`, runs them all).
+const ModelConfig& check_engine_supports(const ModelConfig& c) {
+  auto refuse = [&](const char* feature, const char* field) {
+    fail(
+        "engine: {} uses {} (config field '{}'), which the batch engine does not run yet; "
+        "`sluice logits` computes it on the reference path",
+        c.architecture, feature, field);
+  };
+  if (c.attention == AttentionKind::kLatent)
+    refuse("multi-head latent attention (MLA)", "kv_lora_rank");
+  if (c.rope_scaling.kind != RopeScalingKind::kNone) refuse("YaRN RoPE scaling", "rope_scaling");
+  if (c.rope_interleaved) refuse("RoPE on adjacent pairs", "rope_interleave");
+  if (c.router_score != RouterScore::kSoftmax) refuse("sigmoid router scores", "scoring_func");
+  if (c.expert_groups > 1) refuse("group-limited expert selection", "n_group");
+  if (c.router_selection_bias) refuse("a router selection bias", "e_score_correction_bias");
+  if (c.routed_scaling_factor != 1.f) refuse("scaled routed weights", "routed_scaling_factor");
+  return c;
+}
+
 }  // namespace
 
 struct BatchEngine::Impl {
@@ -89,7 +109,7 @@ struct BatchEngine::Impl {
   std::unique_ptr<OffloadExecutor> offload;
 
   Impl(const Model& model, const Policy& p, const EngineDevice& device)
-      : c(model.config), policy(p), kv(kv_config(model.config, p, device)) {
+      : c(check_engine_supports(model.config)), policy(p), kv(kv_config(model.config, p, device)) {
     w.embed = model.weights.embed;
     w.final_norm = as_f32(model.weights.final_norm);
     w.lm_head = as_bf16(model.weights.lm_head);

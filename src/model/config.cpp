@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,35 @@ std::string_view family_name(Family f) {
 bool ModelConfig::is_moe_layer(int layer) const {
   return num_experts > 0 &&
          std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
+}
+
+namespace {
+
+// yarn_get_mscale: 0.1 · mscale · ln(scale) + 1, or 1 when scale <= 1.
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+}  // namespace
+
+float ModelConfig::attention_scale() const {
+  // DeepseekV3Attention: scaling *= mscale² with mscale = yarn_get_mscale(factor,
+  // mscale_all_dim) when rope_scaling has a (non-zero) mscale_all_dim (in double, as Python).
+  if (rope_scaling.kind != RopeScalingKind::kNone && rope_scaling.mscale_all_dim > 0) {
+    const double m = yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+    return float(m * m / std::sqrt(double(head_dim)));
+  }
+  // Without it, the fp32 expression the engine's kernels use, bit for bit.
+  return 1.0f / std::sqrt(float(head_dim));
+}
+
+float ModelConfig::rope_attention_factor() const {
+  const RopeScaling& y = rope_scaling;
+  if (y.kind != RopeScalingKind::kYarn) return 1.f;
+  if (y.attention_factor > 0) return y.attention_factor;
+  if (y.mscale > 0 && y.mscale_all_dim > 0)
+    return float(yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim));
+  return float(yarn_mscale(y.factor, 1.0));
 }
 
 int ModelConfig::dense_mlp_size(int layer) const {
@@ -133,18 +163,52 @@ void read_heads(const ConfigReader& r, const LlamaStyleDefaults& d, ModelConfig&
                  c.architecture, c.head_dim, r.integer("head_dim"));
 }
 
-// `rope_theta` at the top level (transformers 4.x) or inside `rope_parameters` (5.x). Only the
-// default rope type is implemented.
-void read_rope(const ConfigReader& r, float fallback, ModelConfig& c) {
+float positive_number(const ConfigReader& r, const char* object, const json& rope, const char* key,
+                      float fallback) {
+  if (!rope.contains(key) || rope[key].is_null()) return fallback;
+  if (!rope[key].is_number() || !(rope[key].get<double>() > 0))
+    fail("{}: field '{}.{}': expected a positive number, got {}", r.source(), object, key,
+         rope[key].dump());
+  return rope[key].get<float>();
+}
+
+// YaRN's fields as _compute_yarn_parameters reads them (factor required; beta_fast and
+// beta_slow default to 32 and 1; original_max_position_embeddings to max_position_embeddings).
+RopeScaling read_yarn(const ConfigReader& r, const char* key, const json& rope) {
+  RopeScaling s;
+  s.kind = RopeScalingKind::kYarn;
+  if (!rope.contains("factor"))
+    fail("{}: field '{}.factor': required by rope type 'yarn'", r.source(), key);
+  s.factor = positive_number(r, key, rope, "factor", 1.f);
+  s.beta_fast = positive_number(r, key, rope, "beta_fast", 32.f);
+  s.beta_slow = positive_number(r, key, rope, "beta_slow", 1.f);
+  s.mscale = positive_number(r, key, rope, "mscale", 0.f);
+  s.mscale_all_dim = positive_number(r, key, rope, "mscale_all_dim", 0.f);
+  s.attention_factor = positive_number(r, key, rope, "attention_factor", 0.f);
+  s.original_max_position_embeddings =
+      int(positive_number(r, key, rope, "original_max_position_embeddings", 0.f));
+  if (rope.contains("truncate")) {
+    if (!rope["truncate"].is_boolean())
+      fail("{}: field '{}.truncate': expected true or false", r.source(), key);
+    s.truncate = rope["truncate"].get<bool>();
+  }
+  return s;
+}
+
+// `rope_theta` at the top level (transformers 4.x) or inside `rope_parameters` (5.x). The
+// default rope type and YaRN are implemented.
+void read_rope(const ConfigReader& r, float fallback, bool yarn, ModelConfig& c) {
   c.rope_theta = r.number_or("rope_theta", fallback);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!r.has(key)) continue;
     const json& rope = r.doc()[key];
     if (!rope.is_object()) r.wrong_type(key, "an object");
     std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
-    if (type != "default")
-      fail("{}: field '{}': rope type '{}' is not supported for {}; expected 'default'", r.source(),
-           key, type, c.architecture);
+    if (yarn && type == "yarn")
+      c.rope_scaling = read_yarn(r, key, rope);
+    else if (type != "default")
+      fail("{}: field '{}': rope type '{}' is not supported for {}; expected 'default'{}",
+           r.source(), key, type, c.architecture, yarn ? " or 'yarn'" : "");
     if (rope.contains("rope_theta")) {
       if (!rope["rope_theta"].is_number())
         fail("{}: field '{}.rope_theta': expected a number", r.source(), key);
@@ -177,7 +241,7 @@ void read_llama_style(const ConfigReader& r, const LlamaStyleDefaults& d, ModelC
   c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
   c.max_position_embeddings = r.integer_or("max_position_embeddings", d.max_position_embeddings);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  read_rope(r, d.rope_theta, c);
+  read_rope(r, d.rope_theta, d.yarn, c);
   if (r.has("hidden_act") && r.string_or("hidden_act", "") != "silu")
     r.wrong_type("hidden_act", "\"silu\"");
   auto bos = r.ids_or_empty("bos_token_id");
@@ -205,6 +269,17 @@ void write_llama_style(const ModelConfig& c, json& j) {
       c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
   j["torch_dtype"] = dtype_json_name(c.dtype);
   j["use_cache"] = true;
+  const RopeScaling& y = c.rope_scaling;
+  if (y.kind == RopeScalingKind::kYarn) {
+    json rope = {{"type", "yarn"},           {"factor", y.factor},
+                 {"beta_fast", y.beta_fast}, {"beta_slow", y.beta_slow},
+                 {"mscale", y.mscale},       {"mscale_all_dim", y.mscale_all_dim}};
+    if (y.original_max_position_embeddings > 0)
+      rope["original_max_position_embeddings"] = y.original_max_position_embeddings;
+    if (y.attention_factor > 0) rope["attention_factor"] = y.attention_factor;
+    if (!y.truncate) rope["truncate"] = false;
+    j["rope_scaling"] = rope;
+  }
 }
 
 void read_qwen_dense_layers(const ConfigReader& r, ModelConfig& c) {
@@ -220,7 +295,7 @@ void read_qwen_dense_layers(const ConfigReader& r, ModelConfig& c) {
 }
 
 void check_common(const ConfigReader& r, const ModelConfig& c) {
-  if (c.head_dim % 2 != 0)
+  if (c.attention == AttentionKind::kMultiHead && c.head_dim % 2 != 0)
     fail("{}: field 'head_dim': expected an even number for RoPE, got {}", r.source(), c.head_dim);
   if (c.experts_per_token > c.num_experts)
     fail("{}: field 'num_experts_per_tok' ({}) exceeds the number of experts ({})", r.source(),

@@ -14,7 +14,7 @@
 
 namespace sluice {
 
-enum class Family { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, Dbrx };
+enum class Family { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, Dbrx, DeepseekV2, DeepseekV3 };
 
 std::string_view family_name(Family f);
 
@@ -35,6 +35,52 @@ enum class QkNorm {
 // How router logits become expert weights.
 enum class RouterScore {
   kSoftmax,  // softmax over all experts, then the top-k (renormalised iff normalize_topk)
+  kSigmoid,  // sigmoid of each logit, then the top-k (renormalised iff normalize_topk)
+};
+
+// How a group of experts is scored when the router picks groups first (expert_groups > 1).
+enum class GroupScore {
+  kMax,        // its best expert's score (DeepSeek-V2's group_limited_greedy)
+  kTopTwoSum,  // the sum of its two best (DeepSeek-V3's noaux_tc, bias included)
+};
+
+// The attention block's shape.
+enum class AttentionKind {
+  kMultiHead,  // q, k, v projections of heads (and kv_heads) × head_dim
+  // Multi-head latent attention (DeepSeek-V2/V3): k and v come from one compressed latent of
+  // kv_lora_rank values per token (kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj) plus one
+  // RoPE key of qk_rope_head_dim values shared by all heads; q optionally through a low-rank
+  // q_lora_rank bottleneck (q_a_proj, q_a_layernorm, q_b_proj). Each q/k head is
+  // qk_nope_head_dim values without RoPE followed by qk_rope_head_dim with it; v heads are
+  // v_head_dim. head_dim is qk_nope_head_dim + qk_rope_head_dim.
+  kLatent,
+};
+
+struct LatentAttentionShape {
+  int q_lora_rank = 0;  // 0: q straight from q_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+};
+
+// RoPE frequency scaling (rope_scaling / rope_parameters).
+enum class RopeScalingKind {
+  kNone,
+  // YaRN (transformers' _compute_yarn_parameters): frequencies blended between the original and
+  // the factor-interpolated ones by a ramp over [beta_fast, beta_slow] rotations, cos and sin
+  // multiplied by the attention factor.
+  kYarn,
+};
+
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::kNone;
+  float factor = 1.f;
+  int original_max_position_embeddings = 0;  // 0: max_position_embeddings
+  float beta_fast = 32.f, beta_slow = 1.f;
+  float mscale = 0.f, mscale_all_dim = 0.f;  // 0: absent
+  float attention_factor = 0.f;              // 0: absent (derived from mscale, mscale_all_dim)
+  bool truncate = true;
 };
 
 struct ModelConfig {
@@ -54,6 +100,10 @@ struct ModelConfig {
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   DType dtype = DType::BF16;  // torch_dtype, the dtype presets write
+  RopeScaling rope_scaling;
+  // RoPE rotates pairs (x[2i], x[2i+1]) by frequency i (DeepSeek's complex form, equally
+  // transformers' rope_interleave) instead of (x[i], x[i + d/2]) (rotate_half).
+  bool rope_interleaved = false;
 
   // Attention quirks.
   NormKind norm = NormKind::kRms;
@@ -61,6 +111,8 @@ struct ModelConfig {
   bool o_bias = false;    // the output projection has one (LayerWeights::bo)
   QkNorm qk_norm = QkNorm::kNone;
   float clip_qkv = 0;  // > 0: q, k, v clamped to [-clip_qkv, clip_qkv] after their norms
+  AttentionKind attention = AttentionKind::kMultiHead;
+  LatentAttentionShape mla;  // kLatent only
 
   // The sparse MoE block of MoE layers.
   int expert_intermediate_size = 0;
@@ -68,6 +120,15 @@ struct ModelConfig {
   int experts_per_token = 0;
   RouterScore router_score = RouterScore::kSoftmax;
   bool normalize_topk = true;  // the top-k weights renormalised to sum to one
+  // Group-limited selection: the experts split into expert_groups equal groups, each scored by
+  // group_score; only the experts of the best groups_per_token groups compete for the top-k.
+  int expert_groups = 1;
+  int groups_per_token = 1;
+  GroupScore group_score = GroupScore::kMax;
+  // A per-expert bias (LayerWeights::router_bias) added to the scores for choosing the experts
+  // only; the weights are the unbiased scores (DeepSeek-V3's e_score_correction_bias).
+  bool router_selection_bias = false;
+  float routed_scaling_factor = 1.f;  // the routed experts' weights multiplied by this
 
   // The dense MLP every token goes through: in a MoE layer the shared expert (when
   // shared_expert_intermediate_size > 0), added to the routed experts' output and scaled by
@@ -77,8 +138,30 @@ struct ModelConfig {
   bool shared_expert_gate = false;
   int dense_intermediate_size = 0;
   std::vector<int> dense_layers;  // layer indices without a MoE block, ascending
+  // Multi-token-prediction layers stored after the decoder layers (DeepSeek-V3's
+  // num_nextn_predict_layers): not run; their tensors are skipped.
+  int mtp_layers = 0;
 
   int q_dim() const { return num_heads * head_dim; }
+  // The width of the attention output entering o_proj: heads × v_head_dim with MLA.
+  int attn_out_dim() const {
+    return attention == AttentionKind::kLatent ? num_heads * mla.v_head_dim : q_dim();
+  }
+  // Values the KV cache keeps per token and layer: K and V of every KV head, or with MLA the
+  // latent and the shared RoPE key.
+  int kv_cache_values_per_token() const {
+    return attention == AttentionKind::kLatent ? mla.kv_lora_rank + mla.qk_rope_head_dim
+                                               : 2 * kv_dim();
+  }
+  // softmax(q·kᵀ × attention_scale()): 1/sqrt(head_dim), with YaRN's mscale_all_dim
+  // correction (yarn_get_mscale(factor, mscale_all_dim)²) when the config gives one.
+  float attention_scale() const;
+  // The multiplier of RoPE's cos and sin (YaRN's attention factor; 1 without scaling).
+  float rope_attention_factor() const;
+  // The number of values RoPE rotates in each q/k head: all of head_dim, or MLA's rope part.
+  int rope_dim() const {
+    return attention == AttentionKind::kLatent ? mla.qk_rope_head_dim : head_dim;
+  }
   int kv_dim() const { return num_kv_heads * head_dim; }
   // Elements of a layer's q_norm and k_norm weights (0 without q/k norms).
   int q_norm_size() const {

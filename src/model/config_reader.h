@@ -59,6 +59,9 @@ struct LlamaStyleDefaults {
   float rope_theta = 10000.f;
   int max_position_embeddings = 4096;
   bool head_dim_field = true;  // false: head_dim is hidden_size / heads whatever the file says
+  // YaRN rope scaling accepted (DeepSeek, whose attention also applies mscale_all_dim to the
+  // softmax scale); otherwise only the default rope type.
+  bool yarn = false;
 };
 
 // vocab_size, hidden_size, num_hidden_layers, attention heads and head_dim, rms_norm_eps, RoPE

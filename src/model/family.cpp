@@ -6,7 +6,8 @@ namespace sluice {
 
 std::span<const FamilySpec* const> all_families() {
   static const FamilySpec* const families[] = {
-      &mixtral_family(), &qwen3_moe_family(), &olmoe_family(), &qwen2_moe_family(), &dbrx_family()};
+      &mixtral_family(),  &qwen3_moe_family(),   &olmoe_family(),      &qwen2_moe_family(),
+      &dbrx_family(),     &deepseek_v2_family(), &deepseek_v3_family()};
   return families;
 }
 

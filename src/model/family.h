@@ -55,6 +55,8 @@ const FamilySpec& qwen3_moe_family();
 const FamilySpec& olmoe_family();
 const FamilySpec& qwen2_moe_family();
 const FamilySpec& dbrx_family();
+const FamilySpec& deepseek_v2_family();
+const FamilySpec& deepseek_v3_family();
 
 // Qwen's tokenizer (Qwen2-MoE and Qwen3-MoE alike): Qwen's split pattern, NFC, ChatML.
 const TokenizerStyle& qwen_tokenizer_style();

@@ -23,8 +23,10 @@ ModelStats model_stats(const Model& m) {
   const double expert_fraction = double(c.experts_per_token) / c.num_experts;
   for (const LayerWeights& L : w.layers) {
     for (const Tensor* t :
-         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm,
-          &L.k_norm, &L.ffn_norm, &L.router, &L.mlp_gate, &L.mlp_up, &L.mlp_down, &L.mlp_scale})
+         {&L.attn_norm, &L.wq,          &L.wk,       &L.wv,     &L.wo,        &L.bq,
+          &L.bk,        &L.bv,          &L.bo,       &L.q_norm, &L.k_norm,    &L.ffn_norm,
+          &L.router,    &L.router_bias, &L.mlp_gate, &L.mlp_up, &L.mlp_down,  &L.mlp_scale,
+          &L.q_a,       &L.q_a_norm,    &L.q_b,      &L.kv_a,   &L.kv_a_norm, &L.kv_b})
       add(*t, 1.0);  // absent ones (empty) add nothing
     for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
       add(*t, expert_fraction);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/family.h"
 
@@ -101,6 +103,51 @@ ModelConfig dbrx(const Shape& s, int ffn, int experts, int top_k, float clip_qkv
   return c;
 }
 
+// DeepSeek's MLA shape and routing, shared by V2-Lite, V2 and V3.
+struct DeepseekShape {
+  LatentAttentionShape mla;
+  int dense_intermediate, moe_intermediate, shared_experts, experts, top_k, first_dense;
+  int groups, groups_per_token;
+  float routed_scaling;
+};
+
+// YaRN as the released configs have it: factor 40 over an original 4096 positions.
+RopeScaling deepseek_yarn(float factor, int original, float mscale) {
+  RopeScaling y;
+  y.kind = RopeScalingKind::kYarn;
+  y.factor = factor;
+  y.original_max_position_embeddings = original;
+  y.beta_fast = 32.f;
+  y.beta_slow = 1.f;
+  y.mscale = y.mscale_all_dim = mscale;
+  return y;
+}
+
+ModelConfig deepseek(Family f, const Shape& s, const DeepseekShape& d, const RopeScaling& yarn) {
+  ModelConfig c = base(f, s);
+  c.attention = AttentionKind::kLatent;
+  c.mla = d.mla;
+  c.head_dim = d.mla.qk_nope_head_dim + d.mla.qk_rope_head_dim;
+  c.rope_scaling = yarn;
+  c.rope_interleaved = true;
+  c.dense_intermediate_size = d.dense_intermediate;
+  c.expert_intermediate_size = d.moe_intermediate;
+  c.shared_expert_intermediate_size = d.shared_experts * d.moe_intermediate;
+  c.num_experts = d.experts;
+  c.experts_per_token = d.top_k;
+  for (int l = 0; l < std::min(d.first_dense, s.layers); ++l) c.dense_layers.push_back(l);
+  c.expert_groups = d.groups;
+  c.groups_per_token = d.groups_per_token;
+  c.routed_scaling_factor = d.routed_scaling;
+  const bool v3 = f == Family::DeepseekV3;
+  c.router_score = v3 ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+  c.group_score = v3 ? GroupScore::kTopTwoSum : GroupScore::kMax;
+  c.router_selection_bias = v3;
+  c.normalize_topk = v3;
+  c.mtp_layers = v3 ? 1 : 0;
+  return c;
+}
+
 struct Preset {
   const char* name;
   ModelConfig config;
@@ -121,6 +168,18 @@ const std::vector<Preset>& presets() {
       {"qwen2-57b-a14b",
        qwen2_moe({151936, 3584, 28, 28, 4, 128, 32768, 1e6f, 1e-6f}, 2560, 20480, 18944, 64, 8)},
       {"dbrx", dbrx({100352, 6144, 40, 48, 8, 128, 32768, 500000.f, 1e-5f}, 10752, 16, 4, 8.f)},
+      {"deepseek-v2-lite",
+       deepseek(Family::DeepseekV2, {102400, 2048, 27, 16, 16, 192, 163840, 10000.f, 1e-6f},
+                {{0, 512, 128, 64, 128}, 10944, 1408, 2, 64, 6, 1, 1, 1, 1.f},
+                deepseek_yarn(40.f, 4096, 0.707f))},
+      {"deepseek-v2",
+       deepseek(Family::DeepseekV2, {102400, 5120, 60, 128, 128, 192, 163840, 10000.f, 1e-6f},
+                {{1536, 512, 128, 64, 128}, 12288, 1536, 2, 160, 6, 1, 8, 3, 16.f},
+                deepseek_yarn(40.f, 4096, 0.707f))},
+      {"deepseek-v3",
+       deepseek(Family::DeepseekV3, {129280, 7168, 61, 128, 128, 192, 163840, 10000.f, 1e-6f},
+                {{1536, 512, 128, 64, 128}, 18432, 2048, 1, 256, 8, 3, 8, 4, 2.5f},
+                deepseek_yarn(40.f, 4096, 1.f))},
       // Small enough for unit tests, with every dimension distinct so layout bugs show.
       {"tiny-mixtral", mixtral(384, 64, 96, 2, 4, 2, 8, 2, 4096)},
       // heads·head_dim (4·24 = 96) unrelated to the hidden size, as in Qwen3.
@@ -131,6 +190,19 @@ const std::vector<Preset>& presets() {
       // head_dim = 64 / 4; the fused Wqkv is 64 + 2·2·16 = 128 rows; clip 1.5 clamps a share of
       // q/k/v; top-3 of 7 experts of 40.
       {"tiny-dbrx", dbrx({384, 64, 2, 4, 2, 16, 4096, 500000.f, 1e-5f}, 40, 7, 3, 1.5f)},
+      // MLA with latent 24, no-RoPE 12, RoPE 8 and v 10 per head; one dense layer first.
+      {"tiny-deepseek-v2-lite",
+       deepseek(Family::DeepseekV2, {384, 64, 3, 4, 4, 20, 4096, 10000.f, 1e-6f},
+                {{0, 24, 12, 8, 10}, 96, 32, 2, 8, 3, 1, 1, 1, 1.f},
+                deepseek_yarn(4.f, 256, 0.707f))},
+      {"tiny-deepseek-v2",
+       deepseek(Family::DeepseekV2, {384, 64, 3, 4, 4, 20, 4096, 10000.f, 1e-6f},
+                {{40, 24, 12, 8, 10}, 96, 32, 2, 12, 3, 1, 4, 2, 16.f},
+                deepseek_yarn(4.f, 256, 0.707f))},
+      {"tiny-deepseek-v3",
+       deepseek(Family::DeepseekV3, {384, 64, 4, 4, 4, 20, 4096, 10000.f, 1e-6f},
+                {{40, 24, 12, 8, 10}, 96, 32, 1, 16, 4, 2, 4, 2, 2.5f},
+                deepseek_yarn(4.f, 256, 1.f))},
   };
   return all;
 }
@@ -150,6 +222,8 @@ ModelConfig preset_config(const std::string& name, int layers) {
     if (layers < 0 || layers > c.num_layers)
       fail("--layers {}: preset '{}' has {} layers", layers, name, c.num_layers);
     if (layers > 0) c.num_layers = layers;
+    // The dense prefix stays; dense layers past the cut go with it.
+    std::erase_if(c.dense_layers, [&](int l) { return l >= c.num_layers; });
     return c;
   }
   fail("unknown preset '{}'; available: {}", name, fmt::join(preset_names(), ", "));

@@ -80,19 +80,62 @@ void rms_norm(const float* x, int rows, int dim, const std::vector<float>& w, fl
   norm(NormKind::kRms, x, rows, dim, w, eps, y);
 }
 
-// q * cos + rotate_half(q) * sin, with cos/sin of cat(freqs, freqs) and
-// inv_freq = 1 / theta^(arange(0, d, 2) / d), all in fp32 as in MixtralRotaryEmbedding.
-void apply_rope(float* x, int num_heads, int head_dim, int position, float theta) {
-  const int half = head_dim / 2;
+// inv_freq = 1 / theta^(arange(0, d, 2) / d) over the d = rope_dim() rotated values, all fp32
+// as the rotary embeddings compute it; with YaRN, transformers' _compute_yarn_parameters: the
+// original and the factor-interpolated frequencies blended by a linear ramp between the
+// dimensions that make beta_fast and beta_slow rotations over the original context.
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int d = c.rope_dim(), half = d / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i)
+    inv[size_t(i)] = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(d));
+  const RopeScaling& y = c.rope_scaling;
+  if (y.kind != RopeScalingKind::kYarn) return inv;
+  const double base = c.rope_theta;
+  const double original = y.original_max_position_embeddings > 0
+                              ? y.original_max_position_embeddings
+                              : c.max_position_embeddings;
+  auto correction_dim = [&](double rotations) {
+    return double(d) * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(d - 1));
+  if (low == high) high += 0.001;  // prevent a singular ramp
   for (int i = 0; i < half; ++i) {
-    float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
-    float angle = float(position) * inv_freq;
-    float c = std::cos(angle), s = std::sin(angle);
+    const float pos_freq = std::pow(c.rope_theta, float(2 * i) / float(d));
+    const float extrapolation = 1.0f / pos_freq;
+    const float interpolation = 1.0f / (y.factor * pos_freq);
+    const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.0f, 1.0f);
+    const float extrapolation_share = 1.0f - ramp;
+    inv[size_t(i)] =
+        interpolation * (1.0f - extrapolation_share) + extrapolation * extrapolation_share;
+  }
+  return inv;
+}
+
+// Rotates the last rope_dim() values of each of `num_heads` vectors of `stride` floats at
+// `position`: cos and sin of position · inv_freq, times YaRN's attention factor. Pairs
+// (x[i], x[i + d/2]) as q * cos + rotate_half(q) * sin, or with rope_interleaved the adjacent
+// pairs (x[2i], x[2i + 1]) as DeepSeek's complex product (and V3's interleave permutation,
+// which gives the same dot products).
+void apply_rope(const ModelConfig& c, const std::vector<float>& inv_freq, float* x, int num_heads,
+                int stride, int position) {
+  const int d = c.rope_dim(), half = d / 2;
+  const float factor = c.rope_attention_factor();
+  for (int i = 0; i < half; ++i) {
+    const float angle = float(position) * inv_freq[size_t(i)];
+    const float cs = std::cos(angle) * factor, sn = std::sin(angle) * factor;
+    const int ia = c.rope_interleaved ? 2 * i : i, ib = c.rope_interleaved ? 2 * i + 1 : i + half;
     for (int h = 0; h < num_heads; ++h) {
-      float* v = x + size_t(h) * head_dim;
-      float a = v[i], b = v[i + half];
-      v[i] = a * c - b * s;
-      v[i + half] = b * c + a * s;
+      float* v = x + size_t(h) * stride + (stride - d);
+      const float a = v[ia], b = v[ib];
+      v[ia] = a * cs - b * sn;
+      v[ib] = b * cs + a * sn;
     }
   }
 }
@@ -125,23 +168,61 @@ void swiglu(const float* x, const Tensor& gate_w, const Tensor& up_w, const Tens
   linear(gate.data(), 1, down_w, out, bf16);
 }
 
-// routing_weights = softmax(router_logits, dim=1, dtype=float); topk(routing_weights, k);
-// routing_weights /= sum when norm_topk_prob. Returns the (expert, weight) pairs in rank order.
-std::vector<std::pair<int, float>> route(const ModelConfig& c, const float* logits) {
+// The group-limited stage: experts outside the best groups_per_token groups (each group scored
+// by its best expert or by the sum of its best two) get choice 0, as masked_fill(~mask, 0.0).
+void mask_groups(const ModelConfig& c, std::vector<float>& choice) {
+  const int G = c.expert_groups, per_group = c.num_experts / G;
+  std::vector<float> group_score(static_cast<size_t>(G));
+  for (int g = 0; g < G; ++g) {
+    std::vector<float> members(choice.begin() + g * per_group,
+                               choice.begin() + (g + 1) * per_group);
+    std::sort(members.begin(), members.end(), std::greater<float>());
+    group_score[size_t(g)] =
+        c.group_score == GroupScore::kMax ? members[0] : members[0] + members[1];
+  }
+  std::vector<int> groups(static_cast<size_t>(G));
+  std::iota(groups.begin(), groups.end(), 0);
+  std::stable_sort(groups.begin(), groups.end(),
+                   [&](int a, int b) { return group_score[size_t(a)] > group_score[size_t(b)]; });
+  std::vector<bool> kept(static_cast<size_t>(G), false);
+  for (int j = 0; j < c.groups_per_token; ++j) kept[size_t(groups[size_t(j)])] = true;
+  for (int e = 0; e < c.num_experts; ++e)
+    if (!kept[size_t(e / per_group)]) choice[size_t(e)] = 0.0f;
+}
+
+// scores = softmax(router_logits) (Mixtral, Qwen, DeepSeek-V2) or sigmoid(router_logits)
+// (DeepSeek-V3), in fp32; the experts chosen by the top-k of the scores plus the selection bias
+// (e_score_correction_bias), limited to the best groups; their weights are the plain scores,
+// renormalised when normalize_topk, times routed_scaling_factor. Returns the (expert, weight)
+// pairs in rank order.
+std::vector<std::pair<int, float>> route(const ModelConfig& c, const LayerWeights& L,
+                                         const float* logits) {
   const int E = c.num_experts;
-  float m = *std::max_element(logits, logits + E), sum = 0.f;
-  std::vector<float> prob(static_cast<size_t>(E));
-  for (int e = 0; e < E; ++e) sum += (prob[size_t(e)] = std::exp(logits[e] - m));
-  for (float& p : prob) p /= sum;
+  std::vector<float> score(static_cast<size_t>(E));
+  if (c.router_score == RouterScore::kSigmoid) {
+    for (int e = 0; e < E; ++e) score[size_t(e)] = 1.0f / (1.0f + std::exp(-logits[e]));
+  } else {
+    float m = *std::max_element(logits, logits + E), sum = 0.f;
+    for (int e = 0; e < E; ++e) sum += (score[size_t(e)] = std::exp(logits[e] - m));
+    for (float& p : score) p /= sum;
+  }
+  std::vector<float> choice = score;
+  if (!L.router_bias.empty()) {
+    const std::vector<float> bias = weight_f32(L.router_bias);
+    for (int e = 0; e < E; ++e) choice[size_t(e)] += bias[size_t(e)];
+  }
+  if (c.expert_groups > 1) mask_groups(c, choice);
   std::vector<int> order(static_cast<size_t>(E));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return choice[size_t(a)] > choice[size_t(b)]; });
   float topk_sum = 0.f;
-  for (int j = 0; j < c.experts_per_token; ++j) topk_sum += prob[size_t(order[size_t(j)])];
+  for (int j = 0; j < c.experts_per_token; ++j) topk_sum += score[size_t(order[size_t(j)])];
   std::vector<std::pair<int, float>> picked;
   for (int j = 0; j < c.experts_per_token; ++j) {
     const int e = order[size_t(j)];
-    picked.push_back({e, c.normalize_topk ? prob[size_t(e)] / topk_sum : prob[size_t(e)]});
+    const float w = c.normalize_topk ? score[size_t(e)] / topk_sum : score[size_t(e)];
+    picked.push_back({e, w * c.routed_scaling_factor});
   }
   return picked;
 }
@@ -152,7 +233,8 @@ ReferenceForward::ReferenceForward(const Model& model, ReferenceOptions options)
     : model_(model),
       options_(options),
       k_cache_(model.config.num_layers),
-      v_cache_(model.config.num_layers) {}
+      v_cache_(model.config.num_layers),
+      inv_freq_(rope_inv_freq(model.config)) {}
 
 // hidden_states = residual + self_attn(input_layernorm(hidden_states))
 void ReferenceForward::attention_block(int l, int T, std::vector<float>& x, const DumpFn& dump) {
@@ -175,8 +257,8 @@ void ReferenceForward::attention_block(int l, int T, std::vector<float>& x, cons
   clip(k, c.clip_qkv);
   clip(v, c.clip_qkv);
   for (int t = 0; t < T; ++t) {
-    apply_rope(&q[size_t(t) * qd], c.num_heads, D, length_ + t, c.rope_theta);
-    apply_rope(&k[size_t(t) * kvd], c.num_kv_heads, D, length_ + t, c.rope_theta);
+    apply_rope(c, inv_freq_, &q[size_t(t) * qd], c.num_heads, D, length_ + t);
+    apply_rope(c, inv_freq_, &k[size_t(t) * kvd], c.num_kv_heads, D, length_ + t);
   }
   if (options_.bf16_kv_cache) {
     round_to_bf16(k.data(), k.size());
@@ -191,7 +273,7 @@ void ReferenceForward::attention_block(int l, int T, std::vector<float>& x, cons
   // `hq` reads KV head hq / (heads / kv_heads) (repeat_kv). The window is masking_utils'
   // sliding_window_overlay, kv_idx > q_idx - sliding_window: `sliding_window` keys, self
   // included.
-  const float scale = 1.0f / std::sqrt(float(D));
+  const float scale = c.attention_scale();
   for (int t = 0; t < T; ++t) {
     const int pos = length_ + t;
     const int first = c.sliding_window > 0 ? std::max(0, pos - c.sliding_window + 1) : 0;
@@ -225,6 +307,108 @@ void ReferenceForward::attention_block(int l, int T, std::vector<float>& x, cons
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 }
 
+// DeepseekV{2,3}Attention's query: q_proj(h), or q_b_proj(q_a_layernorm(q_a_proj(h))); split per
+// head into q_nope and q_pe, RoPE on q_pe.
+std::vector<float> ReferenceForward::latent_query(const LayerWeights& L,
+                                                  const std::vector<float>& h, int T) {
+  const ModelConfig& c = model_.config;
+  const bool bf16 = options_.bf16_gemm_inputs;
+  const int qd = c.q_dim();
+  std::vector<float> q(size_t(T) * qd);
+  if (c.mla.q_lora_rank > 0) {
+    const int R = c.mla.q_lora_rank;
+    std::vector<float> qa(size_t(T) * R);
+    linear(h.data(), T, L.q_a, qa.data(), bf16);
+    rms_norm(qa.data(), T, R, weight_f32(L.q_a_norm), c.rms_norm_eps, qa.data());
+    linear(qa.data(), T, L.q_b, q.data(), bf16);
+  } else {
+    linear(h.data(), T, L.wq, q.data(), bf16);
+  }
+  for (int t = 0; t < T; ++t)
+    apply_rope(c, inv_freq_, &q[size_t(t) * qd], c.num_heads, c.head_dim, length_ + t);
+  return q;
+}
+
+// compressed_kv = kv_a_proj_with_mqa(h), split into the latent and k_pe; k_pe gets RoPE (one
+// head, shared by all); kv_b_proj(kv_a_layernorm(latent)) splits per head into k_nope and v.
+void ReferenceForward::append_latent_kv(int l, const std::vector<float>& h, int T) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& L = model_.weights.layers[size_t(l)];
+  const LatentAttentionShape& m = c.mla;
+  const int R = m.kv_lora_rank, P = m.qk_rope_head_dim, N = m.qk_nope_head_dim, V = m.v_head_dim;
+  const int heads = c.num_heads;
+  std::vector<float> ckv(size_t(T) * (R + P)), latent(size_t(T) * R);
+  std::vector<float> kv(size_t(T) * heads * (N + V));
+  linear(h.data(), T, L.kv_a, ckv.data(), options_.bf16_gemm_inputs);
+  for (int t = 0; t < T; ++t) {
+    float* row = &ckv[size_t(t) * (R + P)];
+    rms_norm(row, 1, R, weight_f32(L.kv_a_norm), c.rms_norm_eps, &latent[size_t(t) * R]);
+    apply_rope(c, inv_freq_, row + R, 1, P, length_ + t);
+  }
+  // What a latent cache holds: the normalised latent and the rotated k_pe.
+  if (options_.bf16_kv_cache) {
+    round_to_bf16(latent.data(), latent.size());
+    for (int t = 0; t < T; ++t) round_to_bf16(&ckv[size_t(t) * (R + P) + R], size_t(P));
+  }
+  linear(latent.data(), T, L.kv_b, kv.data(), options_.bf16_gemm_inputs);
+  auto& kc = k_cache_[size_t(l)];
+  auto& vc = v_cache_[size_t(l)];
+  for (int t = 0; t < T; ++t) {
+    const float* k_pe = &ckv[size_t(t) * (R + P) + R];
+    for (int hd = 0; hd < heads; ++hd) {
+      const float* head = &kv[(size_t(t) * heads + hd) * (N + V)];
+      kc.insert(kc.end(), head, head + N);
+      kc.insert(kc.end(), k_pe, k_pe + P);
+      vc.insert(vc.end(), head + N, head + N + V);
+    }
+  }
+}
+
+// Multi-head latent attention, in the plain (decompressed) form transformers computes:
+// softmax(cat(q_nope, q_pe) · cat(k_nope, k_pe)ᵀ × scaling + causal mask) · v per head, then
+// o_proj; scaling is qk_head_dim^-0.5 with YaRN's mscale² correction.
+void ReferenceForward::latent_attention_block(int l, int T, std::vector<float>& x,
+                                              const DumpFn& dump) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& L = model_.weights.layers[size_t(l)];
+  const int H = c.hidden_size, D = c.head_dim, V = c.mla.v_head_dim, heads = c.num_heads;
+  std::vector<float> h(size_t(T) * H), o(size_t(T) * H);
+  std::vector<float> attn(size_t(T) * heads * V, 0.f);
+  norm(c.norm, x.data(), T, H, weight_f32(L.attn_norm), c.rms_norm_eps, h.data());
+  const std::vector<float> q = latent_query(L, h, T);
+  append_latent_kv(l, h, T);
+  const auto& kc = k_cache_[size_t(l)];
+  const auto& vc = v_cache_[size_t(l)];
+  const float scale = c.attention_scale();
+  for (int t = 0; t < T; ++t) {
+    const int pos = length_ + t;
+    std::vector<float> scores(size_t(pos) + 1);
+    for (int hq = 0; hq < heads; ++hq) {
+      const float* qv = &q[(size_t(t) * heads + hq) * D];
+      float max_score = -INFINITY;
+      for (int p = 0; p <= pos; ++p) {
+        const float* kv = &kc[(size_t(p) * heads + hq) * D];
+        float s = 0.f;
+        for (int d = 0; d < D; ++d) s += qv[d] * kv[d];
+        scores[size_t(p)] = s * scale;
+        max_score = std::max(max_score, scores[size_t(p)]);
+      }
+      float sum = 0.f;
+      for (int p = 0; p <= pos; ++p)
+        sum += (scores[size_t(p)] = std::exp(scores[size_t(p)] - max_score));
+      float* out = &attn[(size_t(t) * heads + hq) * V];
+      for (int p = 0; p <= pos; ++p) {
+        const float* vv = &vc[(size_t(p) * heads + hq) * V];
+        const float pw = scores[size_t(p)] / sum;
+        for (int d = 0; d < V; ++d) out[d] += pw * vv[d];
+      }
+    }
+  }
+  linear(attn.data(), T, L.wo, o.data(), options_.bf16_gemm_inputs);
+  if (dump) dump(fmt::format("layer.{}.attn_out", l), o.data(), T, H);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
 // hidden_states = residual + mlp(post_attention_layernorm(hidden_states)), the mlp being the
 // sparse MoE block (MixtralSparseMoeBlock; with Qwen2-MoE's shared expert, scaled by
 // sigmoid(shared_expert_gate(x)), added) or, in a dense layer, a SwiGLU MLP.
@@ -244,7 +428,7 @@ void ReferenceForward::ffn_block(int l, int T, std::vector<float>& x, const Dump
     const float* xt = &h[size_t(t) * H];
     float* yt = &out[size_t(t) * H];
     if (!L.router.empty()) {
-      for (auto [e, weight] : route(c, &router_logits[size_t(t) * E])) {
+      for (auto [e, weight] : route(c, L, &router_logits[size_t(t) * E])) {
         // current_hidden_states = expert(x) * routing_weights; index_add_
         swiglu(xt, L.expert_gate.slice0(e), L.expert_up.slice0(e), L.expert_down.slice0(e), bf16,
                down.data());
@@ -287,7 +471,10 @@ std::vector<float> ReferenceForward::forward(std::span<const int> tokens, const 
   emit("embed", x, H);
 
   for (int l = 0; l < c.num_layers; ++l) {
-    attention_block(l, T, x, dump);
+    if (c.attention == AttentionKind::kLatent)
+      latent_attention_block(l, T, x, dump);
+    else
+      attention_block(l, T, x, dump);
     ffn_block(l, T, x, dump);
     emit(fmt::format("layer.{}.out", l), x, H);
   }

@@ -44,12 +44,21 @@ class ReferenceForward {
  private:
   // The blocks of one decoder layer over the call's T rows, in place on the residual x.
   void attention_block(int l, int T, std::vector<float>& x, const DumpFn& dump);
+  void latent_attention_block(int l, int T, std::vector<float>& x, const DumpFn& dump);
+  // MLA's query [T, heads·head_dim], RoPE applied.
+  std::vector<float> latent_query(const LayerWeights& L, const std::vector<float>& h, int T);
+  // MLA: appends the call's tokens to the layer's cache as each head's key [k_nope | k_pe] and
+  // value, decompressed by kv_b_proj from the (optionally bf16-rounded) latent and RoPE key.
+  void append_latent_kv(int l, const std::vector<float>& h, int T);
   void ffn_block(int l, int T, std::vector<float>& x, const DumpFn& dump);
 
   const Model& model_;
   ReferenceOptions options_;
   int length_ = 0;
-  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: [position][kv_dim]
+  // Per layer: [position][kv_dim]; with MLA [position][heads·head_dim] and
+  // [position][heads·v_head_dim].
+  std::vector<std::vector<float>> k_cache_, v_cache_;
+  std::vector<float> inv_freq_;  // RoPE's frequencies
 };
 
 }  // namespace sluice

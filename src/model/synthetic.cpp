@@ -37,6 +37,9 @@ struct Init {
 };
 Init init_for(const ExpectedTensor& t) {
   if (t.name.ends_with(".bias")) return {0.0f, 0.5f};
+  // DeepSeek-V3's selection bias: comparable to the gaps between sigmoid scores, so it moves
+  // the choice of experts, yet small enough that the chosen ones keep positive choice scores.
+  if (t.name.ends_with("e_score_correction_bias")) return {0.0f, 0.25f};
   if (t.shape.size() == 1) return {1.0f, 0.1f};
   // fan_in: the last dimension, but the rows of one expert where the checkpoint stores its
   // transpose (DBRX's w2).

@@ -28,12 +28,17 @@ struct ExpectedTensor {
   TensorMapping mapping = TensorMapping::kWhole;
   int64_t first_row = 0, rows = 0;  // kRows
   int64_t experts = 0;              // kExpertsFlat*
+  // The config.json fields the shape comes from, named when a checkpoint disagrees (e.g.
+  // "kv_lora_rank + qk_rope_head_dim"); null: the usual ones.
+  const char* shape_from = nullptr;
 };
 
 struct TensorTable {
   std::vector<ExpectedTensor> tensors;
   // Names that may appear in checkpoints but carry nothing we use (e.g. cached RoPE tables).
   std::vector<std::string> ignored_suffixes;
+  // Prefixes of tensors a checkpoint holds for parts that are not run (e.g. "model.layers.61.").
+  std::vector<std::string> ignored_prefixes;
 
   void add(std::string name, Shape shape, Tensor* slot, int expert = -1) {
     tensors.push_back({std::move(name), std::move(shape), slot, expert});

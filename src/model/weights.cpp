@@ -64,8 +64,10 @@ Model load_model(const std::filesystem::path& dir) {
            shape_str(want.shape), m.config.architecture);
     const std::string file = got->file->path().string();
     if (got->shape != want.shape)
-      fail("{}: tensor '{}': expected shape {}, got {}", file, want.name, shape_str(want.shape),
-           shape_str(got->shape));
+      fail("{}: tensor '{}': expected shape {}, got {}{}", file, want.name, shape_str(want.shape),
+           shape_str(got->shape),
+           want.shape_from ? fmt::format(" (the shape follows config.json's {})", want.shape_from)
+                           : "");
     if (!is_float(got->dtype))
       fail("{}: tensor '{}': expected dtype BF16, F16 or F32, got {}", file, want.name,
            dtype_name(got->dtype));
@@ -86,6 +88,7 @@ Model load_model(const std::filesystem::path& dir) {
     if (used.count(name)) continue;
     bool ignored = false;
     for (const auto& suffix : table.ignored_suffixes) ignored |= name.ends_with(suffix);
+    for (const auto& prefix : table.ignored_prefixes) ignored |= name.starts_with(prefix);
     if (!ignored)
       fail("{}: unexpected tensor '{}' {} {}: not part of a {} checkpoint with this config",
            entry.file->path().string(), name, dtype_name(entry.dtype), shape_str(entry.shape),

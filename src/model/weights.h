@@ -23,10 +23,19 @@ struct LayerWeights {
   Tensor bo;          // optional (o_bias): [hidden]
   // Optional (qk_norm): [head_dim] each when per head; [q_dim] and [kv_dim] over the full width.
   Tensor q_norm, k_norm;
-  Tensor ffn_norm;  // [hidden]
+  // Multi-head latent attention (AttentionKind::kLatent), with wo [hidden, heads·v_head_dim]:
+  // q is wq(x) [heads·head_dim, hidden] without q-LoRA, else q_b(q_a_norm(q_a(x))).
+  Tensor q_a;        // [q_lora_rank, hidden]
+  Tensor q_a_norm;   // [q_lora_rank]
+  Tensor q_b;        // [heads·head_dim, q_lora_rank]
+  Tensor kv_a;       // [kv_lora_rank + qk_rope_head_dim, hidden]: the latent, then the RoPE key
+  Tensor kv_a_norm;  // [kv_lora_rank]
+  Tensor kv_b;       // [heads·(qk_nope_head_dim + v_head_dim), kv_lora_rank]: per head k_nope, v
+  Tensor ffn_norm;   // [hidden]
 
   // The sparse MoE block; all empty in a dense layer.
   Tensor router;       // [experts, hidden]
+  Tensor router_bias;  // optional (router_selection_bias): [experts], F32 in checkpoints
   Tensor expert_gate;  // [experts, intermediate, hidden]  (Mixtral w1, Qwen gate_proj)
   Tensor expert_up;    // [experts, intermediate, hidden]  (Mixtral w3, Qwen up_proj)
   Tensor expert_down;  // [experts, hidden, intermediate]  (Mixtral w2, Qwen down_proj)

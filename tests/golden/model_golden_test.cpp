@@ -235,6 +235,53 @@ void add_dbrx_cases(std::vector<GoldenCase>& cases) {
   }
 }
 
+void add_deepseek_cases(std::vector<GoldenCase>& cases) {
+  {
+    // V2-Lite: MLA without q-LoRA, greedy softmax routing, shared experts, layer 0 dense
+    // (first_k_dense_replace), YaRN with mscale = mscale_all_dim (attention factor 1, the
+    // softmax scale corrected), top-3 of 8.
+    GoldenCase g{"DeepseekV2LiteNoQLoraGreedyYarnBf16", base_config("tiny-deepseek-v2-lite")};
+    g.config.rope_theta = 500.f;
+    cases.push_back(g);
+  }
+  {
+    // V2: q-LoRA, group_limited_greedy (4 groups of 3, the best 2 by their max), routed
+    // scaling 16, YaRN with mscale 1 and mscale_all_dim 0.8 (attention factor above 1), fp32.
+    GoldenCase g{"DeepseekV2QLoraGroupLimitedYarnF32", base_config("tiny-deepseek-v2")};
+    ModelConfig& c = g.config;
+    c.rope_theta = 500.f;
+    c.rope_scaling.mscale = 1.f;
+    c.rope_scaling.mscale_all_dim = 0.8f;
+    c.dtype = DType::F32;
+    cases.push_back(g);
+  }
+  {
+    // V3: sigmoid scores, e_score_correction_bias for the choice only, 4 groups of 4 scored by
+    // their top-2 sums, 2 kept, top-4 renormalised and scaled by 2.5, two dense layers first
+    // (first_k_dense_replace 2) of 4, q-LoRA, YaRN, interleaved RoPE.
+    GoldenCase g{"DeepseekV3SigmoidBiasGroupTop2DenseFirst2Bf16", base_config("tiny-deepseek-v3")};
+    ModelConfig& c = g.config;
+    c.num_layers = 4;
+    c.rope_theta = 500.f;
+    cases.push_back(g);
+  }
+  {
+    // V3 without rope_interleave (rotate_half on the RoPE part), without YaRN, without
+    // renormalisation, one group of all 16 experts, no q-LoRA, F16, sharded.
+    GoldenCase g{"DeepseekV3HalvesRopeNoYarnNoRenormOneGroupF16", base_config("tiny-deepseek-v3")};
+    ModelConfig& c = g.config;
+    c.rope_interleaved = false;
+    c.rope_scaling = RopeScaling{};
+    c.normalize_topk = false;
+    c.expert_groups = c.groups_per_token = 1;
+    c.mla.q_lora_rank = 0;
+    c.rope_theta = 300.f;
+    c.dtype = DType::F16;
+    g.shard_bytes = 40 << 10;
+    cases.push_back(g);
+  }
+}
+
 std::vector<GoldenCase> golden_cases() {
   std::vector<GoldenCase> cases;
   {
@@ -313,6 +360,7 @@ std::vector<GoldenCase> golden_cases() {
   add_olmoe_cases(cases);
   add_qwen2_moe_cases(cases);
   add_dbrx_cases(cases);
+  add_deepseek_cases(cases);
   return cases;
 }
 

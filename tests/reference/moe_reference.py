@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """An independent PyTorch reference for the forward pass of the Hugging Face MoE families sluice
-loads: MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM and
-DbrxForCausalLM.
+loads: MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, Qwen2MoeForCausalLM,
+DbrxForCausalLM, DeepseekV2ForCausalLM and DeepseekV3ForCausalLM.
 
 Written from the semantics of transformers' modeling_<family>.py, configuration_<family>.py and
 masking_utils.py, with no dependency beyond torch (Debian's python3-torch): it reads config.json
@@ -54,6 +54,13 @@ class Settings:
     moe_prefix = "mlp."     # the MoE block's module name in the layer
     router_name = "gate"
     expert_names = ("gate_proj", "up_proj", "down_proj")  # gate, up, down
+    mla = False             # DeepSeek's multi-head latent attention (the q_lora_rank ... fields)
+    yarn = None             # the rope_scaling dict of a YaRN config
+    rope_interleave = False  # RoPE on adjacent pairs (DeepSeek) instead of the two halves
+    scoring = "softmax"     # "softmax" or "sigmoid" router scores
+    topk_method = "greedy"  # "greedy", "group_limited_greedy" (V2) or "noaux_tc" (V3)
+    routed_scaling_factor = 1.0
+    shared_experts = False  # DeepSeek's unscaled shared_experts MLP
 
 
 def _config_getter(cfg):
@@ -74,6 +81,7 @@ def _read_common(s, cfg, path, kv_default, eps_default, theta_default):
     s.num_kv_heads = s.num_heads if kv is None else kv
     s.head_dim = get("head_dim", None) or s.hidden_size // s.num_heads
     s.rms_norm_eps = get("rms_norm_eps", eps_default)
+    s.max_position_embeddings = get("max_position_embeddings", None)
     s.tie_word_embeddings = get("tie_word_embeddings", False)
     act = get("hidden_act", "silu")
     if act != "silu":
@@ -86,7 +94,9 @@ def _read_common(s, cfg, path, kv_default, eps_default, theta_default):
         if rope is None:
             continue
         rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type != "default":
+        if rope_type == "yarn":
+            s.yarn = rope
+        elif rope_type != "default":
             raise ValueError(f"{path}: field '{key}': rope type {rope_type!r} is not "
                              "implemented by this reference; expected 'default'")
         if "rope_theta" in rope:
@@ -204,12 +214,76 @@ def dbrx_settings(cfg, path):
     return s
 
 
+def _deepseek_common(s, cfg, path, v3):
+    # DeepseekV{2,3}Config defaults; head_dim (the rotary dim) is qk_rope_head_dim.
+    get = _config_getter(cfg)
+    s.mla = True
+    s.q_lora_rank = get("q_lora_rank", 1536)
+    s.kv_lora_rank = get("kv_lora_rank", 512)
+    s.qk_nope_head_dim = get("qk_nope_head_dim", 128)
+    s.qk_rope_head_dim = get("qk_rope_head_dim", 64)
+    s.v_head_dim = get("v_head_dim", 128)
+    s.head_dim = s.qk_rope_head_dim
+    s.max_position_embeddings = get("max_position_embeddings", 4096 if v3 else 2048)
+    s.sliding_window = None
+    s.num_experts = get("n_routed_experts", 256 if v3 else 64)
+    s.top_k = get("num_experts_per_tok", 8 if v3 else None)
+    s.moe_intermediate_size = get("moe_intermediate_size", 2048 if v3 else 1407)
+    s.routed_scaling_factor = get("routed_scaling_factor", 2.5 if v3 else 1.0)
+    s.n_group = get("n_group", 8 if v3 else None)
+    s.topk_group = get("topk_group", 4 if v3 else None)
+    n_shared = get("n_shared_experts", 1 if v3 else 2)
+    s.shared_experts = bool(n_shared)
+    # The remote code's rule (transformers reads first_k_dense_replace only; the same for
+    # moe_layer_freq 1): MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0.
+    first_k = get("first_k_dense_replace", 3 if v3 else 0)
+    freq = get("moe_layer_freq", 1)
+    s.dense_layers = {i for i in range(s.num_layers) if i < first_k or i % freq != 0}
+    s.moe_prefix = "mlp."
+    if get("attention_bias", False):
+        raise ValueError(f"{path}: attention_bias is not implemented by this reference")
+
+
+def deepseek_v2_settings(cfg, path):
+    # DeepseekV2Config: KV heads None (one per head), eps 1e-6, theta 1e4. DeepseekV2Moe:
+    # softmax, greedy or group_limited_greedy (group = its max), weights * routed_scaling_factor,
+    # never renormalised. RoPE in the complex (adjacent pair) form.
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=None, eps_default=1e-6, theta_default=10000.0)
+    _deepseek_common(s, cfg, path, v3=False)
+    get = _config_getter(cfg)
+    s.scoring = "softmax"
+    s.topk_method = get("topk_method", "greedy")
+    if s.topk_method not in ("greedy", "group_limited_greedy"):
+        raise ValueError(f"{path}: unknown topk_method {s.topk_method!r}")
+    s.norm_topk = False
+    s.rope_interleave = True
+    return s
+
+
+def deepseek_v3_settings(cfg, path):
+    # DeepseekV3Config: 128 KV heads, eps 1e-6, theta 1e4. DeepseekV3TopkRouter: sigmoid, the
+    # e_score_correction_bias for the choice only, groups scored by the sum of their top 2,
+    # renormalised (+1e-20) when norm_topk_prob, times routed_scaling_factor.
+    s = Settings()
+    _read_common(s, cfg, path, kv_default=128, eps_default=1e-6, theta_default=10000.0)
+    _deepseek_common(s, cfg, path, v3=True)
+    get = _config_getter(cfg)
+    s.scoring = "sigmoid"
+    s.topk_method = "noaux_tc"
+    s.norm_topk = get("norm_topk_prob", True)
+    s.rope_interleave = get("rope_interleave", True)
+    return s
+
+
 FAMILIES = {
     "MixtralForCausalLM": mixtral_settings,
     "Qwen3MoeForCausalLM": qwen3_moe_settings,
     "OlmoeForCausalLM": olmoe_settings,
     "Qwen2MoeForCausalLM": qwen2_moe_settings,
     "DbrxForCausalLM": dbrx_settings,
+    "DeepseekV2ForCausalLM": deepseek_v2_settings,
+    "DeepseekV3ForCausalLM": deepseek_v3_settings,
 }
 
 
@@ -322,14 +396,63 @@ def rms_norm(x, weight, eps):
     return weight * (x * torch.rsqrt(variance + eps))
 
 
+def _yarn_get_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_inv_freq(cfg):
+    """inv_freq and the attention factor, as modeling_rope_utils computes them (default, yarn)."""
+    d, base = cfg.head_dim, cfg.rope_theta
+    pos_freqs = base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)
+    if cfg.yarn is None:
+        return 1.0 / pos_freqs, 1.0
+    y = cfg.yarn
+    factor = float(y["factor"])
+    original = y.get("original_max_position_embeddings") or cfg.max_position_embeddings
+    mscale, mscale_all_dim = y.get("mscale"), y.get("mscale_all_dim")
+    attention_factor = y.get("attention_factor")
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = _yarn_get_mscale(factor, mscale) / _yarn_get_mscale(factor,
+                                                                                  mscale_all_dim)
+        else:
+            attention_factor = _yarn_get_mscale(factor)
+    beta_fast, beta_slow = y.get("beta_fast") or 32, y.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return (d * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if y.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation_share = 1 - ramp
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation_share) + \
+        (1.0 / pos_freqs) * extrapolation_share
+    return inv_freq, attention_factor
+
+
 def rope_cos_sin(cfg, positions):
-    # inv_freq = 1 / theta^(arange(0, d, 2) / d); freqs = position * inv_freq; emb = cat(freqs,
-    # freqs). All fp32, as the rotary embeddings force.
-    d = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    # inv_freq = 1 / theta^(arange(0, d, 2) / d) (or YaRN's); freqs = position * inv_freq;
+    # emb = cat(freqs, freqs); cos and sin times the attention factor. All fp32, as the rotary
+    # embeddings force.
+    inv_freq, attention_factor = rope_inv_freq(cfg)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
+    return emb.cos() * attention_factor, emb.sin() * attention_factor
+
+
+def apply_rope(cfg, x, cos, sin):
+    """x [..., T, d]. With rope_interleave, V3's apply_rotary_pos_emb_interleave: the adjacent
+    pairs (x[2i], x[2i+1]) permuted to the two halves, then rotate_half (V2's complex product
+    gives the same values in the unpermuted order, hence the same dot products)."""
+    if cfg.rope_interleave:
+        d = x.shape[-1]
+        x = x.reshape(*x.shape[:-1], d // 2, 2).transpose(-1, -2).reshape(*x.shape[:-1], d)
+    return x * cos + rotate_half(x) * sin
 
 
 def rotate_half(x):
@@ -381,11 +504,47 @@ def project_qkv(cfg, w, prefix, h):
     return q, k, v
 
 
+def latent_attention(cfg, w, prefix, h, cos, sin, allowed):
+    """DeepseekV{2,3}Attention in the plain form: q from q_proj or the q-LoRA path, k_nope and v
+    from kv_b_proj(kv_a_layernorm(latent)), one RoPE key shared by all heads."""
+    T, N, P, V = h.shape[0], cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    if cfg.q_lora_rank is None:
+        q = linear(h, w, prefix + "q_proj", False)
+    else:
+        qa = rms_norm(linear(h, w, prefix + "q_a_proj", False), w[prefix + "q_a_layernorm.weight"],
+                      cfg.rms_norm_eps)
+        q = linear(qa, w, prefix + "q_b_proj", False)
+    q = q.view(T, cfg.num_heads, N + P).transpose(0, 1)
+    q_nope, q_pe = torch.split(q, [N, P], dim=-1)
+    compressed = linear(h, w, prefix + "kv_a_proj_with_mqa", False)
+    latent, k_pe = torch.split(compressed, [cfg.kv_lora_rank, P], dim=-1)
+    kv = linear(rms_norm(latent, w[prefix + "kv_a_layernorm.weight"], cfg.rms_norm_eps), w,
+                prefix + "kv_b_proj", False)
+    kv = kv.view(T, cfg.num_heads, N + V).transpose(0, 1)
+    k_nope, v = torch.split(kv, [N, V], dim=-1)
+    q_pe = apply_rope(cfg, q_pe, cos, sin)
+    k_pe = apply_rope(cfg, k_pe.view(1, T, P), cos, sin).expand(cfg.num_heads, T, P)
+    q = torch.cat((q_nope, q_pe), dim=-1)
+    k = torch.cat((k_nope, k_pe), dim=-1)
+    # scaling = qk_head_dim^-0.5, times mscale² when YaRN has an mscale_all_dim.
+    scaling = (N + P) ** -0.5
+    if cfg.yarn is not None and cfg.yarn.get("mscale_all_dim"):
+        m = _yarn_get_mscale(float(cfg.yarn["factor"]), cfg.yarn["mscale_all_dim"])
+        scaling = scaling * m * m
+    scores = (q @ k.transpose(1, 2)) * scaling
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = (probs @ v).transpose(0, 1).reshape(T, cfg.num_heads * V)
+    return linear(out, w, prefix + "o_proj", False)
+
+
 def self_attention(cfg, w, prefix, h, cos, sin, allowed):
+    if cfg.mla:
+        return latent_attention(cfg, w, prefix, h, cos, sin, allowed)
     T, D = h.shape[0], cfg.head_dim
     q, k, v = project_qkv(cfg, w, prefix, h)
-    q = q * cos + rotate_half(q) * sin
-    k = k * cos + rotate_half(k) * sin
+    q = apply_rope(cfg, q, cos, sin)
+    k = apply_rope(cfg, k, cos, sin)
     # repeat_kv: KV head j serves query heads [j*group, (j+1)*group).
     group = cfg.num_heads // cfg.num_kv_heads
     k = k.repeat_interleave(group, dim=0)
@@ -403,13 +562,45 @@ def swiglu(x, w, gate, up, down):
     return y @ w[down + ".weight"].T
 
 
+def deepseek_route(cfg, w, prefix, h):
+    """DeepseekV2Moe.route_tokens_to_experts / DeepseekV3TopkRouter: (indices, weights)."""
+    logits = h @ w[prefix + "gate.weight"].T
+    E = cfg.num_experts
+    if cfg.scoring == "softmax":
+        scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    else:
+        scores = logits.sigmoid()
+    choice = scores
+    if cfg.topk_method == "noaux_tc":
+        choice = scores + w[prefix + "gate.e_score_correction_bias"][None, :]
+    if cfg.topk_method in ("group_limited_greedy", "noaux_tc"):
+        grouped = choice.view(-1, cfg.n_group, E // cfg.n_group)
+        if cfg.topk_method == "group_limited_greedy":
+            group_scores = grouped.max(dim=-1).values
+        else:
+            group_scores = grouped.topk(2, dim=-1)[0].sum(dim=-1)
+        group_idx = torch.topk(group_scores, k=cfg.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores)
+        group_mask.scatter_(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(-1, cfg.n_group, E // cfg.n_group)
+        choice = choice.masked_fill(~score_mask.reshape(-1, E).bool(), 0.0)
+    experts = torch.topk(choice, k=cfg.top_k, dim=-1, sorted=False)[1]
+    weights = scores.gather(1, experts)
+    if cfg.norm_topk:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return experts, weights * cfg.routed_scaling_factor
+
+
 def sparse_moe(cfg, w, prefix, h):
     # router_logits = gate(h); softmax in fp32; top-k; renormalise iff norm_topk_prob.
-    router_logits = h @ w[prefix + cfg.router_name + ".weight"].T
-    probs = torch.softmax(router_logits, dim=1, dtype=torch.float32)
-    weights, experts = torch.topk(probs, cfg.top_k, dim=-1)
-    if cfg.norm_topk:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+    if cfg.mla:
+        experts, weights = deepseek_route(cfg, w, prefix, h)
+    else:
+        router_logits = h @ w[prefix + cfg.router_name + ".weight"].T
+        probs = torch.softmax(router_logits, dim=1, dtype=torch.float32)
+        weights, experts = torch.topk(probs, cfg.top_k, dim=-1)
+        if cfg.norm_topk:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(h)
     for e in range(cfg.num_experts):
         token, slot = torch.where(experts == e)
@@ -422,11 +613,14 @@ def sparse_moe(cfg, w, prefix, h):
         sp = prefix + "shared_expert."
         shared = swiglu(h, w, sp + "gate_proj", sp + "up_proj", sp + "down_proj")
         out = out + torch.sigmoid(h @ w[prefix + "shared_expert_gate.weight"].T) * shared
+    if cfg.shared_experts:  # hidden_states + self.shared_experts(residuals)
+        sp = prefix + "shared_experts."
+        out = out + swiglu(h, w, sp + "gate_proj", sp + "up_proj", sp + "down_proj")
     return out
 
 
 def feed_forward(cfg, w, layer, prefix, h):
-    if layer in cfg.dense_layers:  # Qwen{2,3}MoeMLP(intermediate_size)
+    if layer in cfg.dense_layers:  # Qwen{2,3}MoeMLP / DeepseekV{2,3}MLP(intermediate_size)
         return swiglu(h, w, prefix + "gate_proj", prefix + "up_proj", prefix + "down_proj")
     return sparse_moe(cfg, w, prefix, h)
 

@@ -89,10 +89,11 @@ constexpr auto make_tile_table() {
   return tile_table<Tile>(std::make_integer_sequence<int, kMaxRows>{});
 }
 
-// Widens the 16 bf16 weights of a group that runs past k into `out`, zero-filled past k, so the
-// tail group goes through the same code as the others without reading past the row.
-inline void copy_tail_group(const uint16_t* w_group, int64_t valid, uint16_t out[kGroup]) {
-  for (int64_t t = 0; t < kGroup; ++t) out[t] = t < valid ? w_group[t] : uint16_t(0);
+// Copies the `group` bf16 weights of a group that runs past k into `out`, zero-filled past k, so
+// the tail group goes through the same code as the others without reading past the row.
+inline void copy_tail_group(const uint16_t* w_group, int64_t valid, uint16_t* out,
+                            int64_t group = kGroup) {
+  for (int64_t t = 0; t < group; ++t) out[t] = t < valid ? w_group[t] : uint16_t(0);
 }
 
 // Writes one finished accumulator to Y under the job's first/beta rule.

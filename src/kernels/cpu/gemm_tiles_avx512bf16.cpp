@@ -49,8 +49,7 @@ SLUICE_AVX512_BF16 void tile(const TileJob& job) {
     alignas(64) uint16_t tail[NR][kBf16Group];
     const uint16_t* w[NR];
     for (int j = 0; j < NR; ++j) {
-      for (int64_t t = 0; t < kBf16Group; ++t)
-        tail[j][t] = p + t < job.k ? job.w[j * job.ldw + p + t] : uint16_t(0);
+      copy_tail_group(job.w + j * job.ldw + p, job.k - p, tail[j], kBf16Group);
       w[j] = tail[j];
     }
     group<MR, NR>(acc, job.xb + p, job.ldx, w);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -81,8 +82,13 @@ TEST(InstructionPeaks, EveryAvailableLoopMeasures) {
 // the rate on every AVX2 CPU; asserted with margin, as other load on the machine adds noise.
 TEST(InstructionPeaks, Avx2FmaExceedsTheScalarLoop) {
   if (!isa_at_least(IsaLevel::kAvx2)) GTEST_SKIP() << "the level in force is below avx2";
-  const double avx2 = measure_peak(PeakLoop::kAvx2Fma, 0.1);
-  const double scalar = measure_peak(PeakLoop::kScalarFma, 0.1);
+  // The best of three alternating rounds each: another process on the same cores (ctest -j2)
+  // can take one round of either loop, not all three.
+  double avx2 = 0, scalar = 0;
+  for (int round = 0; round < 3; ++round) {
+    avx2 = std::max(avx2, measure_peak(PeakLoop::kAvx2Fma, 0.1));
+    scalar = std::max(scalar, measure_peak(PeakLoop::kScalarFma, 0.1));
+  }
   EXPECT_GT(avx2, 1.2 * scalar) << "avx2 " << avx2 / 1e9 << " GFLOP/s, scalar " << scalar / 1e9;
 }
 

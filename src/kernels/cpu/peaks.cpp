@@ -353,10 +353,12 @@ double window_rate(const LoopSpec& spec, int64_t chunk, double window) {
   {
 #pragma omp single
     start = Clock::now();  // the implicit barrier after it starts every thread together
-    while (seconds_since(start) < window) {
+    // At least one chunk per thread: a thread descheduled past the whole window (other load on
+    // the cores) would otherwise count nothing, and a window of nothing measures a rate of 0.
+    do {
       sink += spec.run(chunk);
       iterations += double(chunk);
-    }
+    } while (seconds_since(start) < window);
   }
   const double seconds = seconds_since(start);  // to the last thread's last call
   // Used, so the loops' results (and so the loops) cannot be optimised away.

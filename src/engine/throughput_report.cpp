@@ -107,8 +107,9 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
       "roofline   the work done bounds the run at {:.2f} s (DRAM bandwidth and the compute "
       "ceiling): {:.0f}% of roofline\n",
       r.roofline_seconds, 100 * r.fraction_of_roofline);
-  fmt::print("           steps with prompt tokens {:.0f}% of their roofline, decode-only steps {:.0f}%\n",
-             100 * r.prefill_fraction_of_roofline, 100 * r.decode_fraction_of_roofline);
+  fmt::print(
+      "           steps with prompt tokens {:.0f}% of their roofline, decode-only steps {:.0f}%\n",
+      100 * r.prefill_fraction_of_roofline, 100 * r.decode_fraction_of_roofline);
 }
 
 nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {

@@ -93,7 +93,8 @@ struct TileSet {
 
 TileSet tile_set(const TiledGemmArgs& a, IsaLevel level) {
   // The bf16 tiles multiply bf16 activations: only where X is bf16 or rounded to bf16 anyway.
-  const bool bf16 = level >= IsaLevel::kAvx512Bf16 && (a.x_dtype == DType::BF16 || a.round_x_to_bf16);
+  const bool bf16 =
+      level >= IsaLevel::kAvx512Bf16 && (a.x_dtype == DType::BF16 || a.round_x_to_bf16);
   return {level, bf16, bf16 ? tiles::kBf16Group : kGroup};
 }
 

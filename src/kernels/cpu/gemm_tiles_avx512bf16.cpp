@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_avx512.h"  // also silences GCC 12's false warning in the intrinsics
 
 namespace sluice::cpu::tiles {
 namespace {

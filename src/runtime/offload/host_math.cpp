@@ -39,8 +39,11 @@ void HostMath::to_bf16(void*, const float* x, uint16_t* y, int64_t n) {
   cpu::f32_to_bf16_row(x, y, size_t(n));
 }
 
-void HostMath::rms_norm(void*, const float* x, float* y, int64_t rows, int64_t dim,
-                        const float* weight, float eps) {
+namespace {
+
+// The CPU kernels' arguments for rows of `dim` fp32 values with an fp32 weight.
+cpu::RmsNormArgs norm_args(const float* x, float* y, int64_t rows, int64_t dim,
+                           const float* weight, float eps) {
   cpu::RmsNormArgs a;
   a.x = x;
   a.y = y;
@@ -49,20 +52,19 @@ void HostMath::rms_norm(void*, const float* x, float* y, int64_t rows, int64_t d
   a.weight = weight;
   a.weight_dtype = DType::F32;
   a.eps = eps;
-  cpu::rms_norm(a);
+  return a;
+}
+
+}  // namespace
+
+void HostMath::rms_norm(void*, const float* x, float* y, int64_t rows, int64_t dim,
+                        const float* weight, float eps) {
+  cpu::rms_norm(norm_args(x, y, rows, dim, weight, eps));
 }
 
 void HostMath::layer_norm(void*, const float* x, float* y, int64_t rows, int64_t dim,
                           const float* weight, float eps) {
-  cpu::RmsNormArgs a;
-  a.x = x;
-  a.y = y;
-  a.rows = rows;
-  a.dim = dim;
-  a.weight = weight;
-  a.weight_dtype = DType::F32;
-  a.eps = eps;
-  cpu::layer_norm(a);
+  cpu::layer_norm(norm_args(x, y, rows, dim, weight, eps));
 }
 
 void HostMath::add_bias(void*, float* y, const float* bias, int64_t rows, int64_t cols) {

@@ -58,7 +58,7 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
   } else {
     gemm(args);
   }
-  SCOPED_TRACE(path == Path::kTilesOnly ? tiled_gemm_name(isa_level())
+  SCOPED_TRACE(path == Path::kTilesOnly ? tiled_gemm_name(isa_level(), c.m)
                                         : gemm_implementation(args));
   args.y = y_ref.data();
   gemm_reference(args);
@@ -84,7 +84,8 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
 const Case kAwkwardCases[] = {
     {1, 33, 96},  {3, 130, 33},  {17, 96, 130}, {100, 33, 130}, {1, 1, 1},
     {2, 2, 15},   {17, 257, 4100}, {5, 97, 1040}, {300, 7, 40},   {4, 3, 16},
-    {8, 13, 1100}, {9, 7, 517},  {24, 12, 3},   {33, 25, 64},   {7, 40, 1030}};
+    {8, 13, 1100}, {9, 7, 517},  {24, 12, 3},   {33, 25, 64},   {7, 40, 1030},
+    {70, 29, 1031}, {48, 100, 2049}, {32, 1, 1}};
 
 // Every case at every ISA level up to the one in force (scalar, avx2, and oneDNN's at avx512+).
 void expect_all_match(DType x_dtype, float beta, int64_t pad) {
@@ -159,7 +160,13 @@ TEST(CpuGemm, NamesTheImplementationOfEachLevel) {
     }
     GemmArgs wide = args;
     wide.m = 64;
-    EXPECT_EQ(gemm_implementation(wide).rfind("oneDNN", 0), 0u) << gemm_implementation(wide);
+    {
+      ScopedIsaLevel scoped(IsaLevel::kAvx512);
+      EXPECT_EQ(gemm_implementation(wide).rfind("oneDNN", 0), 0u) << gemm_implementation(wide);
+    }
+    if (isa_level() >= IsaLevel::kAvx512Bf16 && isa_level() < IsaLevel::kAmx) {
+      EXPECT_EQ(gemm_implementation(wide), "sluice:avx512bf16 lanes");
+    }
   }
 }
 

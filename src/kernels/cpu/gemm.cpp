@@ -1,6 +1,7 @@
 #include "kernels/cpu/gemm.h"
 
 #include <atomic>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -32,15 +33,18 @@ bool runtime_rows() {
   return g_row_mode.load(std::memory_order_relaxed) == GemmRowMode::kRuntime;
 }
 
-// Up to this many rows sluice's tiles beat oneDNN's bf16 matmul at the AVX-512 levels. Measured
-// on 2 Zen 5 cores (n = 14336, k = 4096, `sluice bench-kernels`): at avx512 the prefetching avx2
-// tiles read W at 37–41 GB/s at m = 1 where oneDNN reads 17–26, and are behind from m = 8 on; at
-// avx512bf16 the `vdpbf16ps` tiles take 5.5 ms at m = 16 (344 GFLOP/s) where oneDNN takes
-// 5.9–9.7 ms, and oneDNN is ahead from m = 32 (7.7 against 9.3–10.4 ms).
+// Up to this many rows sluice's own kernels beat oneDNN's bf16 matmul at the AVX-512 levels.
+// Measured on 2 Zen 5 cores (n = 14336, k = 4096, `sluice bench-kernels`, best of 3 runs):
+// - avx512: the prefetching avx2 tiles read W at 37–41 GB/s at m = 1 where oneDNN reads 17–26,
+//   and are behind from m = 8 on;
+// - avx512bf16: the `vdpbf16ps` 4 × 3 tiles up to m = 16 (4.9–5.5 ms at m = 16, oneDNN 5.9–9.7),
+//   and above it the token-lane kernel (gemm_lanes.h), at every m measured: m = 32 5.3 ms
+//   (oneDNN 7.2), m = 64 10.4 (10.9–14.7), m = 256 40.9 (36.5–45.5), m = 1024 165 (147–169),
+//   70–77% of the `vdpbf16ps` peak from m = 32 up.
 // At the amx level oneDNN's AMX kernels are assumed ahead (not measured: no AMX machine yet).
 int64_t max_tiled_rows(IsaLevel level) {
   if (level >= IsaLevel::kAmx) return 4;
-  return level >= IsaLevel::kAvx512Bf16 ? 16 : 4;
+  return level >= IsaLevel::kAvx512Bf16 ? std::numeric_limits<int64_t>::max() : 4;
 }
 
 bool uses_onednn(IsaLevel level, int64_t m) {
@@ -109,7 +113,7 @@ std::string gemm_implementation(const GemmArgs& args) {
     std::string name = onednn::implementation(a, runtime_rows());
     if (!name.empty()) return "oneDNN " + name;
   }
-  return tiled_gemm_name(level);
+  return tiled_gemm_name(level, a.m);
 }
 
 }  // namespace sluice::cpu

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_tiles.h"
 
 namespace sluice::cpu {
@@ -219,6 +220,7 @@ void run_block(const Block& b) {
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
   const TileSet set = tile_set(a, level);
+  if (set.bf16 && a.m >= kLaneMinRows) return lane_gemm_avx512bf16(a);
   // One spare group per packed row: with k a multiple of 1024 (every real model), rows exactly
   // k apart would all fall into the same L1 sets as each other and as W's rows.
   const int64_t ldp = round_up(a.k, set.group) + set.group;
@@ -231,8 +233,9 @@ void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
   }
 }
 
-const char* tiled_gemm_name(IsaLevel level) {
-  if (level >= IsaLevel::kAvx512Bf16) return "sluice:avx512bf16";
+const char* tiled_gemm_name(IsaLevel level, int64_t m) {
+  if (level >= IsaLevel::kAvx512Bf16)
+    return m >= kLaneMinRows ? "sluice:avx512bf16 lanes" : "sluice:avx512bf16";
   return level >= IsaLevel::kAvx2 ? "sluice:avx2" : "sluice:scalar";
 }
 

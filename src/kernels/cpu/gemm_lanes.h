@@ -1,0 +1,40 @@
+// The AVX512-BF16 GEMM for many rows of X ("token lanes"): Y[m, n] = X[m, k] · Wᵀ (+ beta · Y),
+// W bf16 [n, k] used where it lies, X bf16 (or fp32 rounded to bf16).
+//
+// The 4 × 3 tiles of gemm_tiles.h put k in the vector lanes and reduce horizontally at the end;
+// each of their `vdpbf16ps` needs one load of W and one of X per four instructions, and twelve
+// accumulators barely cover the instruction's latency. Here the lanes hold 16 rows of X instead:
+// X is packed as [16-row block][k pair][16 rows][2 values], one 64-byte line per pair, and each
+// weight pair W[j][2p..2p+1] is broadcast to all lanes, so
+//
+//     acc[block b][column j] += X pairs of the block's 16 rows · broadcast(W[j] pair p)
+//
+// A tile of 2 blocks × 12 columns keeps 24 accumulators (of 32 registers) and issues 2 loads of X
+// and 12 broadcasts of W per 24 `vdpbf16ps`. k is walked in ranges: over one range, a tile of rows
+// (16 KB of packed X) stays in L1 while it meets a block of 96 columns, tile after tile, and that
+// block's W is reused by every tile of rows from L2; the first tile of rows prefetches the next
+// range's W into L2. Sums over a range are kept transposed ([column][row]) in a per-thread
+// scratch between ranges and written to Y once, after the last.
+//
+// Measured on 2 Zen 5 cores (n = 14336, k = 4096): 70–77% of the `vdpbf16ps` peak from m = 32
+// up, where a loop of the same instructions on L1-resident data reaches ~95%. Tried and not kept:
+// W's lines copied to a contiguous buffer before use (W rows k apart share L1 sets; it cost more
+// than it saved at m ≤ 64), 3 blocks × 8 columns (68%), the broadcast folded into `vdpbf16ps`
+// as an {1to16} memory operand (30%: slow on this core), prefetcht0 of the tile's own W (38%).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_tiled.h"
+
+namespace sluice::cpu {
+
+// From this many rows of X up, tiled_gemm takes the token-lane kernel at avx512bf16; below, the
+// 4 × 3 tiles, which waste no lanes on a few rows (at m = 17 the lanes are half empty, and both
+// take about the time of m = 16 to 32 rows).
+constexpr int64_t kLaneMinRows = 17;
+
+// Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).
+void lane_gemm_avx512bf16(const TiledGemmArgs& args);
+
+}  // namespace sluice::cpu

@@ -229,6 +229,16 @@ struct BatchEngine::Impl {
   void expert_phase(int l);
   void dense_mlp_phase(int l, int T);
   std::vector<int> execute(const StepPlan& plan, Scheduler& sched);
+  struct OutputRow {
+    int row;       // in the step's rows
+    int item;      // in plan.items
+    int position;  // in its sequence
+    bool sample;   // picks the sequence's next token
+  };
+  std::vector<OutputRow> output_rows(const StepPlan& plan, const std::vector<int>& item_row,
+                                     const Scheduler& sched) const;
+  // Rows of logits made at once on the host (a scored prompt can ask for thousands).
+  static constexpr int kLogitRowsAtOnce = 256;
 };
 
 void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
@@ -378,6 +388,27 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
   stats.dense_seconds += seconds_since(t0);
 }
 
+// The rows whose final hidden state a step needs, item by item: a scored request's prompt rows
+// from its score_prompt_from on (when someone observes the logits), and each sampled row.
+std::vector<BatchEngine::Impl::OutputRow> BatchEngine::Impl::output_rows(
+    const StepPlan& plan, const std::vector<int>& item_row, const Scheduler& sched) const {
+  std::vector<OutputRow> out;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const StepItem& it = plan.items[i];
+    const int from = sched.sequence(it.slot).request.score_prompt_from;
+    const int last = it.first_pos + it.count - 1;
+    if (observe_logits && from >= 0) {
+      const int prompt_end = int(sched.sequence(it.slot).request.prompt.size());
+      for (int pos = std::max(from, it.first_pos); pos < std::min(last, prompt_end); ++pos)
+        out.push_back({item_row[i] + (pos - it.first_pos), int(i), pos, false});
+      if (!it.sample && last < prompt_end && last >= from)
+        out.push_back({item_row[i + 1] - 1, int(i), last, false});
+    }
+    if (it.sample) out.push_back({item_row[i + 1] - 1, int(i), last, true});
+  }
+  return out;
+}
+
 std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sched) {
   const int T = plan.tokens, H = c.hidden_size;
   grow(T);
@@ -402,17 +433,17 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
   }
   stats.dense_seconds += seconds_since(t0);
 
-  // Final norm and lm_head only for the rows whose logits pick a token.
-  std::vector<int> sample_rows;
-  for (size_t i = 0; i < plan.items.size(); ++i)
-    if (plan.items[i].sample) sample_rows.push_back(item_row[i + 1] - 1);
-  const int S = int(sample_rows.size());
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  const std::vector<OutputRow> out = output_rows(plan, item_row, sched);
+  std::vector<int> out_rows(out.size());
+  for (size_t j = 0; j < out.size(); ++j) out_rows[j] = out[j].row;
+  const int S = int(out.size());
   final_rows.resize(size_t(S) * H);
-  // The sampled rows' logits, [S, V], or their greedy tokens: from the device when its executor
-  // runs the lm_head.
+  // The output rows' logits, [S, V], or the sampled rows' greedy tokens: from the device when its
+  // executor runs the lm_head.
   OffloadStepOutput device_out;
   if (offload) {
-    OffloadStepInput in{&plan, item_row, positions, x.data(), sample_rows};
+    OffloadStepInput in{&plan, item_row, positions, x.data(), out_rows};
     in.greedy = !observe_logits &&
                 std::all_of(plan.items.begin(), plan.items.end(), [&](const StepItem& it) {
                   return !it.sample || sched.sequence(it.slot).request.sampling.temperature == 0.0f;
@@ -429,32 +460,33 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
       dense_mlp_phase(l, T);
     }
     for (int j = 0; j < S; ++j)
-      std::copy_n(&x[size_t(sample_rows[j]) * H], H, &final_rows[size_t(j) * H]);
+      std::copy_n(&x[size_t(out_rows[j]) * H], H, &final_rows[size_t(j) * H]);
   }
-  const float* logit_rows = device_out.logits.data();
-  if (!offload || !offload->lm_head_on_device()) {
-    t0 = Clock::now();
-    norm(final_rows.data(), S, w.final_norm, h.data());
-    logits.resize(size_t(S) * c.vocab_size);
-    if (S > 0) gemm(h.data(), DType::F32, S, w.lm_head, logits.data());
-    stats.dense_seconds += seconds_since(t0);
-    logit_rows = logits.data();
-  }
-
-  t0 = Clock::now();
   // Picked on the device: what Sampler::sample picks at temperature 0 (it draws no random number).
   std::vector<int> sampled(device_out.greedy_tokens.begin(), device_out.greedy_tokens.end());
-  if (sampled.empty()) {
-    int j = 0;
-    for (const StepItem& it : plan.items) {
-      if (!it.sample) continue;
-      std::span<const float> row(logit_rows + size_t(j++) * c.vocab_size, size_t(c.vocab_size));
-      if (observe_logits)
-        observe_logits(sched.sequence(it.slot).request.id, it.first_pos + it.count - 1, row);
-      sampled.push_back(sched.sequence(it.slot).sampler.sample(row));
+  if (!sampled.empty()) return sampled;
+  const bool host_lm_head = !offload || !offload->lm_head_on_device();
+  for (int j0 = 0; j0 < S; j0 += kLogitRowsAtOnce) {
+    const int n = std::min(kLogitRowsAtOnce, S - j0);
+    const float* rows = device_out.logits.data() + size_t(j0) * c.vocab_size;
+    if (host_lm_head) {
+      t0 = Clock::now();
+      norm(&final_rows[size_t(j0) * H], n, w.final_norm, h.data());
+      logits.resize(size_t(n) * c.vocab_size);
+      gemm(h.data(), DType::F32, n, w.lm_head, logits.data());
+      stats.dense_seconds += seconds_since(t0);
+      rows = logits.data();
     }
+    t0 = Clock::now();
+    for (int j = 0; j < n; ++j) {
+      const OutputRow& o = out[size_t(j0 + j)];
+      ActiveSequence& s = sched.sequence(plan.items[size_t(o.item)].slot);
+      std::span<const float> row(rows + size_t(j) * c.vocab_size, size_t(c.vocab_size));
+      if (observe_logits) observe_logits(s.request.id, o.position, row);
+      if (o.sample) sampled.push_back(s.sampler.sample(row));
+    }
+    stats.sampling_seconds += seconds_since(t0);
   }
-  stats.sampling_seconds += seconds_since(t0);
   return sampled;
 }
 

@@ -49,7 +49,7 @@ struct StepShape {
         V(c.vocab_size),
         // A step decodes at most B sequences and prefills at most one chunk.
         T(p.batch + p.prefill_chunk),
-        S(p.batch),
+        S(p.logit_rows > 0 ? p.logit_rows : p.batch),
         be(p.expert_batch),
         mlp_I(widest_dense_mlp(c)),
         f32(p.precision == Precision::kF32),

@@ -28,6 +28,9 @@ struct Policy {
   int kv_blocks = 0;         // KV-cache blocks in host memory (0: automatic)
   int threads = 0;           // 0: every core
   Precision precision = Precision::kBf16;
+  // Most rows of logits one step makes: one per decoding sequence (0 means B), or every row of a
+  // step where whole prompts are scored (`perplexity`). Sizes the offload executor's buffers.
+  int logit_rows = 0;
 
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;

@@ -19,6 +19,10 @@ struct Request {
   SamplingParams sampling;
   std::vector<int> stop_token_ids;  // usually the model's EOS ids
   bool ignore_eos = false;          // generate exactly max_new_tokens (benchmarks)
+  // From this prompt position on, the logits of every prompt position (not only the last, which
+  // picks the first generated token) go to the engine's LogitsObserver: the rows `perplexity`
+  // scores. -1: none.
+  int score_prompt_from = -1;
   // Called after each generated token with all generated tokens so far; returning true ends the
   // sequence with FinishReason::kStop (stop strings, checked on decoded text by the caller).
   std::function<bool(std::span<const int> generated)> stop_check;

@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev libcpp-httplib-dev liburing-dev libsentencepiece-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch
+  wamerican  # /usr/share/dict/words: the shipped model's test checks its words against it
   librsvg2-bin  # rsvg-convert: `sluice plan --svg` also writes a PNG
 )
 missing=()

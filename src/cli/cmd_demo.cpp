@@ -1,6 +1,7 @@
-// sluice demo: the built-in default job. Makes a small synthetic Mixtral, runs a JSONL batch of
-// requests (plain completions, chat messages, the OpenAI Batch shape) through the same job as
-// `sluice run`, and says what it did and how fast.
+// sluice demo: the built-in default job. Runs a JSONL batch of requests (plain completions, chat
+// messages, the OpenAI Batch shape) through the same job as `sluice run` on the small MoE that
+// ships with sluice (models/moby-moe, trained by scripts/train-demo-model.py), and says what it
+// did and how fast.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -14,8 +15,6 @@
 #include "engine/batch_job.h"
 #include "engine/throughput_report.h"
 #include "model/model_stats.h"
-#include "model/presets.h"
-#include "model/synthetic.h"
 
 namespace sluice::cli {
 namespace {
@@ -32,32 +31,32 @@ std::filesystem::path default_dir() {
 // Eight requests in the three shapes `sluice run` reads.
 void write_demo_requests(const std::filesystem::path& path) {
   using nlohmann::json;
-  const char* prompts[] = {"The quick brown fox", "Hello world!",
-                           "A mixture of experts routes each token", "Throughput is what matters",
-                           "Here is a question:"};
+  const char* prompts[] = {"Call me Ishmael. Some years ago", "The whale",
+                           "Captain Ahab stood upon the quarter-deck, and",
+                           "It was a dark night, and the ship", "Queequeg and I"};
   std::ofstream out(path);
   int n = 0;
   for (const char* p : prompts)
     out << json{{"custom_id", fmt::format("prompt-{}", ++n)},
                 {"prompt", p},
-                {"max_tokens", 24},
+                {"max_tokens", 32},
                 {"temperature", 0}}
                .dump()
         << "\n";
   out << json{{"custom_id", "chat-1"},
               {"messages",
-               {{{"role", "system"}, {"content", "You are terse."}},
-                {{"role", "user"}, {"content", "What is a mixture of experts?"}}}},
-              {"max_tokens", 24},
+               {{{"role", "system"}, {"content", "You are a sailor."}},
+                {{"role", "user"}, {"content", "Tell me about the sea."}}}},
+              {"max_tokens", 32},
               {"temperature", 0}}
              .dump()
       << "\n";
   for (const char* url : {"/v1/completions", "/v1/chat/completions"}) {
-    json body = {{"model", "tiny-mixtral"}, {"max_tokens", 24}, {"temperature", 0.7}, {"seed", 7}};
+    json body = {{"model", "moby-moe"}, {"max_tokens", 32}, {"temperature", 0.7}, {"seed", 7}};
     if (std::string(url) == "/v1/completions")
-      body["prompt"] = "When the weights do not fit";
+      body["prompt"] = "The harpooneers";
     else
-      body["messages"] = {{{"role", "user"}, {"content", "Say hello."}}};
+      body["messages"] = {{{"role", "user"}, {"content", "Where is the white whale?"}}};
     out << json{{"custom_id", fmt::format("openai-{}", ++n)},
                 {"method", "POST"},
                 {"url", url},
@@ -76,20 +75,31 @@ std::string result_text(const nlohmann::json& line) {
                                     : choice["text"].get<std::string>();
 }
 
-int run(const std::string& dir_option) {
+// The model --model names, or the one that ships with sluice.
+std::filesystem::path demo_model(const std::string& model_option) {
+  const std::filesystem::path dir = model_option.empty() ? SLUICE_DEMO_MODEL_DIR : model_option;
+  if (!std::filesystem::exists(dir / "config.json"))
+    fail("demo: {}: no model folder there (config.json missing); pass --model DIR", dir.string());
+  return dir;
+}
+
+int run(const std::string& dir_option, const std::string& model_option) {
   const std::filesystem::path dir =
       dir_option.empty() ? default_dir() : std::filesystem::path(dir_option);
-  const std::filesystem::path model_dir = dir / "tiny-mixtral";
-  ModelConfig config = preset_config("tiny-mixtral");
-  write_random_checkpoint(config, model_dir, /*seed=*/0);
-  ModelStats ms = model_stats(load_model(model_dir));
-  fmt::print("1. made a synthetic Mixtral with random weights: {}\n", model_dir.string());
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path model_dir = demo_model(model_option);
+  const Model model = load_model(model_dir);
+  const ModelConfig& config = model.config;
+  ModelStats ms = model_stats(model);
+  fmt::print("1. the model: {}\n", model_dir.string());
   fmt::print(
-      "   {} layers, hidden {}, {} experts (top {}), {} heads / {} KV heads: {} parameters, "
-      "{} active per token\n",
-      config.num_layers, config.hidden_size, config.num_experts, config.experts_per_token,
-      config.num_heads, config.num_kv_heads, human_count(double(ms.total_params)),
-      human_count(double(ms.active_params_per_token)));
+      "   a {} ({} layers, hidden {}, {} experts, top {}): {} parameters, {} active per token{}\n",
+      config.architecture, config.num_layers, config.hidden_size, config.num_experts,
+      config.experts_per_token, human_count(double(ms.total_params)),
+      human_count(double(ms.active_params_per_token)),
+      model_option.empty() ? ";\n   small, and trained for minutes on Moby-Dick: expect its words "
+                             "and style, not sense"
+                           : "");
 
   BatchJobOptions job;
   job.model_dir = model_dir;
@@ -104,8 +114,7 @@ int run(const std::string& dir_option) {
   std::fflush(stdout);
   BatchJobSummary summary = run_batch_job(job);
 
-  fmt::print("3. results in {} (the weights are random, so the text is too):\n",
-             job.output.string());
+  fmt::print("3. results in {}:\n", job.output.string());
   std::ifstream results(job.output);
   for (std::string line; std::getline(results, line);) {
     nlohmann::json j = nlohmann::json::parse(line);
@@ -129,14 +138,16 @@ int run(const std::string& dir_option) {
   return summary.exit_code();
 }
 
-RegisterCommand reg({"demo",
-                     "The quick start: make a small synthetic Mixtral and run a batch job on it",
+RegisterCommand reg({"demo", "The quick start: a batch job on the small MoE that ships with sluice",
                      [](CLI::App& sub) {
                        auto dir = std::make_shared<std::string>();
+                       auto model = std::make_shared<std::string>();
                        sub.add_option("--dir", *dir,
-                                      "Where to write the model, requests and results "
+                                      "Where to write the requests and results "
                                       "(default: ~/.cache/sluice/demo)");
-                       return std::function<int()>([dir] { return run(*dir); });
+                       sub.add_option("--model", *model,
+                                      "Model folder (default: models/moby-moe in the source tree)");
+                       return std::function<int()>([dir, model] { return run(*dir, *model); });
                      }});
 
 }  // namespace

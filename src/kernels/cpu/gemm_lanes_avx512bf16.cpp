@@ -1,6 +1,5 @@
 // The token-lane GEMM of gemm_lanes.h: the packing of X, the tiles, and the loops over them.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/column_split.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_avx512.h"  // also silences GCC 12's false warning in the intrinsics
@@ -18,9 +18,9 @@
 namespace sluice::cpu {
 namespace {
 
-constexpr int kLanes = 16;      // rows of X per block: the fp32 lanes of one register
-constexpr int kMaxBlocks = 2;   // blocks of rows per tile
-constexpr int kMaxCols = 12;    // columns (rows of W) per tile
+constexpr int kLanes = 16;                   // rows of X per block: the fp32 lanes of one register
+constexpr int kMaxBlocks = 2;                // blocks of rows per tile
+constexpr int kMaxCols = 12;                 // columns (rows of W) per tile
 constexpr int64_t kPairValues = 2 * kLanes;  // packed elements per k pair of one block
 // k pairs per range: a tile's X (2 blocks × 128 pairs × 64 B = 16 KB) stays in L1 while it meets
 // the block's columns one tile after another. Measured (n = 14336, k = 4096, 1 thread): 128, 256
@@ -56,8 +56,8 @@ struct LaneJob {
   int64_t x_block_stride = 0;   // elements from one block of rows to the next
   const uint16_t* w = nullptr;  // W row of the tile's first column, at the range's first value
   int64_t ldw = 0;
-  int64_t pairs = 0;      // whole pairs of W values in the range
-  bool odd_tail = false;  // then a lone last value w[2 · pairs] (k odd, the last range)
+  int64_t pairs = 0;                 // whole pairs of W values in the range
+  bool odd_tail = false;             // then a lone last value w[2 · pairs] (k odd, the last range)
   const uint16_t* next_w = nullptr;  // the W the loops visit after this tile (into L2), or null
   float* partial = nullptr;  // [column][row] sums of the earlier ranges, row stride ld_partial
   int64_t ld_partial = 0;
@@ -248,21 +248,6 @@ void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
   }
 }
 
-// Each thread takes a contiguous share of W's rows, in whole tiles, so every weight byte is read
-// by one thread only.
-void run_block(const RowBlock& rb) {
-  const int64_t n = rb.a->n;
-  const int64_t col_tiles = (n + kMaxCols - 1) / kMaxCols;
-  const int threads = int(std::min<int64_t>(omp_get_max_threads(), col_tiles));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t c0 = std::min(n, col_tiles * t / nt * kMaxCols);
-    const int64_t c1 = std::min(n, col_tiles * (t + 1) / nt * kMaxCols);
-    if (c0 < c1) run_columns(rb, c0, c1);
-  }
-}
-
 }  // namespace
 
 void lane_gemm_avx512bf16(const TiledGemmArgs& a) {
@@ -272,7 +257,9 @@ void lane_gemm_avx512bf16(const TiledGemmArgs& a) {
     const int64_t blocks = (rows + kLanes - 1) / kLanes;
     uint16_t* packed = scratch<uint16_t>(size_t(blocks * pairs * kPairValues));
     pack_rows(a, r0, rows, packed);
-    run_block({&a, packed, r0, rows});
+    const RowBlock rb{&a, packed, r0, rows};
+    for_each_thread_columns(a.n, kMaxCols,
+                            [&](int64_t c0, int64_t c1) { run_columns(rb, c0, c1); });
   }
 }
 

@@ -1,12 +1,11 @@
 #include "kernels/cpu/gemm_tiled.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 
 #include "core/error.h"
+#include "kernels/cpu/column_split.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_tiles.h"
 
@@ -134,8 +133,7 @@ class NextBlockPrefetcher {
  public:
   NextBlockPrefetcher(const TiledGemmArgs& a, int64_t c_begin, int64_t c_end, int64_t k0,
                       int64_t k1, int64_t tiles)
-      : w_(a.w), ldw_(a.ldw), c_(c_begin), c_end_(c_end), k0_(k0), k1_(std::min(k1, a.k)),
-        p_(k0) {
+      : w_(a.w), ldw_(a.ldw), c_(c_begin), c_end_(c_end), k0_(k0), k1_(std::min(k1, a.k)), p_(k0) {
     const int64_t lines = (c_end - c_begin) * ((k1_ - k0_ + kLine - 1) / kLine);
     per_tile_ = (lines + tiles - 1) / std::max<int64_t>(1, tiles);
   }
@@ -178,8 +176,8 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
       const bool last_range = k0 + depth >= k_padded;
       const int64_t next_cb = last_range ? cb_end : cb;
       const int64_t next_k0 = last_range ? 0 : k0 + depth;
-      const int64_t tiles = ((b.rows + kMaxRows - 1) / kMaxRows) *
-                            ((cb_end - cb + kMaxCols - 1) / kMaxCols);
+      const int64_t tiles =
+          ((b.rows + kMaxRows - 1) / kMaxRows) * ((cb_end - cb + kMaxCols - 1) / kMaxCols);
       NextBlockPrefetcher next(a, next_cb, std::min(c1, next_cb + col_block), next_k0,
                                next_k0 + depth, one_row_tile ? 0 : tiles);
       for (int64_t i = 0; i < b.rows; i += kMaxRows) {
@@ -201,21 +199,6 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
   }
 }
 
-// Each thread takes a contiguous share of W's rows, in whole tiles, so every weight byte is read
-// by one thread only.
-void run_block(const Block& b) {
-  const int64_t n = b.a->n;
-  const int64_t col_tiles = (n + kMaxCols - 1) / kMaxCols;
-  const int threads = int(std::min<int64_t>(omp_get_max_threads(), col_tiles));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t c0 = std::min(n, col_tiles * t / nt * kMaxCols);
-    const int64_t c1 = std::min(n, col_tiles * (t + 1) / nt * kMaxCols);
-    if (c0 < c1) run_columns(b, c0, c1);
-  }
-}
-
 }  // namespace
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
@@ -229,7 +212,8 @@ void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
     const int64_t rows = std::min(kRowBlock, a.m - r0);
     void* packed = scratch(size_t((rows * ldp * element + 3) / 4));
     pack_rows(a, set, r0, rows, packed, ldp);
-    run_block({&a, packed, ldp, r0, rows, set});
+    const Block b{&a, packed, ldp, r0, rows, set};
+    for_each_thread_columns(a.n, kMaxCols, [&](int64_t c0, int64_t c1) { run_columns(b, c0, c1); });
   }
 }
 

@@ -43,9 +43,10 @@ std::string read_text(const std::string& path) {
 int window_length(const Options& o, const ModelConfig& c) {
   const int ctx = o.ctx > 0 ? o.ctx : std::min(512, c.max_position_embeddings);
   if (ctx > c.max_position_embeddings)
-    fail("perplexity: --ctx {} is longer than the model's context ({}, config field "
-         "'max_position_embeddings')",
-         ctx, c.max_position_embeddings);
+    fail(
+        "perplexity: --ctx {} is longer than the model's context ({}, config field "
+        "'max_position_embeddings')",
+        ctx, c.max_position_embeddings);
   return ctx;
 }
 
@@ -76,8 +77,8 @@ PerplexityProgress progress_line() {
     const int64_t tenth = done * 10 / total;
     if (!tty && tenth == last_tenth && done != total) return;
     last_tenth = tenth;
-    fmt::print(stderr, "{}[{}/{} windows] perplexity so far {:.4f}{}", tty ? "\r" : "", done,
-               total, r.perplexity(), tty && done != total ? "" : "\n");
+    fmt::print(stderr, "{}[{}/{} windows] perplexity so far {:.4f}{}", tty ? "\r" : "", done, total,
+               r.perplexity(), tty && done != total ? "" : "\n");
   };
 }
 
@@ -112,10 +113,10 @@ int run(const Options& o) {
     // Both engines' log-probabilities of the windows in flight: at most ~256 MiB of them.
     const size_t per_window =
         size_t(ctx - 1 - windows.first) * size_t(model.config.vocab_size) * sizeof(float);
-    const int at_once =
-        o.policy.batch > 0 ? o.policy.batch : int(std::max<size_t>(1, (size_t(256) << 20) / per_window));
-    const ComparisonResult r =
-        compare_models(*engine, *other, windows, at_once, progress_line());
+    const int at_once = o.policy.batch > 0
+                            ? o.policy.batch
+                            : int(std::max<size_t>(1, (size_t(256) << 20) / per_window));
+    const ComparisonResult r = compare_models(*engine, *other, windows, at_once, progress_line());
     out.update(perplexity_json(r.base));
     out["compare"] = perplexity_json(r.other);
     out["compare"].update({{"model", o.compare_dir},
@@ -128,9 +129,10 @@ int run(const Options& o) {
     return 0;
   }
   fmt::print("model       {}\n", o.model_dir);
-  fmt::print("text        {}: {} tokens, {} windows of {} (the second half of each scored: {} "
-             "tokens)\n",
-             o.file, tokens.size(), windows.inputs.size(), ctx, out["tokens_scored"].get<int64_t>());
+  fmt::print(
+      "text        {}: {} tokens, {} windows of {} (the second half of each scored: {} "
+      "tokens)\n",
+      o.file, tokens.size(), windows.inputs.size(), ctx, out["tokens_scored"].get<int64_t>());
   fmt::print("perplexity  {:.4f} ± {:.4f}\n", out["perplexity"].get<double>(),
              out["perplexity_std_error"].get<double>());
   if (out.contains("compare")) {

@@ -110,11 +110,12 @@ PerplexityResult score_perplexity(BatchEngine& engine, const PerplexityWindows& 
 
 ComparisonResult compare_models(BatchEngine& base, BatchEngine& other, const PerplexityWindows& w,
                                 int windows_at_once, const PerplexityProgress& progress) {
-  if (windows_at_once < 1) fail("perplexity: windows at once is {}, expected >= 1", windows_at_once);
+  if (windows_at_once < 1)
+    fail("perplexity: windows at once is {}, expected >= 1", windows_at_once);
   ComparisonResult result;
   const int scored = w.ctx - 1 - w.first;
-  std::vector<float> base_logp;      // [window in chunk][scored row][vocab]
-  std::vector<int> base_top1;        // [window in chunk][scored row]
+  std::vector<float> base_logp;  // [window in chunk][scored row][vocab]
+  std::vector<int> base_top1;    // [window in chunk][scored row]
   size_t vocab = 0;
   int64_t done = 0;
   for (size_t begin = 0; begin < w.inputs.size(); begin += size_t(windows_at_once)) {

@@ -22,8 +22,8 @@ namespace sluice {
 
 struct PerplexityWindows {
   int ctx = 0;
-  int first = 0;                         // logits of positions [first, ctx − 1) are scored
-  std::vector<std::vector<int>> inputs;  // each window's tokens [0, ctx − 1): the prompt
+  int first = 0;                          // logits of positions [first, ctx − 1) are scored
+  std::vector<std::vector<int>> inputs;   // each window's tokens [0, ctx − 1): the prompt
   std::vector<std::vector<int>> targets;  // each window's tokens [first + 1, ctx)
   int64_t scored_tokens() const { return int64_t(targets.size()) * (ctx - 1 - first); }
 };

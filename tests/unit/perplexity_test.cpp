@@ -111,8 +111,8 @@ TEST(Perplexity, MatchesTheReferenceForward) {
   const PerplexityWindows w = make_windows(tokens, 24, 1);
   BatchEngine engine(m, fp32_policy());
   int64_t progress_calls = 0;
-  const PerplexityResult got = score_perplexity(
-      engine, w, [&](int64_t done, int64_t total, const PerplexityResult&) {
+  const PerplexityResult got =
+      score_perplexity(engine, w, [&](int64_t done, int64_t total, const PerplexityResult&) {
         ++progress_calls;
         EXPECT_LE(done, total);
       });
@@ -183,9 +183,10 @@ TEST(PerplexityCli, ScoresATextFileAndSaysWhatIsWrong) {
   std::string text;
   for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. ";
   testing::write_file(dir / "text.txt", text);
-  auto r = testing::run_command(testing::sluice_command(
-      "perplexity --model " + (dir / "model").string() + " --file " + (dir / "text.txt").string() +
-      " --ctx 32 --json"), false);
+  auto r = testing::run_command(
+      testing::sluice_command("perplexity --model " + (dir / "model").string() + " --file " +
+                              (dir / "text.txt").string() + " --ctx 32 --json"),
+      false);
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["ctx"], 32);
@@ -193,15 +194,14 @@ TEST(PerplexityCli, ScoresATextFileAndSaysWhatIsWrong) {
   EXPECT_GT(j["perplexity"].get<double>(), 1.0);
   EXPECT_EQ(j["tokens_scored"].get<int64_t>(), j["windows"].get<int64_t>() * 15);
 
-  r = testing::run_command(testing::sluice_command(
-      "perplexity --model " + (dir / "model").string() + " --file " +
-      (dir / "missing.txt").string()));
+  r = testing::run_command(testing::sluice_command("perplexity --model " +
+                                                   (dir / "model").string() + " --file " +
+                                                   (dir / "missing.txt").string()));
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("missing.txt: cannot open the text file"), std::string::npos)
-      << r.output;
-  r = testing::run_command(testing::sluice_command(
-      "perplexity --model " + (dir / "model").string() + " --file " + (dir / "text.txt").string() +
-      " --ctx 100000"));
+  EXPECT_NE(r.output.find("missing.txt: cannot open the text file"), std::string::npos) << r.output;
+  r = testing::run_command(testing::sluice_command("perplexity --model " +
+                                                   (dir / "model").string() + " --file " +
+                                                   (dir / "text.txt").string() + " --ctx 100000"));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("max_position_embeddings"), std::string::npos) << r.output;
 }

@@ -124,9 +124,22 @@ cpu::QuantView quant_matrix(const ModelConfig& c, const Tensor& slot, int64_t n,
           .data = slot.as<const uint8_t>() + (e >= 0 ? size_t(e) * bytes : 0)};
 }
 
+Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n,
+                         int64_t k) {
+  if (!c.expert_quant.quantized()) return e >= 0 ? slot.slice0(e) : slot;
+  const cpu::QuantView v = quant_matrix(c, slot, n, k, e);
+  Tensor out = Tensor::allocate(DType::F32, {n, k});
+  float* w = out.as<float>();
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t p = 0; p < k; ++p) w[j * k + p] = v.scale(j, p / v.group_size) * float(v.q(j, p));
+  return out;
+}
+
 void quantize_model_experts(Model& model, ExpertQuant q) {
   ModelConfig& c = model.config;
   if (c.expert_quant.quantized()) {
+    // The default bf16 takes a quantized checkpoint as it is.
+    if (!q.quantized()) return;
     if (q.dtype == c.expert_quant.dtype &&
         (q.group_size == 0 || q.group_size == c.expert_quant.group_size))
       return;

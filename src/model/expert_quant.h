@@ -52,9 +52,15 @@ size_t expert_matrix_bytes(const ModelConfig& c, int64_t n, int64_t k);
 cpu::QuantView quant_matrix(const ModelConfig& c, const Tensor& slot, int64_t n, int64_t k,
                             int64_t e = -1);
 
+// Matrix `e` of an expert slot (-1: a dense-MLP slot) as the reference forward multiplies it: the
+// slot's own view in bf16, or the quantized weights dequantized to fp32 (scale · q).
+Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n,
+                         int64_t k);
+
 // Quantizes every expert and dense-MLP matrix of a loaded bf16 model (quantize-at-load), one
-// matrix at a time, and records `q` (group resolved) in model.config. bf16: nothing to do. A
-// model already quantized must ask for the same dtype and group (else an error).
+// matrix at a time, and records `q` (group resolved) in model.config. bf16: nothing to do (a
+// quantized checkpoint stays as it is); int8/int4 on an already quantized model must be its own
+// dtype and group (else an error).
 void quantize_model_experts(Model& model, ExpertQuant q);
 
 // The checkpoint form, per matrix `<name>` (a ".weight" tensor of the bf16 checkpoint):

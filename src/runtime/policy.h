@@ -28,6 +28,11 @@ struct Policy {
   int kv_blocks = 0;         // KV-cache blocks in host memory (0: automatic)
   int threads = 0;           // 0: every core
   Precision precision = Precision::kBf16;
+  // How the experts' (routed and shared) weights are held: bf16, or quantized at load with one
+  // scale per row and group of expert_group inputs (0: the default, model/expert_quant.h). A
+  // quantized checkpoint is used as it is (asking for another dtype is an error).
+  ExpertDtype expert_dtype = ExpertDtype::kBf16;
+  int expert_group = 0;
 
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;

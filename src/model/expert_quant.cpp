@@ -135,21 +135,26 @@ Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, in
   return out;
 }
 
-void quantize_model_experts(Model& model, ExpertQuant q) {
-  ModelConfig& c = model.config;
+ExpertQuant resolve_expert_quant(const ModelConfig& c, ExpertQuant q, const std::string& source) {
   if (c.expert_quant.quantized()) {
     // The default bf16 takes a quantized checkpoint as it is.
-    if (!q.quantized()) return;
+    if (!q.quantized()) return c.expert_quant;
     if (q.dtype == c.expert_quant.dtype &&
         (q.group_size == 0 || q.group_size == c.expert_quant.group_size))
-      return;
+      return c.expert_quant;
     fail("{}: the checkpoint's experts are {} (group {}); --expert-dtype {} (group {}) cannot "
          "requantize them: quantize the bf16 checkpoint instead",
-         model.dir.string(), expert_dtype_name(c.expert_quant.dtype), c.expert_quant.group_size,
+         source, expert_dtype_name(c.expert_quant.dtype), c.expert_quant.group_size,
          expert_dtype_name(q.dtype), q.group_size);
   }
-  if (!q.quantized()) return;
-  q.group_size = resolve_expert_group(c, q.dtype, q.group_size, "--expert-dtype");
+  if (!q.quantized()) return {};
+  return {q.dtype, resolve_expert_group(c, q.dtype, q.group_size, "--expert-dtype")};
+}
+
+void quantize_model_experts(Model& model, ExpertQuant requested) {
+  ModelConfig& c = model.config;
+  const ExpertQuant q = resolve_expert_quant(c, requested, model.dir.string());
+  if (!q.quantized() || c.expert_quant.quantized()) return;
   const cpu::QuantFormat f = quant_format(q.dtype);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = model.weights.layers[size_t(l)];

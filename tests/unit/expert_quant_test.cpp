@@ -15,6 +15,8 @@
 #include "kernels/cpu/gemm.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
+#include "runtime/planner/offload_cost_model.h"
+#include "runtime/planner/planner.h"
 #include "test_util.h"
 #include "tiny_model_cases.h"
 
@@ -140,6 +142,36 @@ TEST(ExpertQuantQuality, Int8AndInt4StayWithinTheirMeasuredBoundsOfBf16) {
     EXPECT_LT(i4.logits, kInt4LogitBound) << name;
     // The two formats are what they say: int4 is far coarser than int8.
     EXPECT_GT(i4.logits, 4 * i8.logits) << name;
+  }
+}
+
+// The host memory the planner counts for the weights is what the engine holds: the packed experts.
+TEST(ExpertQuantBytes, ThePlannerCountsThePackedWeights) {
+  for (ExpertDtype d : {ExpertDtype::kInt8, ExpertDtype::kInt4}) {
+    const Model bf16 = make_random_model(preset_config("tiny-qwen2-moe"), 1);
+    const Model q = quantized_copy(bf16, d, 8);
+    size_t held = 0, held_bf16 = 0;
+    for (const Tensor* t : weight_tensors(q.weights)) held += t->nbytes();
+    for (const Tensor* t : weight_tensors(bf16.weights)) held_bf16 += t->nbytes();
+    // The planner counts norms in fp32 where a checkpoint may hold them in bf16; the difference
+    // between the two models is the experts' alone.
+    EXPECT_EQ(model_weight_bytes(bf16.config) - model_weight_bytes(q.config), held_bf16 - held)
+        << expert_dtype_name(d);
+    EXPECT_LT(held, held_bf16);
+    // The offload planner's link and device-memory terms: three packed matrices per expert.
+    const int64_t H = q.config.hidden_size, I = q.config.expert_intermediate_size;
+    const size_t packed = cpu::quant_bytes(quant_format(d), I, H, 8);
+    EXPECT_EQ(expert_weight_bytes(q.config), 3 * packed);
+    OffloadPlan o;
+    o.gpu = true;
+    o.resident_expert_layers = q.config.num_layers;
+    o.page_bytes = packed;
+    o.prefetch_depth = 1;
+    const Policy p = testing::exercising_policy(Precision::kBf16, 1);
+    const GpuMemoryUse mq = gpu_memory_use(q.config, p, o), mb = gpu_memory_use(bf16.config, p, o);
+    EXPECT_EQ(mq.resident_experts,
+              size_t(q.config.num_layers) * size_t(q.config.num_experts) * 3 * packed);
+    EXPECT_LT(mq.dense_mlps, mb.dense_mlps);  // the shared expert, packed
   }
 }
 

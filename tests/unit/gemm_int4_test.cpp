@@ -187,6 +187,14 @@ TEST(GemmInt4, RejectsBadShapesAndValues) {
   int8_t out[2];
   expect_error([&] { nibbles_to_int4(zero_nibble.data(), 2, out, "model.safetensors"); },
                "model.safetensors: element 1");
+  // The kernels load whole 64-byte lines: a matrix elsewhere is refused, not read misaligned.
+  const auto w = quantize_weights(kInt4, wb.data(), 4, 64, 32);
+  std::vector<uint8_t> shifted(w.bytes() + 64);
+  QuantView off = w;
+  off.data = shifted.data() + (64 - reinterpret_cast<uintptr_t>(shifted.data()) % 64) % 64 + 16;
+  std::vector<float> x(64), y(4);
+  expect_error([&] { gemm_int8({.m = 1, .x = x.data(), .w = &off, .y = y.data()}); },
+               "field 'w.data'");
 }
 
 }  // namespace

@@ -80,6 +80,9 @@ void check_args(const GemmInt8Args& a) {
   if (a.w == nullptr || a.w->data == nullptr)
     fail("gemm_int8: field 'w': expected packed int8 or int4 weights, got none");
   const QuantView& w = *a.w;
+  if (reinterpret_cast<uintptr_t>(w.data) % 64 != 0)
+    fail("gemm_int8: field 'w.data': expected a 64-byte aligned packed matrix, got address {}",
+         static_cast<const void*>(w.data));
   if (a.m < 0) fail("gemm_int8: field 'm': expected >= 0, got {}", a.m);
   if (a.m > 0 && (a.x == nullptr || a.y == nullptr))
     fail("gemm_int8: fields 'x' and 'y': expected non-null pointers for m = {}", a.m);

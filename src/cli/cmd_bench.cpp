@@ -16,6 +16,7 @@
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "model/expert_quant.h"
 #include "engine/batch_engine.h"
 #include "engine/device_report.h"
 #include "engine/engine_plan.h"
@@ -75,6 +76,7 @@ LoadedModel load_for_bench(const Options& o) {
     l.model.config.num_layers = o.layers;
     l.model.weights.layers.resize(size_t(o.layers));
   }
+  quantize_model_experts(l.model, {o.policy.expert_dtype, o.policy.expert_group});
   l.read_in = read_weights_if_they_fit(l.model);
   l.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();

@@ -49,15 +49,21 @@ void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceili
 // at the current ISA level: n·k + 4·n·k/group bytes of W for 2·m·n·k OP, so about 2·m OP per
 // byte; below m ≈ int8 ceiling / (2 · DRAM) (≈ 6 on a 2-core AVX2 EPYC) it should read W at
 // DRAM speed (%dram), above it approach the level's int8 instruction peak (%ceil).
-void print_int8_gemm(const Options& o, const sluice::InstructionCeilings& ceilings, double dram) {
+// int4 (the same GEMM on nibbles unpacked in registers) halves the weight bytes again: about
+// 4·m OP per byte, so DRAM-bound only below half int8's m, and the unpacking (and, on vpdpbusd,
+// two dot products per 64-byte line) costs instructions, so its compute ceiling is the same
+// int8 one.
+void print_int8_gemm(const Options& o, const sluice::InstructionCeilings& ceilings, double dram,
+                     sluice::cpu::QuantFormat format) {
   using namespace sluice;
-  fmt::print("\nint8 GEMM n={} k={} group={} ({}), X fp32; ceiling {:.1f} GOP/s ({}):\n", o.n, o.k,
-             o.int8_group, cpu::int8_dot_name(cpu::gemm_int8_dot()), ceilings.int8_ops / 1e9,
+  fmt::print("\n{} GEMM n={} k={} group={} ({}), X fp32; ceiling {:.1f} GOP/s ({}):\n",
+             cpu::quant_format_name(format), o.n, o.k, o.int8_group,
+             cpu::int8_dot_name(cpu::gemm_int8_dot()), ceilings.int8_ops / 1e9,
              ceilings.int8_instruction);
   fmt::print("{:>6} {:>10} {:>12} {:>7} {:>12} {:>7}\n", "m", "ms", "GOP/s", "%ceil", "GB/s",
              "%dram");
   for (int64_t m : {1, 4, 16, 64, 256}) {
-    auto t = cpu::bench_gemm_int8(m, o.n, o.k, o.int8_group);
+    auto t = cpu::bench_gemm_int8(m, o.n, o.k, o.int8_group, 0.2, format);
     fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>12.1f} {:>6.1f}%\n", m, t.seconds * 1e3,
                t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.int8_ops, t.byte_rate() / 1e9,
                100 * t.byte_rate() / dram);
@@ -74,7 +80,10 @@ int run(const Options& o) {
   fmt::print("instruction peaks at {}, every thread busy:\n", level);
   cli::print_instruction_ceilings(ceilings, level, "  ");
   if (!o.skip_gemm) print_gemm_table(o, ceilings, dram);
-  if (!o.skip_int8) print_int8_gemm(o, ceilings, dram);
+  if (!o.skip_int8) {
+    print_int8_gemm(o, ceilings, dram, cpu::QuantFormat::kInt8);
+    print_int8_gemm(o, ceilings, dram, cpu::QuantFormat::kInt4);
+  }
   if (!o.skip_attention) {
     fmt::print("\nPaged attention, 128 sequences, heads 32, kv_heads 8, head_dim 128, bs 16:\n");
     // Decode attention reads K and V once for 4 FLOP per element and query head group: bound
@@ -107,7 +116,7 @@ sluice::cli::RegisterCommand reg({"bench-kernels",
                                     sub.add_flag("--skip-attention", o->skip_attention);
                                     sub.add_flag("--skip-int8", o->skip_int8);
                                     sub.add_option("--int8-group", o->int8_group,
-                                                   "int8 GEMM scale group size");
+                                                   "int8/int4 GEMM scale group size");
                                     return std::function<int()>([o] { return run(*o); });
                                   }});
 

@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
+#include "model/expert_quant.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
 #include "io/chat_prompt.h"
@@ -90,6 +91,7 @@ int run(const Options& o) {
     fail("generate: give exactly one of --prompt or --input");
   validate(o.sampling);
   Model model = load_model(o.model_dir);
+  quantize_model_experts(model, {o.policy.expert_dtype, o.policy.expert_group});
   auto tok = Tokenizer::load(o.model_dir);
   std::optional<ChatPrompter> chat;
   if (o.chat) chat.emplace(ChatPrompter::load(o.model_dir, *tok));

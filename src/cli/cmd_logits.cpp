@@ -6,6 +6,8 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "cli/policy_options.h"
+#include "model/expert_quant.h"
 #include "model/reference_forward.h"
 
 namespace sluice::cli {
@@ -39,11 +41,14 @@ std::vector<int> parse_token_list(const std::string& text) {
 struct Options {
   std::string model;
   std::string tokens;
+  ExpertDtype expert_dtype = ExpertDtype::kBf16;
+  int expert_group = 0;
 };
 
 int run(const Options& o) {
   std::vector<int> ids = parse_token_list(o.tokens);
   Model model = load_model(o.model);
+  quantize_model_experts(model, {o.expert_dtype, o.expert_group});
   ReferenceForward forward(model);
   std::vector<float> logits = forward.forward(ids);
   const int vocab = model.config.vocab_size;
@@ -65,6 +70,9 @@ RegisterCommand reg(
        auto o = std::make_shared<Options>();
        sub.add_option("--model", o->model, "Model folder")->required();
        sub.add_option("--tokens", o->tokens, "Token ids, comma-separated")->required();
+       // The reference forward multiplies quantized experts dequantized (scale · q) with fp32
+       // activations: the weights' quantization error alone.
+       add_expert_dtype_options(sub, o->expert_dtype, o->expert_group, "Experts");
        return std::function<int()>([o] { return run(*o); });
      }});
 

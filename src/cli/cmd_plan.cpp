@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "model/expert_quant.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -121,6 +122,8 @@ int run(const Options& o) {
   if (o.svg.find('\'') != std::string::npos) fail("plan: --svg: expected a path without quotes");
   ModelConfig c = o.preset.empty() ? load_config(std::filesystem::path(o.model_dir) / "config.json")
                                    : preset_config(o.preset, o.layers);
+  c.expert_quant = resolve_expert_quant(c, {o.policy.expert_dtype, o.policy.expert_group},
+                                        o.preset.empty() ? o.model_dir : o.preset);
   if (o.preset.empty() && o.layers > 0) {
     if (o.layers > c.num_layers)
       fail("--layers {}: the model has {} layers", o.layers, c.num_layers);

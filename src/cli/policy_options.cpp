@@ -38,6 +38,23 @@ void add_policy_options(CLI::App& sub, Policy& p) {
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, Precision>{{"bf16", Precision::kBf16}, {"f32", Precision::kF32}}))
       ->default_str("bf16");
+  add_expert_dtype_options(sub, p.expert_dtype, p.expert_group, group);
+}
+
+void add_expert_dtype_options(CLI::App& sub, ExpertDtype& dtype, int& group_size,
+                              const char* group) {
+  sub.add_option("--expert-dtype", dtype,
+                 "Expert weights (routed and shared) in memory: bf16, or int8/int4 quantized at "
+                 "load with group-wise symmetric scales (a quantized checkpoint is used as is)")
+      ->group(group)
+      ->transform(CLI::CheckedTransformer(std::map<std::string, ExpertDtype>{
+          {"bf16", ExpertDtype::kBf16}, {"int8", ExpertDtype::kInt8}, {"int4", ExpertDtype::kInt4}}))
+      ->default_str("bf16");
+  sub.add_option("--expert-group", group_size,
+                 "Inputs per quantization scale of the expert weights; must divide their row "
+                 "lengths (0: the default, 128)")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_host_memory_option(CLI::App& sub, std::string& host_mem) {

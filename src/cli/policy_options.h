@@ -11,6 +11,10 @@
 namespace sluice::cli {
 
 void add_policy_options(CLI::App& sub, Policy& policy);
+// --expert-dtype bf16|int8|int4 and --expert-group N (part of the policy options; also on their
+// own for `logits` and `quantize`).
+void add_expert_dtype_options(CLI::App& sub, ExpertDtype& dtype, int& group_size,
+                              const char* group = "Policy (0: automatic)");
 
 // --host-mem: host memory the planner may fill with weights, KV cache and activations.
 void add_host_memory_option(CLI::App& sub, std::string& host_mem);

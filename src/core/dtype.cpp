@@ -13,12 +13,13 @@ struct DTypeInfo {
   std::string_view name;
   size_t size;
 };
-constexpr std::array<DTypeInfo, 6> kDTypes = {{{DType::F32, "F32", 4},
+constexpr std::array<DTypeInfo, 7> kDTypes = {{{DType::F32, "F32", 4},
                                                {DType::F16, "F16", 2},
                                                {DType::BF16, "BF16", 2},
                                                {DType::I32, "I32", 4},
                                                {DType::I64, "I64", 8},
-                                               {DType::U8, "U8", 1}}};
+                                               {DType::U8, "U8", 1},
+                                               {DType::I8, "I8", 1}}};
 }  // namespace
 
 size_t dtype_size(DType t) {

@@ -8,7 +8,7 @@
 
 namespace sluice {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8 };
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8, I8 };
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...

@@ -14,6 +14,8 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "model/expert_quant.h"
 #include "kernels/cpu/rope.h"
 #include "runtime/kv_cache.h"
 #include "runtime/offload/host_math.h"
@@ -120,7 +122,7 @@ struct BatchEngine::Impl {
         *t = as_f32(*t);
       for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
                         &b.expert_down, &b.mlp_gate, &b.mlp_up, &b.mlp_down, &b.mlp_scale})
-        *t = as_bf16(*t);
+        if (!(c.expert_quant.quantized() && is_expert_slot(b, t))) *t = as_bf16(*t);
       w.layers.push_back(std::move(b));
     }
     routed.resize(c.num_experts);
@@ -166,6 +168,20 @@ struct BatchEngine::Impl {
     a.y = y;
     a.beta = beta;
     cpu::gemm(a);
+  }
+
+  // y = x · Wᵀ for matrix `e` of an expert slot (e = -1: a dense-MLP slot) of n × k: the bf16
+  // GEMM, or with quantized experts the int8-dot-product GEMM (x quantized to int8 on the fly).
+  void expert_gemm(const void* xin, DType x_dtype, int m, const Tensor& slot, int64_t e,
+                   int64_t n, int64_t k, float* y) {
+    if (!c.expert_quant.quantized()) {
+      gemm(xin, x_dtype, m, e >= 0 ? slot.slice0(e) : slot, y);
+      return;
+    }
+    const cpu::QuantView w = quant_matrix(c, slot, n, k, e);
+    stats.weight_bytes += double(w.bytes());
+    stats.flops += 2.0 * m * n * k;
+    cpu::gemm_int8({.m = m, .x = xin, .x_dtype = x_dtype, .w = &w, .y = y});
   }
 
   // The elementwise kernels as the offload path's HostMath makes them (one set of calls, so the
@@ -325,8 +341,6 @@ void BatchEngine::Impl::expert_phase(int l) {
   down.resize(size_t(be) * H);
   for (int e = 0; e < c.num_experts; ++e) {
     const auto& list = routed[e];
-    const Tensor wg = L.expert_gate.slice0(e), wu = L.expert_up.slice0(e),
-                 wd = L.expert_down.slice0(e);
     for (size_t begin = 0; begin < list.size(); begin += be) {
       const int m = int(std::min(list.size() - begin, size_t(be)));
       // h still holds every row's post-attention norm: the attention phase wrote each
@@ -341,10 +355,10 @@ void BatchEngine::Impl::expert_phase(int l) {
       auto tg = Clock::now();
       const void* xe = f32 ? static_cast<const void*>(expert_xf.data()) : expert_x.data();
       const DType xe_type = f32 ? DType::F32 : DType::BF16;
-      gemm(xe, xe_type, m, wg, gate.data());
-      gemm(xe, xe_type, m, wu, up.data());
+      expert_gemm(xe, xe_type, m, L.expert_gate, e, I, H, gate.data());
+      expert_gemm(xe, xe_type, m, L.expert_up, e, I, H, up.data());
       cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-      gemm(act.data(), DType::F32, m, wd, down.data());
+      expert_gemm(act.data(), DType::F32, m, L.expert_down, e, H, I, down.data());
       stats.expert_gemm_seconds += seconds_since(tg);
       stats.expert_flops += 6.0 * m * I * H;
       ++stats.expert_gemm_calls;
@@ -366,7 +380,7 @@ void BatchEngine::Impl::expert_phase(int l) {
 void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
   const LayerWeights& L = w.layers[l];
   if (L.mlp_gate.empty()) return;
-  const int H = c.hidden_size, I = int(L.mlp_gate.shape[0]), be = policy.expert_batch;
+  const int H = c.hidden_size, I = c.dense_mlp_size(l), be = policy.expert_batch;
   auto t0 = Clock::now();
   const bool f32 = policy.precision == Precision::kF32;
   gate.resize(std::max(gate.size(), size_t(be) * I));
@@ -378,10 +392,10 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
     const void* xe = f32 ? static_cast<const void*>(&h[size_t(begin) * H])
                          : static_cast<const void*>(&moe_in[size_t(begin) * H]);
     const DType xe_type = f32 ? DType::F32 : DType::BF16;
-    gemm(xe, xe_type, m, L.mlp_gate, gate.data());
-    gemm(xe, xe_type, m, L.mlp_up, up.data());
+    expert_gemm(xe, xe_type, m, L.mlp_gate, -1, I, H, gate.data());
+    expert_gemm(xe, xe_type, m, L.mlp_up, -1, I, H, up.data());
     cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-    gemm(act.data(), DType::F32, m, L.mlp_down, down.data());
+    expert_gemm(act.data(), DType::F32, m, L.mlp_down, -1, H, I, down.data());
     math.add_scaled_rows(nullptr, down.data(), H, &mlp_scale[size_t(begin)], m,
                          &x[size_t(begin) * H]);
   }

@@ -1,3 +1,4 @@
+#include "model/expert_quant.h"
 #include "engine/batch_job.h"
 
 #include <fmt/format.h>
@@ -97,6 +98,7 @@ class Job {
     const auto t0 = Clock::now();
     const std::vector<InputLine> lines = read_input(o_.input);
     model_ = load_model(o_.model_dir);
+    quantize_model_experts(model_, {o_.policy.expert_dtype, o_.policy.expert_group});
     read_weights_if_they_fit(model_);
     tokenizer_ = Tokenizer::load(o_.model_dir);
     ResultsFile results(o_.output);

@@ -18,6 +18,8 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "model/expert_quant.h"
 #include "kernels/cpu/rope.h"
 #include "runtime/offload/host_array.h"
 #include "runtime/offload/step_pipeline.h"
@@ -142,6 +144,12 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         kv_layout(config, p, sh.gpu_kv_blocks),
         device_kv(device_cache),
         lm_layout(config) {
+    if (c.expert_quant.quantized() && !math.supports_quantized_experts())
+      fail(
+          "offload executor: the {} device math has no kernel for quantized expert weights "
+          "(--expert-dtype {}); run them with --device cpu or --device standin, or use "
+          "--expert-dtype bf16",
+          math.name(), expert_dtype_name(c.expert_quant.dtype));
     const int64_t books = device_kv ? device_kv->total_blocks() : 0;
     if (books != sh.gpu_kv_blocks ||
         (device_kv && device_kv->config().block_size != kv.config().block_size))
@@ -271,17 +279,22 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
       up_to(resident, offset, t, bytes, what);
     };
-    const size_t layer_experts = size_t(sh.E) * expert_matrix_bytes(c);
     for (int l = 0; l < c.num_layers; ++l) {
       const int j = expert_layer_index[size_t(l)];
       if (j < 0 || !res[size_t(l)].moe) continue;  // streamed, or a dense layer (no experts)
       const LayerWeights& L = w.layers[size_t(l)];
-      up_to(resident_experts, resident_expert_offset(c, j, 0, 0), L.expert_gate, layer_experts,
-            "resident expert_gate");
-      up_to(resident_experts, resident_expert_offset(c, j, 1, 0), L.expert_up, layer_experts,
-            "resident expert_up");
-      up_to(resident_experts, resident_expert_offset(c, j, 2, 0), L.expert_down, layer_experts,
-            "resident expert_down");
+      const Tensor* mats[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
+      const char* names[] = {"resident expert_gate", "resident expert_up", "resident expert_down"};
+      for (int m = 0; m < 3; ++m) {
+        const size_t bytes = matrix_bytes(m);
+        if (mats[m]->nbytes() != bytes * size_t(sh.E))
+          fail("offload executor: tensor '{}': expected {} experts of {} bytes, got {} bytes",
+               names[m], sh.E, bytes, mats[m]->nbytes());
+        for (int e = 0; e < sh.E; ++e)
+          dev.copy_to_device(offload::Queue::kWeights,
+                             resident_experts + resident_expert_offset(c, j, m, e),
+                             mats[m]->slice0(e).data, bytes, names[m]);
+      }
     }
     if (lm_head) {
       up_to(lm_head, lm_layout.lm_head, w.lm_head, size_t(sh.V) * H * 2, "lm_head");
@@ -306,10 +319,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       }
       if (r.o_bias) up(r.bo, L.bo, H * 4, "o_proj.bias");
       if (r.mlp_I > 0) {
-        const size_t matrix = size_t(r.mlp_I) * H * 2;
-        up(r.mlp_gate, L.mlp_gate, matrix, "mlp gate_proj");
-        up(r.mlp_up, L.mlp_up, matrix, "mlp up_proj");
-        up(r.mlp_down, L.mlp_down, matrix, "mlp down_proj");
+        const int64_t I = r.mlp_I, Hs = int64_t(H);
+        up(r.mlp_gate, L.mlp_gate, expert_matrix_bytes(c, I, Hs), "mlp gate_proj");
+        up(r.mlp_up, L.mlp_up, expert_matrix_bytes(c, I, Hs), "mlp up_proj");
+        up(r.mlp_down, L.mlp_down, expert_matrix_bytes(c, Hs, I), "mlp down_proj");
       }
       if (r.mlp_scaled) up(r.mlp_scale, L.mlp_scale, H * 2, "shared_expert_gate");
     }
@@ -369,7 +382,6 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // A resident layer's experts have no pages (gpu_expert finds their weights itself), so the
   // copies of the next streamed layer run ahead while it computes.
   void build_pages() {
-    const size_t bytes = expert_matrix_bytes(c);
     for (int l = 0; l < c.num_layers; ++l) {
       const LayerWeights& L = w.layers[size_t(l)];
       offload::LayerPages lp;
@@ -388,8 +400,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         const char* names[] = {"w1", "w3", "w2"};
         for (int m = 0; m < 3; ++m) {
           ids.push_back(int(pages.size()));
-          pages.push_back(
-              {mats[m]->slice0(e).data, bytes, fmt::format("L{}.e{}.{}", l, e, names[m])});
+          pages.push_back({mats[m]->slice0(e).data, matrix_bytes(m),
+                           fmt::format("L{}.e{}.{}", l, e, names[m])});
         }
         lp.experts.push_back(std::move(ids));
       }
@@ -432,10 +444,21 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const uint16_t *wg = weight<uint16_t>(r.mlp_gate), *wu = weight<uint16_t>(r.mlp_up),
                    *wd = weight<uint16_t>(r.mlp_down);
     float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
+    const bool quantized = c.expert_quant.quantized();
     for (int begin = 0; begin < T; begin += sh.be) {
       const int m = std::min(T - begin, sh.be);
       const float* h = at<float>(buf.h) + size_t(begin) * H;
-      if (sh.f32) {
+      if (quantized) {  // the CPU engine's dense_mlp_phase on the packed weights
+        const void* xin = h;
+        if (!sh.f32) {
+          math.to_bf16(s, h, at<uint16_t>(buf.ex), int64_t(m) * H);
+          xin = at<uint16_t>(buf.ex);
+        }
+        math.gemm_quant(s, device_matrix(wg, I, H), m, xin, !sh.f32, gate, 0);
+        math.gemm_quant(s, device_matrix(wu, I, H), m, xin, !sh.f32, up, 0);
+        math.silu_mul(s, gate, up, gate, int64_t(m) * I);
+        math.gemm_quant(s, device_matrix(wd, H, I), m, gate, false, down, 0);
+      } else if (sh.f32) {
         math.gemm_f32(s, {m, I, H}, h, wg, gate, 0);
         math.gemm_f32(s, {m, I, H}, h, wu, up, 0);
       } else {
@@ -444,8 +467,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         math.gemm_bf16(s, {m, I, H}, ex, wg, gate, 0);
         math.gemm_bf16(s, {m, I, H}, ex, wu, up, 0);
       }
-      math.silu_mul(s, gate, up, gate, int64_t(m) * I);
-      gemm(s, m, H, I, gate, wd, down, 0, at<uint16_t>(buf.actb));
+      if (!quantized) {
+        math.silu_mul(s, gate, up, gate, int64_t(m) * I);
+        gemm(s, m, H, I, gate, wd, down, 0, at<uint16_t>(buf.actb));
+      }
       math.add_scaled_rows(s, down, H, r.mlp_scaled ? at<float>(buf.mlp_scale) + begin : nullptr, m,
                            at<float>(buf.x) + size_t(begin) * H);
     }
@@ -461,7 +486,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       stats->weight_bytes += H * columns * 2 * M;
       for (int begin = 0; begin < T && r.mlp_I > 0; begin += sh.be) {
         stats->flops += 6.0 * std::min(T - begin, sh.be) * r.mlp_I * H;
-        stats->weight_bytes += 3.0 * r.mlp_I * H * 2;
+        stats->weight_bytes += 2.0 * double(expert_matrix_bytes(c, r.mlp_I, sh.H)) +
+                               double(expert_matrix_bytes(c, sh.H, r.mlp_I));
       }
     }
   }
@@ -718,10 +744,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
 
   // The CPU engine's accounting of an expert's GEMMs, wherever they run.
   void account_expert(int tokens) {
-    const double matrix = double(expert_matrix_bytes(c));
+    const double matrices = double(matrix_bytes(0) + matrix_bytes(1) + matrix_bytes(2));
     for (int begin = 0; begin < tokens; begin += sh.be) {
       const int m = std::min(tokens - begin, sh.be);
-      stats->weight_bytes += 3 * matrix;
+      stats->weight_bytes += matrices;
       stats->flops += 6.0 * m * sh.I * sh.H;
       stats->expert_flops += 6.0 * m * sh.I * sh.H;
       ++stats->expert_gemm_calls;
@@ -746,6 +772,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       mats[m] = j >= 0 ? reinterpret_cast<const uint16_t*>(resident_experts +
                                                            resident_expert_offset(c, j, m, e))
                        : static_cast<const uint16_t*>(p[size_t(m)]);
+    if (c.expert_quant.quantized()) {
+      gpu_quantized_expert(s, e, mats);
+      return;
+    }
     const uint16_t *wg = mats[0], *wu = mats[1], *wd = mats[2];
     const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
     const float* weights =
@@ -771,19 +801,65 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     }
   }
 
+  // Bytes of an expert's matrix m (0 gate, 1 up, 2 down): 2·I·H in bf16, else packed.
+  size_t matrix_bytes(int m) const {
+    const int64_t H = sh.H, I = sh.I;
+    return m == 2 ? expert_matrix_bytes(c, H, I) : expert_matrix_bytes(c, I, H);
+  }
+
+  // The packed matrix at device address `data`, n × k (cpu::QuantView's layout).
+  cpu::QuantView device_matrix(const void* data, int64_t n, int64_t k) const {
+    return {.format = quant_format(c.expert_quant.dtype),
+            .n = n,
+            .k = k,
+            .group_size = c.expert_quant.group_size,
+            .data = static_cast<const uint8_t*>(data)};
+  }
+
+  // gpu_expert with quantized weights: the device GEMM reads the packed bytes (a page or the
+  // resident copy) and quantizes the activations as the CPU engine's gemm_int8 does: the
+  // gathered rows in bf16 (or fp32), the SiLU product in fp32.
+  void gpu_quantized_expert(void* s, int e, const uint16_t* const (&mats)[3]) {
+    const int T = mb_row.back(), H = sh.H, I = sh.I;
+    const cpu::QuantView wg = device_matrix(mats[0], I, H), wu = device_matrix(mats[1], I, H),
+                         wd = device_matrix(mats[2], H, I);
+    const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
+    const float* weights =
+        at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
+    float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
+    const float* h = at<float>(buf.h);
+    for (int begin = 0; begin < list_count[size_t(e)]; begin += sh.be) {
+      const int m = std::min(list_count[size_t(e)] - begin, sh.be);
+      const void* ex = at<char>(buf.ex);
+      if (sh.f32)
+        math.gather_rows_f32(s, h, H, rows + begin, m, at<float>(buf.ex));
+      else
+        math.gather_rows_bf16(s, h, H, rows + begin, m, at<uint16_t>(buf.ex));
+      math.gemm_quant(s, wg, m, ex, !sh.f32, gate, 0);
+      math.gemm_quant(s, wu, m, ex, !sh.f32, up, 0);
+      math.silu_mul(s, gate, up, gate, int64_t(m) * I);
+      math.gemm_quant(s, wd, m, gate, false, down, 0);
+      math.scatter_add_rows(s, down, H, rows + begin, weights + begin, m, at<float>(buf.x));
+    }
+  }
+
   // The same expert on the host's kernels and weights, into the host block added on the device.
   void cpu_expert(int l, int e) override {
     const auto t0 = Clock::now();
     const LayerWeights& L = w.layers[size_t(l)];
     const int T = mb_row.back(), H = sh.H, I = sh.I;
-    const uint16_t* wg = L.expert_gate.slice0(e).as<const uint16_t>();
-    const uint16_t* wu = L.expert_up.slice0(e).as<const uint16_t>();
-    const uint16_t* wd = L.expert_down.slice0(e).as<const uint16_t>();
     const auto* rows = reinterpret_cast<const int32_t*>(h_lists.data());
     const auto* weights = reinterpret_cast<const float*>(h_lists.data() + size_t(T) * sh.K * 4);
     const int first = list_begin[size_t(e)], count = list_count[size_t(e)];
-    auto host_gemm = [&](int m, int n, int k, const void* x, DType xt, const uint16_t* wt,
+    // The CPU engine's expert GEMM: bf16 (or fp32) weights, or the packed quantized ones.
+    auto host_gemm = [&](int m, int n, int k, const void* x, DType xt, const Tensor& slot,
                          float* y) {
+      if (c.expert_quant.quantized()) {
+        const cpu::QuantView wq = quant_matrix(c, slot, n, k, e);
+        cpu::gemm_int8({.m = m, .x = x, .x_dtype = xt, .w = &wq, .y = y});
+        return;
+      }
+      const uint16_t* wt = slot.slice0(e).as<const uint16_t>();
       if (xt == DType::F32 && sh.f32) {
         cpu::gemm_f32({m, n, k, static_cast<const float*>(x), wt, y, 0});
         return;
@@ -807,10 +883,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         xe = c_exf.data(), xt = DType::F32;
       else
         xe = c_exb.data(), xt = DType::BF16;
-      host_gemm(m, I, H, xe, xt, wg, c_gate.data());
-      host_gemm(m, I, H, xe, xt, wu, c_up.data());
+      host_gemm(m, I, H, xe, xt, L.expert_gate, c_gate.data());
+      host_gemm(m, I, H, xe, xt, L.expert_up, c_up.data());
       cpu::silu_mul(c_gate.data(), c_up.data(), c_act.data(), int64_t(m) * I);
-      host_gemm(m, H, I, c_act.data(), DType::F32, wd, c_down.data());
+      host_gemm(m, H, I, c_act.data(), DType::F32, L.expert_down, c_down.data());
       for (int j = 0; j < m; ++j) {
         const int row = rows[first + begin + j];
         int& slot = c_slot[size_t(row)];

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/offload_executor.h"
+#include "model/expert_quant.h"
 
 namespace sluice {
 
@@ -37,9 +38,9 @@ size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers,
     r.bk = L.add(r.qkv_bias ? kvd * 4 : 0);
     r.bv = L.add(r.qkv_bias ? kvd * 4 : 0);
     r.bo = L.add(r.o_bias ? H * 4 : 0);
-    r.mlp_gate = L.add(I * H * 2);
-    r.mlp_up = L.add(I * H * 2);
-    r.mlp_down = L.add(H * I * 2);
+    r.mlp_gate = L.add(I ? expert_matrix_bytes(c, int64_t(I), int64_t(H)) : 0);
+    r.mlp_up = L.add(I ? expert_matrix_bytes(c, int64_t(I), int64_t(H)) : 0);
+    r.mlp_down = L.add(I ? expert_matrix_bytes(c, int64_t(H), int64_t(I)) : 0);
     r.mlp_scale = L.add(r.mlp_scaled ? H * 2 : 0);
     if (layers) layers->push_back(r);
   }
@@ -49,7 +50,9 @@ size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers,
 }
 
 size_t expert_matrix_bytes(const ModelConfig& c) {
-  return size_t(c.expert_intermediate_size) * size_t(c.hidden_size) * 2;
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+  // Packed quantized matrices pad rows to 16, so w1/w3 [I, H] and w2 [H, I] may differ a little.
+  return std::max(expert_matrix_bytes(c, I, H), expert_matrix_bytes(c, H, I));
 }
 
 size_t resident_experts_bytes(const ModelConfig& c, int resident_layers) {
@@ -98,8 +101,9 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
   if (s.page_bytes != 0 && s.page_bytes < matrix)
     fail(
         "offload executor: field 'page_bytes': expected at least one expert matrix ({} bytes, "
-        "{}x{} bf16; matrices are not split across pages), got {}",
-        matrix, c.expert_intermediate_size, c.hidden_size, s.page_bytes);
+        "{}x{} {}; matrices are not split across pages), got {}",
+        matrix, c.expert_intermediate_size, c.hidden_size,
+        expert_dtype_name(c.expert_quant.dtype), s.page_bytes);
   f.page_bytes = s.page_bytes ? s.page_bytes : matrix;
   if (f.resident_layers == c.num_layers) f.min_slots = 0;  // no expert streams
   return f;

@@ -126,7 +126,8 @@ struct LayerResident {
   size_t router;                      // bf16 [E, H]; a MoE layer's
   size_t q_norm, k_norm;              // fp32, when the model has q/k norms
   size_t bq, bk, bv, bo;              // fp32, when the model has projection biases
-  size_t mlp_gate, mlp_up, mlp_down;  // bf16, the layer's dense MLP (shared expert or dense FFN)
+  size_t mlp_gate, mlp_up, mlp_down;  // the layer's dense MLP (shared expert or dense FFN): bf16,
+                                      // or packed with quantized experts
   size_t mlp_scale;                   // bf16 [1, H], the dense MLP's sigmoid gate
   bool moe = true, qkv_bias = false, o_bias = false, mlp_scaled = false;
   int mlp_I = 0;  // the dense MLP's intermediate size; 0: none
@@ -135,10 +136,12 @@ struct LayerResident {
 // Lays out every layer's resident tensors; returns the bytes, fills `layers` and the RoPE table's
 // offset when given.
 size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq);
-size_t expert_matrix_bytes(const ModelConfig& c);  // one expert matrix, I·H bf16
+// One expert matrix as the config holds it: I·H bf16, or the larger of the packed w1/w3 and w2
+// with quantized experts (a page, and the stride of the resident experts).
+size_t expert_matrix_bytes(const ModelConfig& c);
 
 // The resident experts of `resident_layers` layers: per layer the gate, up and down tensors of
-// every expert ([E, I, H] bf16 each), one after the other. Offset of a layer's matrix m
+// every expert (E matrices of expert_matrix_bytes each), one after the other. Offset of a layer's matrix m
 // (0 gate, 1 up, 2 down) of expert e, for the j-th resident layer.
 size_t resident_experts_bytes(const ModelConfig& c, int resident_layers);
 size_t resident_expert_offset(const ModelConfig& c, int j, int m, int e);

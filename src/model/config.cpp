@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/config_reader.h"
+#include "model/expert_quant.h"
 #include "model/family.h"
 
 namespace sluice {
@@ -340,6 +341,7 @@ ModelConfig parse_config(const json& j, const std::string& source) {
   c.architecture = spec.architecture;
   spec.read_config(r, c);
   check_common(r, c);
+  read_quantization_field(j, source, c);
   return c;
 }
 
@@ -354,6 +356,7 @@ ModelConfig load_config(const std::filesystem::path& path) {
 json config_to_json(const ModelConfig& c) {
   json j = json::object();
   family_spec(c.family).write_config(c, j);
+  write_quantization_field(c, j);
   return j;
 }
 

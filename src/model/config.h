@@ -83,6 +83,19 @@ struct RopeScaling {
   bool truncate = true;
 };
 
+// How the routed and shared experts' weights are held in memory (attention, router, norms,
+// embeddings and lm_head stay as the checkpoint stores them). int8 and int4 are symmetric with one
+// fp32 scale per row and group of `group_size` consecutive inputs (kernels/cpu/gemm_int8.h); a
+// quantized expert slot of LayerWeights is then a U8 tensor of packed matrices
+// (model/expert_quant.h). A quantized checkpoint's config.json says so in its "quantization"
+// field; --expert-dtype asks for it at load.
+enum class ExpertDtype : uint8_t { kBf16, kInt8, kInt4 };
+struct ExpertQuant {
+  ExpertDtype dtype = ExpertDtype::kBf16;
+  int group_size = 0;  // 0 with bf16; at load 0 means the default (expert_quant.h)
+  bool quantized() const { return dtype != ExpertDtype::kBf16; }
+};
+
 struct ModelConfig {
   Family family = Family::Mixtral;
   std::string architecture;  // e.g. "MixtralForCausalLM"
@@ -141,6 +154,8 @@ struct ModelConfig {
   // Multi-token-prediction layers stored after the decoder layers (DeepSeek-V3's
   // num_nextn_predict_layers): not run; their tensors are skipped.
   int mtp_layers = 0;
+
+  ExpertQuant expert_quant;  // the experts' weights in memory: bf16, or quantized
 
   int q_dim() const { return num_heads * head_dim; }
   // The width of the attention output entering o_proj: heads × v_head_dim with MLA.

@@ -1,6 +1,7 @@
 // Each block below mirrors a piece of transformers' modeling code (Mixtral's, with the features
 // other families add where their config or their optional weights say so); the PyTorch line it
 // transcribes is quoted in the comment above it.
+#include "model/expert_quant.h"
 #include "model/reference_forward.h"
 
 #include <fmt/format.h>
@@ -430,8 +431,10 @@ void ReferenceForward::ffn_block(int l, int T, std::vector<float>& x, const Dump
     if (!L.router.empty()) {
       for (auto [e, weight] : route(c, L, &router_logits[size_t(t) * E])) {
         // current_hidden_states = expert(x) * routing_weights; index_add_
-        swiglu(xt, L.expert_gate.slice0(e), L.expert_up.slice0(e), L.expert_down.slice0(e), bf16,
-               down.data());
+        const int64_t I = c.expert_intermediate_size;
+        swiglu(xt, expert_matrix_f32(c, L.expert_gate, e, I, H),
+               expert_matrix_f32(c, L.expert_up, e, I, H),
+               expert_matrix_f32(c, L.expert_down, e, H, I), bf16, down.data());
         for (int d = 0; d < H; ++d) yt[d] += weight * down[size_t(d)];
       }
     }
@@ -442,7 +445,10 @@ void ReferenceForward::ffn_block(int l, int T, std::vector<float>& x, const Dump
         linear(xt, 1, L.mlp_scale, &logit, /*bf16_input=*/false);
         scale = 1.0f / (1.0f + std::exp(-logit));
       }
-      swiglu(xt, L.mlp_gate, L.mlp_up, L.mlp_down, bf16, down.data());
+      const int64_t I = c.dense_mlp_size(l);
+      swiglu(xt, expert_matrix_f32(c, L.mlp_gate, -1, I, H),
+             expert_matrix_f32(c, L.mlp_up, -1, I, H), expert_matrix_f32(c, L.mlp_down, -1, H, I),
+             bf16, down.data());
       for (int d = 0; d < H; ++d) yt[d] += scale * down[size_t(d)];
     }
   }

@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/expert_quant.h"
+#include "model/quantized_checkpoint.h"
 #include "model/tensor_table.h"
 
 namespace sluice {
@@ -57,11 +59,16 @@ Model load_model(const std::filesystem::path& dir) {
 
   std::map<Tensor*, std::vector<const TensorEntry*>> stacks;
   std::map<std::string, bool> used;
+  QuantizedCheckpointReader quantized(m.config, m.weights);
   for (const ExpectedTensor& want : table.tensors) {
     const TensorEntry* got = ckpt.find(want.name);
     if (!got)
       fail("{}: tensor '{}' is missing (expected shape {} for {})", dir.string(), want.name,
            shape_str(want.shape), m.config.architecture);
+    if (quantized.add(ckpt, want, *got)) {
+      used[want.name] = used[scale_tensor_name(want.name)] = true;
+      continue;
+    }
     const std::string file = got->file->path().string();
     if (got->shape != want.shape)
       fail("{}: tensor '{}': expected shape {}, got {}{}", file, want.name, shape_str(want.shape),
@@ -83,6 +90,7 @@ Model load_model(const std::filesystem::path& dir) {
     }
   }
   for (auto& [slot, experts] : stacks) *slot = stack_experts(experts);
+  quantized.pack();
 
   for (const auto& [name, entry] : ckpt.tensors()) {
     if (used.count(name)) continue;

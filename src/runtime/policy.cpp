@@ -1,5 +1,7 @@
 #include "runtime/policy.h"
 
+#include "model/expert_quant.h"
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -11,9 +13,14 @@ const char* precision_name(Precision p) {
 }
 
 std::string Policy::describe() const {
-  return fmt::format("B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={} precision={}",
-                     batch, attn_micro_batch, expert_batch, prefill_chunk, kv_blocks, kv_block_size,
-                     threads, precision_name(precision));
+  std::string s =
+      fmt::format("B={} b_a={} b_e={} prefill_chunk={} kv_blocks={}x{} threads={} precision={}",
+                  batch, attn_micro_batch, expert_batch, prefill_chunk, kv_blocks, kv_block_size,
+                  threads, precision_name(precision));
+  if (expert_dtype != ExpertDtype::kBf16)
+    s += fmt::format(" experts={}{}", expert_dtype_name(expert_dtype),
+                     expert_group ? fmt::format("/g{}", expert_group) : "");
+  return s;
 }
 
 nlohmann::json Policy::to_json() const {
@@ -24,7 +31,9 @@ nlohmann::json Policy::to_json() const {
           {"kv_block_size", kv_block_size},
           {"kv_blocks", kv_blocks},
           {"threads", threads},
-          {"precision", precision_name(precision)}};
+          {"precision", precision_name(precision)},
+          {"expert_dtype", std::string(expert_dtype_name(expert_dtype))},
+          {"expert_group", expert_group}};
 }
 
 size_t kv_bytes_per_token(const ModelConfig& c) {

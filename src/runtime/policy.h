@@ -31,6 +31,11 @@ struct Policy {
   // Most rows of logits one step makes: one per decoding sequence (0 means B), or every row of a
   // step where whole prompts are scored (`perplexity`). Sizes the offload executor's buffers.
   int logit_rows = 0;
+  // How the experts' (routed and shared) weights are held: bf16, or quantized at load with one
+  // scale per row and group of expert_group inputs (0: the default, model/expert_quant.h). A
+  // quantized checkpoint is used as it is (asking for another dtype is an error).
+  ExpertDtype expert_dtype = ExpertDtype::kBf16;
+  int expert_group = 0;
 
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;

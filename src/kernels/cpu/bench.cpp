@@ -113,11 +113,11 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
 // (vpsignb + vpmaddubsw + vpmaddwd ≈ 220 GOP/s, ~20 GB/s) and ~13 for vpdpbusd on 2 Zen 5
 // cores (1.47 TOP/s, 57 GB/s).
 KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size,
-                             double min_seconds) {
+                             double min_seconds, QuantFormat format) {
   std::vector<uint16_t> w16(size_t(n * k));
   for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
-  std::vector<Int8Weights> w;
-  w.push_back(quantize_weights_int8(w16.data(), n, k, group_size));
+  std::vector<QuantWeights> w;
+  w.push_back(quantize_weights(format, w16.data(), n, k, group_size));
   // Copies of W filling 768 MiB, 3× the largest L3 we run on, so each call reads W from DRAM.
   const size_t copies = std::clamp<size_t>((size_t(768) << 20) / w[0].bytes() + 1, 1, 64);
   while (w.size() < copies) w.push_back(w[0].clone());

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/gemm.h"
 
 namespace sluice::cpu {
@@ -23,11 +24,13 @@ struct KernelTiming {
 KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowMode mode,
                         double min_seconds = 0.2);
 
-// Y[m,n] = X[m,k]·Wᵀ with W int8 [n,k] and fp32 scales per `group_size` k (gemm_int8), X fp32.
-// Bytes: W once (n·k + 4·n·k/group_size), X once (4·m·k), Y written once (4·m·n). The FLOPs are
-// int8 multiply-adds counted as 2 operations each.
+// Y[m,n] = X[m,k]·Wᵀ with W int8 (or int4) [n,k] and fp32 scales per `group_size` k
+// (gemm_int8), X fp32. Bytes: W once (its packed bytes: n·k or n·k/2, plus 4·n·k/group_size),
+// X once (4·m·k), Y written once (4·m·n). The FLOPs are int8 multiply-adds counted as 2
+// operations each.
 KernelTiming bench_gemm_int8(int64_t m, int64_t n, int64_t k, int64_t group_size,
-                             double min_seconds = 0.2);
+                             double min_seconds = 0.2,
+                             QuantFormat format = QuantFormat::kInt8);
 
 struct AttentionBenchShape {
   int batch = 128;     // sequences decoded together

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/gemm_int8_kernels.h"
+#include "kernels/cpu/quant_group.h"
 
 namespace sluice::cpu {
 namespace {
@@ -26,73 +27,13 @@ constexpr int64_t kBytesPerSweep = 1024;
 // Below this many multiply-adds a call runs on one thread (the fork costs ~µs).
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
-template <typename T>
-std::unique_ptr<T[], FreeDeleter> aligned_zeros(size_t count) {
-  const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
-  if (p == nullptr) fail("int8 weights: out of memory allocating {} bytes", bytes);
-  std::memset(p, 0, bytes);
-  return std::unique_ptr<T[], FreeDeleter>(static_cast<T*>(p));
-}
-
-void check_shape(const char* what, int64_t n, int64_t k, int64_t group_size) {
-  if (n <= 0) fail("{}: field 'n': expected > 0 rows, got {}", what, n);
-  if (group_size < 4 || group_size > kInt8MaxGroup || group_size % 4 != 0)
-    fail("{}: field 'group_size': expected a multiple of 4 in [4, {}], got {}", what, kInt8MaxGroup,
-         group_size);
-  if (k <= 0 || k % group_size != 0)
-    fail("{}: field 'k': expected a positive multiple of the group size {}, got {}", what,
-         group_size, k);
-}
-
-Int8Weights allocate(int64_t n, int64_t k, int64_t group_size) {
-  Int8Weights w;
-  w.n = n;
-  w.k = k;
-  w.group_size = group_size;
-  w.packed = aligned_zeros<int8_t>(size_t(w.blocks() * kInt8BlockRows * k));
-  w.scales = aligned_zeros<float>(size_t(w.blocks() * kInt8BlockRows * w.groups()));
-  return w;
-}
-
-size_t packed_index(const Int8Weights& w, int64_t j, int64_t p) {
-  const int64_t block = j / kInt8BlockRows, r = j % kInt8BlockRows;
-  return size_t(block * kInt8BlockRows * w.k + (p / 4) * kInt8BlockRows * 4 + r * 4 + p % 4);
-}
-
-size_t scale_index(const Int8Weights& w, int64_t j, int64_t g) {
-  const int64_t block = j / kInt8BlockRows, r = j % kInt8BlockRows;
-  return size_t((block * w.groups() + g) * kInt8BlockRows + r);
-}
-
-// Symmetric quantization of one group, the same for weights and activations: the scale is
-// max|v| / 127 and q = round-to-nearest-even(v · (127 / max|v|)), which cannot exceed 127 in
-// magnitude (v ≤ max|v| and the two roundings add at most 2⁻²² to 127). Returns the scale.
-// A group holding an inf or NaN gets q = 0 and scale NaN, so the outputs it feeds are NaN, as
-// they would be (or inf) in a float GEMM.
-float quantize_group(const float* v, int64_t count, int8_t* q) {
-  float amax = 0.0f;
-  bool finite = true;
-  for (int64_t p = 0; p < count; ++p) {
-    amax = std::max(amax, std::fabs(v[p]));
-    finite = finite && std::isfinite(v[p]);
-  }
-  if (!finite) {
-    std::fill(q, q + count, int8_t(0));
-    return std::numeric_limits<float>::quiet_NaN();
-  }
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  for (int64_t p = 0; p < count; ++p) q[p] = int8_t(std::nearbyint(v[p] * inv));
-  return amax / 127.0f;
-}
-
 // ---- activations ----------------------------------------------------------------------------
 
 struct ActivationBuffers {
   std::vector<int8_t> q;
   std::vector<uint8_t> abs;
   std::vector<float> scale;
-  std::vector<int32_t> offset_sum;
+  std::vector<int32_t> offset_sum, offset_sum4;
   Activations view;
 };
 
@@ -101,12 +42,14 @@ void allocate_activations(ActivationBuffers& b, int64_t m, int64_t k, int64_t gr
   b.abs.resize(size_t(m * k));
   b.scale.resize(size_t(m * groups));
   b.offset_sum.resize(size_t(m * groups));
+  b.offset_sum4.resize(size_t(m * groups));
   b.view = {.k = k,
             .groups = groups,
             .q = b.q.data(),
             .abs = b.abs.data(),
             .scale = b.scale.data(),
-            .offset_sum = b.offset_sum.data()};
+            .offset_sum = b.offset_sum.data(),
+            .offset_sum4 = b.offset_sum4.data()};
 }
 
 // Quantizes row i of X into the buffers; `row` is scratch of k floats. Plain C++ shared by
@@ -121,10 +64,12 @@ void quantize_activation_row(const GemmInt8Args& a, int64_t k, int64_t group, in
       row[p] = bf16_to_f32(static_cast<const uint16_t*>(a.x)[i * ldx + p]);
   int8_t* q = b.q.data() + i * k;
   for (int64_t g = 0; g < groups; ++g) {
-    b.scale[size_t(i * groups + g)] = quantize_group(row + g * group, group, q + g * group);
+    b.scale[size_t(i * groups + g)] = quant::quantize_group(row + g * group, group, 127,
+                                                            q + g * group);
     int32_t sum = 0;
     for (int64_t p = g * group; p < (g + 1) * group; ++p) sum += q[p];
     b.offset_sum[size_t(i * groups + g)] = -128 * sum;
+    b.offset_sum4[size_t(i * groups + g)] = -8 * sum;
   }
   for (int64_t p = 0; p < k; ++p) b.abs[size_t(i * k + p)] = uint8_t(std::abs(q[p]));
 }
@@ -132,9 +77,12 @@ void quantize_activation_row(const GemmInt8Args& a, int64_t k, int64_t group, in
 // ---- argument checks ------------------------------------------------------------------------
 
 void check_args(const GemmInt8Args& a) {
-  if (a.w == nullptr || !a.w->packed)
-    fail("gemm_int8: field 'w': expected packed int8 weights, got none");
-  const Int8Weights& w = *a.w;
+  if (a.w == nullptr || a.w->data == nullptr)
+    fail("gemm_int8: field 'w': expected packed int8 or int4 weights, got none");
+  const QuantView& w = *a.w;
+  if (reinterpret_cast<uintptr_t>(w.data) % 64 != 0)
+    fail("gemm_int8: field 'w.data': expected a 64-byte aligned packed matrix, got address {}",
+         static_cast<const void*>(w.data));
   if (a.m < 0) fail("gemm_int8: field 'm': expected >= 0, got {}", a.m);
   if (a.m > 0 && (a.x == nullptr || a.y == nullptr))
     fail("gemm_int8: fields 'x' and 'y': expected non-null pointers for m = {}", a.m);
@@ -148,8 +96,15 @@ void check_args(const GemmInt8Args& a) {
 
 // ---- scalar level ---------------------------------------------------------------------------
 
+// acc[r] = fma(float(d[r]), sx · sw[r], acc[r]) for row `row` of X and group g.
+void fold_scalar(const Activations& x, int64_t row, int64_t g, const int32_t* d, const float* sw,
+                 float* acc) {
+  const float sx = x.scale[row * x.groups + g];
+  for (int64_t r = 0; r < kInt8BlockRows; ++r) acc[r] = std::fma(float(d[r]), sx * sw[r], acc[r]);
+}
+
 void tile_scalar(const Tile& t, int64_t rows) {
-  const Int8Weights& w = *t.w;
+  const QuantView& w = *t.w;
   const Activations& x = *t.x;
   for (int64_t g = t.g0; g < t.g1; ++g) {
     const int8_t* wg = int8::block_group(w, t.block, g);
@@ -161,10 +116,29 @@ void tile_scalar(const Tile& t, int64_t rows) {
         for (int64_t r = 0; r < kInt8BlockRows; ++r)
           for (int64_t b = 0; b < 4; ++b)
             d[r] += int32_t(xq[quad * 4 + b]) * wg[(quad * kInt8BlockRows + r) * 4 + b];
-      const float sx = x.scale[(t.row + i) * x.groups + g];
-      float* acc = t.acc + i * kInt8BlockRows;
-      for (int64_t r = 0; r < kInt8BlockRows; ++r)
-        acc[r] = std::fma(float(d[r]), sx * sw[r], acc[r]);
+      fold_scalar(x, t.row + i, g, d, sw, t.acc + i * kInt8BlockRows);
+    }
+  }
+}
+
+// int4: each byte of an octet line holds k = 8o + b (low nibble) and 8o + 4 + b (high), as q + 8.
+void tile4_scalar(const Tile& t, int64_t rows) {
+  const QuantView& w = *t.w;
+  const Activations& x = *t.x;
+  for (int64_t g = t.g0; g < t.g1; ++g) {
+    const uint8_t* wg = int8::block_group4(w, t.block, g);
+    const float* sw = int8::block_scales(w, t.x->groups, t.block, g);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int8_t* xq = x.q + (t.row + i) * x.k + g * w.group_size;
+      int32_t d[kInt8BlockRows] = {};
+      for (int64_t octet = 0; octet < w.group_size / 8; ++octet)
+        for (int64_t r = 0; r < kInt8BlockRows; ++r)
+          for (int64_t b = 0; b < 4; ++b) {
+            const uint8_t u = wg[(octet * kInt8BlockRows + r) * 4 + b];
+            d[r] += int32_t(xq[octet * 8 + b]) * ((u & 15) - 8) +
+                    int32_t(xq[octet * 8 + 4 + b]) * ((u >> 4) - 8);
+          }
+      fold_scalar(x, t.row + i, g, d, sw, t.acc + i * kInt8BlockRows);
     }
   }
 }
@@ -172,6 +146,11 @@ void tile_scalar(const Tile& t, int64_t rows) {
 template <int kRows>
 void tile_scalar_rows(const Tile& t) {
   tile_scalar(t, kRows);
+}
+
+template <int kRows>
+void tile4_scalar_rows(const Tile& t) {
+  tile4_scalar(t, kRows);
 }
 
 void store_scalar(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy, float beta) {
@@ -211,13 +190,14 @@ struct Pass {
 // All rows of a pass against one block of 16 columns: sweeps of k (so the W of a sweep stays in
 // L1), and within a sweep tiles of up to 4 rows, then the store.
 void run_block(const Pass& p, int64_t block, float* acc) {
-  const Int8Weights& w = *p.args->w;
+  const QuantView& w = *p.args->w;
+  const int8::TileFn* tiles = w.format == QuantFormat::kInt4 ? p.kernels->tile4 : p.kernels->tile;
   std::fill(acc, acc + p.rows * kInt8BlockRows, 0.0f);
   const int64_t groups_per_sweep = std::max<int64_t>(1, kBytesPerSweep / w.group_size);
   for (int64_t g0 = 0; g0 < w.groups(); g0 += groups_per_sweep)
     for (int64_t i = 0; i < p.rows; i += int8::kMaxTileRows) {
       const int64_t rows = std::min<int64_t>(int8::kMaxTileRows, p.rows - i);
-      p.kernels->tile[rows - 1]({.x = p.x,
+      tiles[rows - 1]({.x = p.x,
                                  .w = &w,
                                  .row = p.row0 + i,
                                  .block = block,
@@ -236,67 +216,11 @@ namespace int8 {
 Kernels kernels_scalar() {
   return {
       .tile = {tile_scalar_rows<1>, tile_scalar_rows<2>, tile_scalar_rows<3>, tile_scalar_rows<4>},
+      .tile4 = {tile4_scalar_rows<1>, tile4_scalar_rows<2>, tile4_scalar_rows<3>,
+                tile4_scalar_rows<4>},
       .store = store_scalar};
 }
 }  // namespace int8
-
-int8_t Int8Weights::q(int64_t j, int64_t p) const {
-  return packed[packed_index(*this, j, p)];
-}
-
-float Int8Weights::scale(int64_t j, int64_t g) const {
-  return scales[scale_index(*this, j, g)];
-}
-
-size_t Int8Weights::bytes() const {
-  return size_t(blocks() * kInt8BlockRows) * size_t(k + groups() * int64_t(sizeof(float)));
-}
-
-Int8Weights Int8Weights::clone() const {
-  Int8Weights c = allocate(n, k, group_size);
-  std::memcpy(c.packed.get(), packed.get(), size_t(blocks() * kInt8BlockRows * k));
-  std::memcpy(c.scales.get(), scales.get(),
-              size_t(blocks() * kInt8BlockRows * groups()) * sizeof(float));
-  return c;
-}
-
-Int8Weights quantize_weights_int8(const uint16_t* w, int64_t n, int64_t k, int64_t group_size) {
-  check_shape("quantize_weights_int8", n, k, group_size);
-  Int8Weights out = allocate(n, k, group_size);
-#pragma omp parallel if (n * k >= kParallelMacs)
-  {
-    std::vector<float> row(static_cast<size_t>(k));
-    std::vector<int8_t> q(static_cast<size_t>(k));
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t p = 0; p < k; ++p) row[size_t(p)] = bf16_to_f32(w[j * k + p]);
-      for (int64_t g = 0; g < out.groups(); ++g)
-        out.scales[scale_index(out, j, g)] =
-            quantize_group(row.data() + g * group_size, group_size, q.data() + g * group_size);
-      for (int64_t p = 0; p < k; ++p) out.packed[packed_index(out, j, p)] = q[size_t(p)];
-    }
-  }
-  return out;
-}
-
-Int8Weights pack_weights_int8(const int8_t* q, const float* scales, int64_t n, int64_t k,
-                              int64_t group_size) {
-  check_shape("pack_weights_int8", n, k, group_size);
-  Int8Weights out = allocate(n, k, group_size);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t p = 0; p < k; ++p) {
-      if (q[j * k + p] == -128)
-        fail(
-            "pack_weights_int8: field 'q': row {} column {} is -128; symmetric int8 weights "
-            "lie in [-127, 127]",
-            j, p);
-      out.packed[packed_index(out, j, p)] = q[j * k + p];
-    }
-    for (int64_t g = 0; g < out.groups(); ++g)
-      out.scales[scale_index(out, j, g)] = scales[j * out.groups() + g];
-  }
-  return out;
-}
 
 Int8Dot gemm_int8_dot() {
   const Int8Dot dot = int8_dot();
@@ -334,7 +258,7 @@ void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
         "gemm_int8: the int8 instruction {} is not available at the isa level {} of this CPU "
         "({})",
         int8_dot_name(dot), isa_name(isa_level()), cpu_model_name());
-  const Int8Weights& w = *args.w;
+  const QuantView& w = *args.w;
   if (args.m == 0) return;
   const Kernels kernels = kernels_for(dot);
   ActivationBuffers xb;
@@ -360,7 +284,7 @@ void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
 
 void gemm_int8_reference(const GemmInt8Args& args) {
   check_args(args);
-  const Int8Weights& w = *args.w;
+  const QuantView& w = *args.w;
   ActivationBuffers xb;
   allocate_activations(xb, args.m, w.k, w.groups());
   std::vector<float> row(size_t(w.k));

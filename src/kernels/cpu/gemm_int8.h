@@ -21,11 +21,23 @@
 // GCC contracts a·b + c into vfmadd inside FMA-target functions (-ffp-contract=fast) but cannot
 // in the x86-64-v2 scalar code, so a written-out multiply-add would round differently per level.
 //
-// The packed layout, built once at load: rows in blocks of 16 (the last block padded with zero
-// rows of scale 0), and within a block the k axis in quads of 4 bytes, row by row:
-//     packed[block][k / 4][16 rows][4]        scales[block][k / group_size][16 rows]
-// A 64-byte line then holds 4 k of each of the 16 rows, the operand of one AVX512-VNNI vpdpbusd
-// (or two AVX2 vpmaddubsw) whose int32 lanes are 16 rows' partial sums: no horizontal reduction.
+// int4 weights (QuantFormat::kInt4) run through the same int8 dot products: each weight is
+// q in [-7, 7] with scale = max|w| / 7, stored as the nibble u = q + 8 in [1, 15]. A kernel
+// unpacks a 64-byte line of nibbles into two int8 lines in registers (u & 15, u >> 4) and uses
+// u as the unsigned operand of vpdpbusd / vpmaddubsw, starting the group's int32 sum at -8·Σqx:
+// Σ u·qx − 8·Σqx = Σ q·qx, exact. So the arithmetic above holds for int4 unchanged.
+//
+// The packed layout, built once at load, in one 64-byte aligned buffer (QuantView::data): rows
+// in blocks of 16 (the last block padded with zero rows of scale 0), and within a block the k
+// axis in quads of 4 bytes, row by row:
+//     int8:  values[block][k / 4][16 rows][4]
+//     int4:  values[block][k / 8][16 rows][4]: byte b of a row's 4 holds u(k = 8o + b) in its
+//            low nibble and u(8o + 4 + b) in its high nibble (o the octet of k)
+// then, at the next multiple of 64 bytes,
+//     scales[block][k / group_size][16 rows]  fp32
+// A 64-byte line of int8 values then holds 4 k of each of the 16 rows, the operand of one
+// AVX512-VNNI vpdpbusd (or two AVX2 vpmaddubsw) whose int32 lanes are 16 rows' partial sums:
+// no horizontal reduction. A 64-byte line of int4 values holds two such operands.
 #pragma once
 
 #include <cstdint>
@@ -41,42 +53,82 @@ namespace sluice::cpu {
 constexpr int64_t kInt8BlockRows = 16;   // rows of W per packed block
 constexpr int64_t kInt8MaxGroup = 1024;  // keeps a group's int32 sum exact in fp32
 
+enum class QuantFormat : uint8_t { kInt8, kInt4 };
+const char* quant_format_name(QuantFormat f);  // "int8", "int4"
+int quant_max(QuantFormat f);                  // the largest |q|: 127 or 7
+// k of each row a group size must be a multiple of: 4 (one int8 quad) or 8 (one int4 octet).
+int64_t quant_group_multiple(QuantFormat f);
+
+// Bytes of a packed matrix (values, padding and scales, layout above; a multiple of 64).
+size_t quant_bytes(QuantFormat f, int64_t n, int64_t k, int64_t group_size);
+// Fails, naming `what` and the field, when n <= 0, group_size is not a multiple of
+// quant_group_multiple(f) in [4, 1024], or k is not a positive multiple of group_size.
+void check_quant_shape(const char* what, QuantFormat f, int64_t n, int64_t k, int64_t group_size);
+
+// A packed matrix in memory someone else owns (a stacked expert tensor, a device page).
+struct QuantView {
+  QuantFormat format = QuantFormat::kInt8;
+  int64_t n = 0, k = 0, group_size = 0;
+  const uint8_t* data = nullptr;  // 64-byte aligned, quant_bytes(format, n, k, group_size)
+
+  int64_t blocks() const { return (n + kInt8BlockRows - 1) / kInt8BlockRows; }
+  int64_t groups() const { return k / group_size; }
+  size_t values_bytes() const;  // of the values, before the scales
+  const uint8_t* values() const { return data; }
+  const float* scales() const { return reinterpret_cast<const float*>(data + values_bytes()); }
+  // The quantized weight of row j, column p, and the scale of row j, group g (unpacked view).
+  int8_t q(int64_t j, int64_t p) const;
+  float scale(int64_t j, int64_t g) const;
+  // Bytes a GEMM reads from W: the values and the scales, padding included.
+  size_t bytes() const { return quant_bytes(format, n, k, group_size); }
+};
+
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-struct Int8Weights {
-  int64_t n = 0, k = 0, group_size = 0;
-  std::unique_ptr<int8_t[], FreeDeleter> packed;  // 64-byte aligned, layout above
-  std::unique_ptr<float[], FreeDeleter> scales;   // 64-byte aligned, layout above
-
-  int64_t blocks() const { return (n + kInt8BlockRows - 1) / kInt8BlockRows; }
-  int64_t groups() const { return k / group_size; }
-  // The quantized weight of row j, column p, and the scale of row j, group g (unpacked view).
-  int8_t q(int64_t j, int64_t p) const;
-  float scale(int64_t j, int64_t g) const;
-  // Bytes a GEMM reads from W: the int8 values and the scales, padding included.
-  size_t bytes() const;
-  Int8Weights clone() const;  // a deep copy (benchmarks keep several to defeat the cache)
+// A packed matrix owning its buffer.
+struct QuantWeights : QuantView {
+  std::unique_ptr<uint8_t[], FreeDeleter> storage;
+  QuantWeights clone() const;  // a deep copy (benchmarks keep several to defeat the cache)
 };
 
-// Quantizes bf16 W [n, k] (row stride k) group-wise: scale = max|w| / 127 (0 for an all-zero
-// group), q = round-to-nearest-even(w · (127 / max|w|)). Fails, naming the field, when k is
-// not a multiple of group_size or group_size is not a multiple of 4 in [4, 1024].
-Int8Weights quantize_weights_int8(const uint16_t* w, int64_t n, int64_t k, int64_t group_size);
-
-// Packs already-quantized weights: q int8 [n, k] in [-127, 127] and scales fp32 [n, k / group].
-// (A quantized checkpoint loads through this without a bf16 pass.) -128 is rejected: the AVX2
-// kernel negates weights.
-Int8Weights pack_weights_int8(const int8_t* q, const float* scales, int64_t n, int64_t k,
+// Quantizes bf16 W [n, k] (row stride k) group-wise into plain row-major form: q [n, k] and
+// scales [n, k / group_size], scale = max|w| / quant_max (0 for an all-zero group),
+// q = round-to-nearest-even(w · (quant_max / max|w|)). A group holding an inf or NaN gets q = 0
+// and scale NaN. This is the form a quantized checkpoint stores (int4 as nibbles, see
+// int4_to_nibbles), and pack_weights_into turns it into the kernel's.
+void quantize_rows(QuantFormat f, const uint16_t* w, int64_t n, int64_t k, int64_t group_size,
+                   int8_t* q, float* scales);
+// Packs plain q [n, k] and scales [n, k / group_size] into `out` (quant_bytes of them, 64-byte
+// aligned). Fails naming field 'q' for a value outside [-quant_max, quant_max] (-128 would
+// break the AVX2 kernel's negation; -8 has no int4 nibble).
+void pack_weights_into(QuantFormat f, const int8_t* q, const float* scales, int64_t n, int64_t k,
+                       int64_t group_size, uint8_t* out);
+// quantize_rows then pack_weights_into, into `out` or a new buffer.
+void quantize_weights_into(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
+                           int64_t group_size, uint8_t* out);
+QuantWeights quantize_weights(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
                               int64_t group_size);
+QuantWeights pack_weights(QuantFormat f, const int8_t* q, const float* scales, int64_t n,
+                          int64_t k, int64_t group_size);
+// The int8 forms, kept for the int8-only callers.
+QuantWeights quantize_weights_int8(const uint16_t* w, int64_t n, int64_t k, int64_t group_size);
+QuantWeights pack_weights_int8(const int8_t* q, const float* scales, int64_t n, int64_t k,
+                               int64_t group_size);
+
+// The checkpoint form of int4 values: two per byte, element 2i in the low nibble and 2i + 1 in
+// the high one, each as q + 8 (count even). nibbles_to_int4 fails naming `what` for a nibble 0
+// (q = -8, outside the symmetric range).
+void int4_to_nibbles(const int8_t* q, int64_t count, uint8_t* out);
+void nibbles_to_int4(const uint8_t* nibbles, int64_t count, int8_t* q, const char* what);
 
 struct GemmInt8Args {
   int64_t m = 0;
   const void* x = nullptr;     // [m, k], row stride ldx elements
   DType x_dtype = DType::F32;  // F32 or BF16
   int64_t ldx = 0;             // 0 means k
-  const Int8Weights* w = nullptr;
+  const QuantView* w = nullptr;  // int8 or int4
   float* y = nullptr;  // fp32 [m, n], row stride ldy elements
   int64_t ldy = 0;     // 0 means n
   float beta = 0.0f;   // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y

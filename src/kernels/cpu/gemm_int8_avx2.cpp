@@ -48,7 +48,7 @@ SLUICE_AVX2 inline void fold_group(const Tile& t, int64_t g, const __m256i (&d)[
 // and xor-ing W with a precomputed sign mask of x (plus a per-group correction) ran the same.
 template <int kRows>
 SLUICE_AVX2 void tile_maddubs(const Tile& t) {
-  const Int8Weights& w = *t.w;
+  const QuantView& w = *t.w;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = t.g0; g < t.g1; ++g) {
     const int8_t* wp = block_group(w, t.block, g);
@@ -78,7 +78,7 @@ SLUICE_AVX2 void tile_maddubs(const Tile& t) {
 // instruction per 8 rows × 4 k, and the xor is shared by every row of the tile.
 template <int kRows>
 SLUICE_AVX2_VNNI void tile_avx_vnni(const Tile& t) {
-  const Int8Weights& w = *t.w;
+  const QuantView& w = *t.w;
   const __m256i bias = _mm256_set1_epi8(char(0x80));
   for (int64_t g = t.g0; g < t.g1; ++g) {
     const int8_t* wp = block_group(w, t.block, g);
@@ -95,6 +95,68 @@ SLUICE_AVX2_VNNI void tile_avx_vnni(const Tile& t) {
         const __m256i xs = broadcast_quad(xq + i * w.k + p);
         d[i][0] = _mm256_dpbusd_avx_epi32(d[i][0], w0, xs);
         d[i][1] = _mm256_dpbusd_avx_epi32(d[i][1], w1, xs);
+      }
+    }
+    fold_group<kRows>(t, g, d);
+  }
+}
+
+// int4 (gemm_int8.h): the nibbles u = q + 8 are the unsigned operand, so neither vpsignb nor the
+// xor is needed, and the group's sum starts at -8·Σx (offset_sum4). One 64-byte line holds two
+// k-quads of 16 rows; u & 15 is the quad at p, u >> 4 the quad at p + 4. With u ≤ 15 a
+// vpmaddubsw pair sum is at most 2·15·127 = 3810, so the two quads' int16 sums add without
+// overflow before one vpmaddwd.
+template <int kRows>
+SLUICE_AVX2 void tile4_maddubs(const Tile& t) {
+  const QuantView& w = *t.w;
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
+  for (int64_t g = t.g0; g < t.g1; ++g) {
+    const uint8_t* wp = block_group4(w, t.block, g);
+    const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
+    __m256i d[kRows][2];
+    for (int i = 0; i < kRows; ++i)
+      d[i][0] = d[i][1] = _mm256_set1_epi32(t.x->offset_sum4[(t.row + i) * t.x->groups + g]);
+    for (int64_t p = 0; p < w.group_size; p += 8, wp += 4 * kInt8BlockRows) {
+      const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+      const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
+      const __m256i lo0 = _mm256_and_si256(v0, low), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
+      const __m256i lo1 = _mm256_and_si256(v1, low), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
+      for (int i = 0; i < kRows; ++i) {
+        const __m256i xl = broadcast_quad(xq + i * w.k + p);
+        const __m256i xh = broadcast_quad(xq + i * w.k + p + 4);
+        const __m256i p0 =
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl), _mm256_maddubs_epi16(hi0, xh));
+        const __m256i p1 =
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl), _mm256_maddubs_epi16(hi1, xh));
+        d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(p0, ones));
+        d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(p1, ones));
+      }
+    }
+    fold_group<kRows>(t, g, d);
+  }
+}
+
+// int4 with AVX-VNNI: vpdpbusd on the unpacked nibbles, two per 64-byte line and row half.
+template <int kRows>
+SLUICE_AVX2_VNNI void tile4_avx_vnni(const Tile& t) {
+  const QuantView& w = *t.w;
+  const __m256i low = _mm256_set1_epi8(15);
+  for (int64_t g = t.g0; g < t.g1; ++g) {
+    const uint8_t* wp = block_group4(w, t.block, g);
+    const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
+    __m256i d[kRows][2];
+    for (int i = 0; i < kRows; ++i)
+      d[i][0] = d[i][1] = _mm256_set1_epi32(t.x->offset_sum4[(t.row + i) * t.x->groups + g]);
+    for (int64_t p = 0; p < w.group_size; p += 8, wp += 4 * kInt8BlockRows) {
+      const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+      const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
+      const __m256i lo0 = _mm256_and_si256(v0, low), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
+      const __m256i lo1 = _mm256_and_si256(v1, low), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
+      for (int i = 0; i < kRows; ++i) {
+        const __m256i xl = broadcast_quad(xq + i * w.k + p);
+        const __m256i xh = broadcast_quad(xq + i * w.k + p + 4);
+        d[i][0] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(d[i][0], lo0, xl), hi0, xh);
+        d[i][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(d[i][1], lo1, xl), hi1, xh);
       }
     }
     fold_group<kRows>(t, g, d);
@@ -118,11 +180,13 @@ SLUICE_AVX2 void store_avx2(const float* acc, int64_t rows, int64_t cols, float*
 
 Kernels kernels_avx2_maddubs() {
   return {.tile = {tile_maddubs<1>, tile_maddubs<2>, tile_maddubs<3>, tile_maddubs<4>},
+          .tile4 = {tile4_maddubs<1>, tile4_maddubs<2>, tile4_maddubs<3>, tile4_maddubs<4>},
           .store = store_avx2};
 }
 
 Kernels kernels_avx_vnni() {
   return {.tile = {tile_avx_vnni<1>, tile_avx_vnni<2>, tile_avx_vnni<3>, tile_avx_vnni<4>},
+          .tile4 = {tile4_avx_vnni<1>, tile4_avx_vnni<2>, tile4_avx_vnni<3>, tile4_avx_vnni<4>},
           .store = store_avx2};
 }
 

@@ -19,13 +19,14 @@ struct Activations {
   const uint8_t* abs = nullptr;         // [m, k] |q|: the unsigned operand of vpmaddubsw
   const float* scale = nullptr;         // [m, groups]
   const int32_t* offset_sum = nullptr;  // [m, groups] -128·Σq: corrects vpdpbusd's w + 128
+  const int32_t* offset_sum4 = nullptr;  // [m, groups] -8·Σq: corrects int4's nibble q + 8
 };
 
 // Rows [row, row + rows) of X (rows ≤ kMaxTileRows) against packed block `block` of W, groups
 // [g0, g1): acc[r][c] = fma(float(d), sx·sw, acc[r][c]) for each group in order (16 columns).
 struct Tile {
   const Activations* x = nullptr;
-  const Int8Weights* w = nullptr;
+  const QuantView* w = nullptr;
   int64_t row = 0, block = 0, g0 = 0, g1 = 0;
   float* acc = nullptr;  // [rows][16], row stride 16
 };
@@ -36,7 +37,8 @@ using StoreFn = void (*)(const float* acc, int64_t rows, int64_t cols, float* y,
                          float beta);
 
 struct Kernels {
-  TileFn tile[kMaxTileRows] = {};  // tile[rows - 1]
+  TileFn tile[kMaxTileRows] = {};   // tile[rows - 1], int8 weights
+  TileFn tile4[kMaxTileRows] = {};  // tile4[rows - 1], int4 weights
   StoreFn store = nullptr;
 };
 
@@ -45,13 +47,18 @@ Kernels kernels_avx2_maddubs();
 Kernels kernels_avx_vnni();
 Kernels kernels_avx512_vnni();
 
-// Address of group g of block `block` in the packed weights, and of its 16 scales (`groups` is
+// Address of group g of block `block` in the packed int8 weights, and of its 16 scales (`groups` is
 // w.groups(), passed in to keep a 64-bit division out of the kernels' loops).
-inline const int8_t* block_group(const Int8Weights& w, int64_t block, int64_t g) {
-  return w.packed.get() + (block * w.k + g * w.group_size) * kInt8BlockRows;
+inline const int8_t* block_group(const QuantView& w, int64_t block, int64_t g) {
+  return reinterpret_cast<const int8_t*>(w.values()) +
+         (block * w.k + g * w.group_size) * kInt8BlockRows;
 }
-inline const float* block_scales(const Int8Weights& w, int64_t groups, int64_t block, int64_t g) {
-  return w.scales.get() + (block * groups + g) * kInt8BlockRows;
+// The int4 form: half the bytes per k.
+inline const uint8_t* block_group4(const QuantView& w, int64_t block, int64_t g) {
+  return w.values() + (block * w.k + g * w.group_size) * (kInt8BlockRows / 2);
+}
+inline const float* block_scales(const QuantView& w, int64_t groups, int64_t block, int64_t g) {
+  return w.scales() + (block * groups + g) * kInt8BlockRows;
 }
 
 }  // namespace sluice::cpu::int8

@@ -1,5 +1,6 @@
 #include "runtime/gpu/cuda_math.h"
 
+#include "core/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/offload_ops.h"
@@ -25,6 +26,14 @@ void CudaMath::gemm_bf16(void* s, const offload::GemmDims& d, const uint16_t* x,
 void CudaMath::gemm_f32(void* s, const offload::GemmDims& d, const float* x, const uint16_t* w,
                         float* y, float beta) {
   cuda::gemm_f32_bf16w(x, w, y, d.m, d.n, d.k, beta, as_stream(s));
+}
+
+void CudaMath::gemm_quant(void*, const cpu::QuantView& w, int64_t, const void*, bool, float*,
+                          float) {
+  fail(
+      "cuda: quantized expert weights ({} experts) have no CUDA kernel yet; run them with "
+      "--device cpu or --device standin, or use --expert-dtype bf16",
+      cpu::quant_format_name(w.format));
 }
 
 void CudaMath::to_bf16(void* s, const float* x, uint16_t* y, int64_t n) {

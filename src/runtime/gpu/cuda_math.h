@@ -18,6 +18,10 @@ class CudaMath final : public offload::DeviceMath {
                  float* y, float beta) override;
   void gemm_f32(void* stream, const offload::GemmDims& d, const float* x, const uint16_t* w,
                 float* y, float beta) override;
+  // No CUDA kernel for quantized experts yet: the executor refuses them on CUDA up front
+  // (supports_quantized_experts() is false), and this fails if reached anyway.
+  void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
+                  float* y, float beta) override;
   void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) override;
   void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
                 const float* weight, float eps) override;

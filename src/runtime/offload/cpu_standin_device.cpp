@@ -71,7 +71,9 @@ CpuStandinDevice::~CpuStandinDevice() {
 
 void* CpuStandinDevice::allocate(size_t bytes, std::string_view what) {
   budget_.charge(bytes, what);
-  void* p = std::malloc(bytes ? bytes : 1);
+  // 256-byte aligned, as cudaMalloc's: kernels may use aligned vector loads on device memory
+  // (the packed quantized experts' 64-byte lines).
+  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
   if (!p) {
     budget_.refund(bytes);
     fail("cpu-standin device: allocating {} bytes for {}: out of host memory", bytes, what);

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/gemm_int8.h"
+
 namespace sluice::offload {
 
 struct GemmDims {
@@ -51,6 +53,16 @@ class DeviceMath {
   // router is a few experts wide.
   virtual void gemm_f32(void* stream, const GemmDims& d, const float* x, const uint16_t* w,
                         float* y, float beta) = 0;
+
+  // Quantized expert weights (--expert-dtype int8/int4): Y = X · dequant(W)ᵀ + beta · Y with W
+  // the packed matrix `w` (w.data a device pointer to the bytes the host holds and streams,
+  // cpu::QuantView's layout) and X [m, w.k] bf16 (x_bf16) or fp32, quantized to int8 per row and
+  // group on the fly (cpu::gemm_int8, whose numbers an implementation must reproduce).
+  // supports_quantized_experts() says whether it has a kernel; the executor refuses quantized
+  // experts before anything runs when not.
+  virtual bool supports_quantized_experts() const { return false; }
+  virtual void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x,
+                          bool x_bf16, float* y, float beta) = 0;
 
   // y[i] = bf16(x[i]), round to nearest even (cpu::f32_to_bf16_row).
   virtual void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) = 0;

@@ -35,6 +35,18 @@ void HostMath::gemm_f32(void*, const GemmDims& d, const float* x, const uint16_t
   cpu::gemm_f32({d.m, d.n, d.k, x, w, y, beta});
 }
 
+// The stand-in's "device" GEMM reads the packed bytes that were streamed into its page (or
+// copied into its resident memory) and runs the CPU engine's kernel on them.
+void HostMath::gemm_quant(void*, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
+                          float* y, float beta) {
+  cpu::gemm_int8({.m = m,
+                  .x = x,
+                  .x_dtype = x_bf16 ? DType::BF16 : DType::F32,
+                  .w = &w,
+                  .y = y,
+                  .beta = beta});
+}
+
 void HostMath::to_bf16(void*, const float* x, uint16_t* y, int64_t n) {
   cpu::f32_to_bf16_row(x, y, size_t(n));
 }

@@ -14,6 +14,9 @@ class HostMath final : public DeviceMath {
                  float beta) override;
   void gemm_f32(void* stream, const GemmDims& d, const float* x, const uint16_t* w, float* y,
                 float beta) override;
+  bool supports_quantized_experts() const override { return true; }
+  void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
+                  float* y, float beta) override;
   void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) override;
   void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
                 const float* weight, float eps) override;

@@ -1,3 +1,4 @@
+#include "model/expert_quant.h"
 #include "runtime/planner/offload_cost_model.h"
 
 #include <fmt/format.h>
@@ -20,7 +21,10 @@ std::string describe(const OffloadPlan& o) {
 }
 
 size_t expert_weight_bytes(const ModelConfig& c) {
-  return 3 * size_t(c.hidden_size) * size_t(c.expert_intermediate_size) * 2;
+  // Each matrix is one page of the largest one's size (engine/offload_layout.h); with bf16 all
+  // three are I·H·2, with quantized experts the packed size (rows padded to 16) of each.
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+  return 3 * std::max(expert_matrix_bytes(c, I, H), expert_matrix_bytes(c, H, I));
 }
 
 int pages_per_expert(const ModelConfig& c, size_t page_bytes) {
@@ -53,7 +57,10 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
     const bool gated = c.is_moe_layer(l) && c.shared_expert_gate && mlp > 0;
     moe_layers += c.is_moe_layer(l);
     widest_mlp = std::max(widest_mlp, mlp);
-    m.dense_mlps += 3 * H * mlp * 2 + (gated ? H * 2 : 0);
+    m.dense_mlps += (mlp > 0 ? 2 * expert_matrix_bytes(c, int64_t(mlp), int64_t(H)) +
+                                   expert_matrix_bytes(c, int64_t(H), int64_t(mlp))
+                             : 0) +
+                    (gated ? H * 2 : 0);
     per_layer_extra += (mlp > 0 ? 3 : 0) + (gated ? 1 : 0);
   }
   const size_t biases = (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0);

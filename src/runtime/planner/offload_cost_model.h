@@ -72,7 +72,9 @@ inline constexpr double kLaunchSeconds = 5e-6;
 // the measured GEMM peak when compute bound: an assumption, not measured.
 inline constexpr double kGpuAttentionPeakFraction = 0.25;
 
-size_t expert_weight_bytes(const ModelConfig& c);  // gate, up and down of one expert (bf16)
+// Gate, up and down of one expert as the executor holds and streams them: bf16, or packed
+// (--expert-dtype int8/int4), three pages of the largest matrix.
+size_t expert_weight_bytes(const ModelConfig& c);
 int pages_per_expert(const ModelConfig& c, size_t page_bytes);
 
 struct GpuMemoryUse {

@@ -1,3 +1,4 @@
+#include "model/expert_quant.h"
 #include "runtime/planner/planner.h"
 
 #include <fmt/format.h>
@@ -14,7 +15,8 @@
 
 namespace sluice {
 
-// As the CPU engine holds them: matrices in bf16; norms, q/k norms and biases in fp32.
+// As the CPU engine holds them: matrices in bf16 (experts and dense MLPs packed when quantized);
+// norms, q/k norms and biases in fp32.
 size_t model_weight_bytes(const ModelConfig& c) {
   const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
   const size_t E = size_t(c.num_experts), V = size_t(c.vocab_size);
@@ -24,8 +26,11 @@ size_t model_weight_bytes(const ModelConfig& c) {
     bytes += 2 * (H * qd * 2 + H * kvd * 2) + 2 * H * 4;
     bytes += 4 * (size_t(c.q_norm_size()) + size_t(c.k_norm_size()) +
                   (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0));
-    if (c.is_moe_layer(l)) bytes += 2 * (E * H + E * 3 * H * I);
-    bytes += 2 * 3 * H * size_t(c.dense_mlp_size(l));
+    if (c.is_moe_layer(l))
+      bytes += 2 * E * H + E * (2 * expert_matrix_bytes(c, int64_t(I), int64_t(H)) +
+                                expert_matrix_bytes(c, int64_t(H), int64_t(I)));
+    if (const int64_t D = c.dense_mlp_size(l); D > 0)
+      bytes += 2 * expert_matrix_bytes(c, D, int64_t(H)) + expert_matrix_bytes(c, int64_t(H), D);
     if (c.is_moe_layer(l) && c.shared_expert_gate && c.dense_mlp_size(l) > 0) bytes += 2 * H;
   }
   return bytes;
@@ -247,7 +252,7 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   if (base.threads <= 0) base.threads = omp_get_num_procs();
 
   // Page sizes: one expert weight matrix, or fixed 16, 32 and 64 MiB pages.
-  const size_t matrix_bytes = expert_weight_bytes(c) / 3;
+  const size_t matrix_bytes = expert_weight_bytes(c) / 3;  // the largest of the three
   const std::vector<size_t> page_sizes = {matrix_bytes, size_t(16) << 20, size_t(32) << 20,
                                           size_t(64) << 20};
   auto offload_of = [&](const Key& k) {

@@ -45,7 +45,7 @@ struct HostMemoryUse {
   size_t weights = 0, kv_cache = 0, activations = 0;
   size_t total() const { return weights + kv_cache + activations; }
 };
-size_t model_weight_bytes(const ModelConfig& c);  // as the engine holds them (bf16)
+size_t model_weight_bytes(const ModelConfig& c);  // as the engine holds them (bf16 or packed)
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p);
 // With the GPU pipeline the host holds only the CPU share's KV blocks (host_kv_blocks).
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o);

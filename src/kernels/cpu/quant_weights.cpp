@@ -1,0 +1,211 @@
+// The weight side of the int8/int4 GEMM (gemm_int8.h): group-wise quantization, the plain
+// (checkpoint) form, the int4 nibble form, and packing into the kernels' blocked layout.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "kernels/cpu/quant_group.h"
+
+namespace sluice::cpu {
+namespace {
+
+// Below this many weights a quantization runs on one thread (the fork costs ~µs).
+constexpr int64_t kParallelWeights = int64_t(1) << 18;
+
+size_t round64(size_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
+
+size_t values_bytes_of(QuantFormat f, int64_t n, int64_t k) {
+  const size_t rows = size_t((n + kInt8BlockRows - 1) / kInt8BlockRows * kInt8BlockRows);
+  return round64(rows * size_t(k) / (f == QuantFormat::kInt4 ? 2 : 1));
+}
+
+QuantWeights allocate(QuantFormat f, int64_t n, int64_t k, int64_t group_size) {
+  QuantWeights w;
+  w.format = f;
+  w.n = n;
+  w.k = k;
+  w.group_size = group_size;
+  const size_t bytes = quant_bytes(f, n, k, group_size);
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) fail("quantized weights: out of memory allocating {} bytes", bytes);
+  w.storage.reset(static_cast<uint8_t*>(p));
+  w.data = w.storage.get();
+  return w;
+}
+
+// Where row j, column p lives: the byte, and for int4 the nibble (0 low, 1 high).
+struct ValuePlace {
+  size_t byte;
+  int nibble;
+};
+
+ValuePlace value_place(QuantFormat f, int64_t k, int64_t j, int64_t p) {
+  const int64_t block = j / kInt8BlockRows, r = j % kInt8BlockRows;
+  if (f == QuantFormat::kInt8)
+    return {size_t(block * kInt8BlockRows * k + (p / 4) * kInt8BlockRows * 4 + r * 4 + p % 4), 0};
+  const int64_t octet = p / 8, within = p % 8;
+  return {size_t(block * kInt8BlockRows * k / 2 + octet * kInt8BlockRows * 4 + r * 4 + within % 4),
+          int(within / 4)};
+}
+
+size_t scale_index(int64_t groups, int64_t j, int64_t g) {
+  const int64_t block = j / kInt8BlockRows, r = j % kInt8BlockRows;
+  return size_t((block * groups + g) * kInt8BlockRows + r);
+}
+
+}  // namespace
+
+const char* quant_format_name(QuantFormat f) {
+  return f == QuantFormat::kInt8 ? "int8" : "int4";
+}
+
+int quant_max(QuantFormat f) {
+  return f == QuantFormat::kInt8 ? 127 : 7;
+}
+
+int64_t quant_group_multiple(QuantFormat f) {
+  return f == QuantFormat::kInt8 ? 4 : 8;
+}
+
+size_t quant_bytes(QuantFormat f, int64_t n, int64_t k, int64_t group_size) {
+  const size_t rows = size_t((n + kInt8BlockRows - 1) / kInt8BlockRows * kInt8BlockRows);
+  return values_bytes_of(f, n, k) + round64(rows * size_t(k / group_size) * sizeof(float));
+}
+
+void check_quant_shape(const char* what, QuantFormat f, int64_t n, int64_t k, int64_t group_size) {
+  const int64_t multiple = quant_group_multiple(f);
+  if (n <= 0) fail("{}: field 'n': expected > 0 rows, got {}", what, n);
+  if (group_size < multiple || group_size > kInt8MaxGroup || group_size % multiple != 0)
+    fail("{}: field 'group_size': expected a multiple of {} in [{}, {}] for {} weights, got {}",
+         what, multiple, multiple, kInt8MaxGroup, quant_format_name(f), group_size);
+  if (k <= 0 || k % group_size != 0)
+    fail(
+        "{}: field 'k': expected a positive multiple of the group size {} (the row length must "
+        "divide into groups), got {}",
+        what, group_size, k);
+}
+
+size_t QuantView::values_bytes() const {
+  return values_bytes_of(format, n, k);
+}
+
+int8_t QuantView::q(int64_t j, int64_t p) const {
+  const ValuePlace at = value_place(format, k, j, p);
+  if (format == QuantFormat::kInt8) return int8_t(data[at.byte]);
+  return int8_t(((data[at.byte] >> (4 * at.nibble)) & 15) - 8);
+}
+
+float QuantView::scale(int64_t j, int64_t g) const {
+  return scales()[scale_index(groups(), j, g)];
+}
+
+QuantWeights QuantWeights::clone() const {
+  QuantWeights c = allocate(format, n, k, group_size);
+  std::memcpy(c.storage.get(), data, bytes());
+  return c;
+}
+
+void quantize_rows(QuantFormat f, const uint16_t* w, int64_t n, int64_t k, int64_t group_size,
+                   int8_t* q, float* scales) {
+  check_quant_shape("quantize_rows", f, n, k, group_size);
+  const int64_t groups = k / group_size;
+#pragma omp parallel if (n * k >= kParallelWeights)
+  {
+    std::vector<float> row(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) row[size_t(p)] = bf16_to_f32(w[j * k + p]);
+      for (int64_t g = 0; g < groups; ++g)
+        scales[j * groups + g] = quant::quantize_group(row.data() + g * group_size, group_size,
+                                                       quant_max(f), q + j * k + g * group_size);
+    }
+  }
+}
+
+void pack_weights_into(QuantFormat f, const int8_t* q, const float* scales, int64_t n, int64_t k,
+                       int64_t group_size, uint8_t* out) {
+  check_quant_shape("pack_weights", f, n, k, group_size);
+  const int64_t groups = k / group_size, qmax = quant_max(f);
+  std::memset(out, 0, quant_bytes(f, n, k, group_size));
+  QuantView v{.format = f, .n = n, .k = k, .group_size = group_size, .data = out};
+  float* s = const_cast<float*>(v.scales());
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t p = 0; p < k; ++p) {
+      const int8_t value = q[j * k + p];
+      if (value < -qmax || value > qmax)
+        fail("pack_weights: field 'q': row {} column {} is {}; symmetric {} weights lie in [{}, {}]",
+             j, p, int(value), quant_format_name(f), -qmax, qmax);
+      const ValuePlace at = value_place(f, k, j, p);
+      if (f == QuantFormat::kInt8)
+        out[at.byte] = uint8_t(value);
+      else
+        out[at.byte] |= uint8_t((value + 8) << (4 * at.nibble));
+    }
+    for (int64_t g = 0; g < groups; ++g) s[scale_index(groups, j, g)] = scales[j * groups + g];
+  }
+  // Padding rows of an int4 block hold q = 0, the nibble 8, so they add nothing.
+  if (f == QuantFormat::kInt4)
+    for (int64_t j = n; j < v.blocks() * kInt8BlockRows; ++j)
+      for (int64_t p = 0; p < k; ++p) {
+        const ValuePlace at = value_place(f, k, j, p);
+        out[at.byte] |= uint8_t(8 << (4 * at.nibble));
+      }
+}
+
+void quantize_weights_into(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
+                           int64_t group_size, uint8_t* out) {
+  check_quant_shape("quantize_weights", f, n, k, group_size);
+  std::vector<int8_t> q(size_t(n * k));
+  std::vector<float> scales(size_t(n * (k / group_size)));
+  quantize_rows(f, w, n, k, group_size, q.data(), scales.data());
+  pack_weights_into(f, q.data(), scales.data(), n, k, group_size, out);
+}
+
+QuantWeights quantize_weights(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
+                              int64_t group_size) {
+  check_quant_shape("quantize_weights", f, n, k, group_size);
+  QuantWeights out = allocate(f, n, k, group_size);
+  quantize_weights_into(f, w, n, k, group_size, out.storage.get());
+  return out;
+}
+
+QuantWeights pack_weights(QuantFormat f, const int8_t* q, const float* scales, int64_t n,
+                          int64_t k, int64_t group_size) {
+  check_quant_shape("pack_weights", f, n, k, group_size);
+  QuantWeights out = allocate(f, n, k, group_size);
+  pack_weights_into(f, q, scales, n, k, group_size, out.storage.get());
+  return out;
+}
+
+QuantWeights quantize_weights_int8(const uint16_t* w, int64_t n, int64_t k, int64_t group_size) {
+  return quantize_weights(QuantFormat::kInt8, w, n, k, group_size);
+}
+
+QuantWeights pack_weights_int8(const int8_t* q, const float* scales, int64_t n, int64_t k,
+                               int64_t group_size) {
+  return pack_weights(QuantFormat::kInt8, q, scales, n, k, group_size);
+}
+
+void int4_to_nibbles(const int8_t* q, int64_t count, uint8_t* out) {
+  for (int64_t i = 0; i + 1 < count; i += 2)
+    out[i / 2] = uint8_t((q[i] + 8) | ((q[i + 1] + 8) << 4));
+}
+
+void nibbles_to_int4(const uint8_t* nibbles, int64_t count, int8_t* q, const char* what) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int u = (nibbles[i / 2] >> (4 * (i % 2))) & 15;
+    if (u == 0)
+      fail("{}: element {} is the nibble 0 (q = -8); symmetric int4 weights are stored as q + 8 "
+           "in [1, 15]",
+           what, i);
+    q[i] = int8_t(u - 8);
+  }
+}
+
+}  // namespace sluice::cpu

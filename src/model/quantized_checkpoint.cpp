@@ -1,0 +1,91 @@
+#include "model/quantized_checkpoint.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "model/expert_quant.h"
+
+namespace sluice {
+
+QuantizedCheckpointReader::QuantizedCheckpointReader(const ModelConfig& c, ModelWeights& w)
+    : c_(c) {
+  for (int l = 0; l < int(w.layers.size()); ++l) {
+    LayerWeights& L = w.layers[size_t(l)];
+    for (const Tensor* t :
+         {&L.expert_gate, &L.expert_up, &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down})
+      layer_of_[t] = l;
+  }
+}
+
+bool QuantizedCheckpointReader::add(const Checkpoint& ckpt, const ExpectedTensor& want,
+                                    const TensorEntry& got) {
+  const ExpertQuant& q = c_.expert_quant;
+  if (!q.quantized()) return false;
+  const auto layer = layer_of_.find(want.slot);
+  if (layer == layer_of_.end()) return false;
+  const std::string file = got.file->path().string();
+  if (want.mapping != TensorMapping::kWhole)
+    fail("{}: tensor '{}': quantized experts of {} are not supported (its checkpoint fuses the "
+         "experts into one tensor); load the bf16 checkpoint with --expert-dtype instead",
+         file, want.name, c_.architecture);
+  const int64_t n = want.shape[0], k = want.shape[1];
+  const Shape shape = quantized_tensor_shape(q.dtype, n, k);
+  const DType dtype = quantized_tensor_dtype(q.dtype);
+  if (got.dtype != dtype || got.shape != shape)
+    fail("{}: tensor '{}': expected {} {} ({} weights of the {}x{} matrix, config.json "
+         "quantization.expert_dtype), got {} {}",
+         file, want.name, dtype_name(dtype), shape_str(shape), expert_dtype_name(q.dtype), n, k,
+         dtype_name(got.dtype), shape_str(got.shape));
+  const std::string scale_name = scale_tensor_name(want.name);
+  const Shape scale_shape = {n, k / q.group_size};
+  const TensorEntry* scales = ckpt.find(scale_name);
+  if (!scales)
+    fail("{}: tensor '{}' is missing: expected F32 {} group scales of '{}' (config.json "
+         "quantization.group_size = {})",
+         file, scale_name, shape_str(scale_shape), want.name, q.group_size);
+  if (scales->dtype != DType::F32 || scales->shape != scale_shape)
+    fail("{}: tensor '{}': expected F32 {} (one scale per row and group of {} of the {}x{} "
+         "matrix '{}'), got {} {}",
+         scales->file->path().string(), scale_name, shape_str(scale_shape), q.group_size, n, k,
+         want.name, dtype_name(scales->dtype), shape_str(scales->shape));
+  Slot& slot = slots_[want.slot];
+  slot.stacked = want.expert >= 0;
+  const size_t index = size_t(std::max(want.expert, 0));
+  if (slot.experts.size() <= index) slot.experts.resize(index + 1);
+  slot.experts[index] = {&got, scales, n, k};
+  return true;
+}
+
+void QuantizedCheckpointReader::pack() {
+  const ExpertQuant& q = c_.expert_quant;
+  for (auto& [tensor, slot] : slots_) {
+    const Matrix& first = slot.experts[0];
+    const cpu::QuantFormat f = quant_format(q.dtype);
+    const size_t bytes = cpu::quant_bytes(f, first.n, first.k, q.group_size);
+    const int64_t count = int64_t(slot.experts.size());
+    Tensor out = Tensor::allocate(
+        DType::U8, slot.stacked ? Shape{count, int64_t(bytes)} : Shape{int64_t(bytes)});
+    std::vector<int8_t> values(size_t(first.n * first.k));
+    std::vector<float> scales(size_t(first.n * (first.k / q.group_size)));
+    for (int64_t e = 0; e < count; ++e) {
+      const Matrix& m = slot.experts[size_t(e)];
+      const uint8_t* src = reinterpret_cast<const uint8_t*>(m.values->file->data() + m.values->offset);
+      if (f == cpu::QuantFormat::kInt8)
+        std::memcpy(values.data(), src, values.size());
+      else
+        cpu::nibbles_to_int4(src, int64_t(values.size()), values.data(),
+                             (m.values->file->path().string() + ": tensor '" + m.values->name +
+                              "'").c_str());
+      std::memcpy(scales.data(), m.scales->file->data() + m.scales->offset, scales.size() * 4);
+      try {
+        cpu::pack_weights_into(f, values.data(), scales.data(), m.n, m.k, q.group_size,
+                               out.as<uint8_t>() + size_t(e) * bytes);
+      } catch (const Error& err) {
+        fail("{}: tensor '{}': {}", m.values->file->path().string(), m.values->name, err.what());
+      }
+    }
+    *tensor = std::move(out);
+  }
+}
+
+}  // namespace sluice

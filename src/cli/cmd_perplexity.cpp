@@ -1,12 +1,14 @@
 // sluice perplexity: the perplexity of a model over a text file (engine/perplexity.h says how it
 // is measured), with --compare DIR2 the KL divergence and top-1 agreement of a second model
-// against the first.
+// against the first; with --expert-dtype int8|int4 alone, of the model's quantized experts
+// against its own.
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -17,6 +19,7 @@
 #include "engine/engine_plan.h"
 #include "engine/perplexity.h"
 #include "io/tokenizer.h"
+#include "model/expert_quant.h"
 
 namespace sluice::cli {
 namespace {
@@ -89,8 +92,28 @@ nlohmann::json perplexity_json(const PerplexityResult& r) {
           {"tokens_scored", r.nll.count}};
 }
 
+// The second model of a comparison: --compare DIR2, or with a quantized --expert-dtype alone the
+// same folder with its experts quantized (then the first is the folder as it is, in bf16).
+struct Compared {
+  std::string dir, label;
+};
+std::optional<Compared> compared(const Options& o) {
+  if (!o.compare_dir.empty()) return Compared{o.compare_dir, o.compare_dir};
+  if (o.policy.expert_dtype == ExpertDtype::kBf16) return std::nullopt;
+  return Compared{o.model_dir, fmt::format("{} with {} experts", o.model_dir,
+                                           expert_dtype_name(o.policy.expert_dtype))};
+}
+
+Model load_with_experts(const std::string& dir, const Options& o, bool quantize) {
+  Model m = load_model(dir);
+  if (quantize) quantize_model_experts(m, {o.policy.expert_dtype, o.policy.expert_group});
+  return m;
+}
+
 int run(const Options& o) {
-  Model model = load_model(o.model_dir);
+  const std::optional<Compared> other_model = compared(o);
+  // Compared against its own quantization (no --compare), the first model keeps its experts.
+  Model model = load_with_experts(o.model_dir, o, !o.compare_dir.empty());
   auto tok = Tokenizer::load(o.model_dir);
   const std::vector<int32_t> tokens = tok->encode(read_text(o.file), false);
   const int ctx = window_length(o, model.config);
@@ -103,23 +126,24 @@ int run(const Options& o) {
                         {"text_tokens", tokens.size()},
                         {"ctx", ctx},
                         {"windows", windows.inputs.size()}};
-  if (o.compare_dir.empty()) {
+  if (!other_model) {
     const PerplexityResult r = score_perplexity(*engine, windows, progress_line());
     out.update(perplexity_json(r));
   } else {
-    Model other_model = load_model(o.compare_dir);
+    Model other = load_with_experts(other_model->dir, o, true);
     DeviceOptions other_device = o.device;
-    auto other = make_engine(other_model, o, windows, other_device);
+    auto other_engine = make_engine(other, o, windows, other_device);
     // Both engines' log-probabilities of the windows in flight: at most ~256 MiB of them.
     const size_t per_window =
         size_t(ctx - 1 - windows.first) * size_t(model.config.vocab_size) * sizeof(float);
     const int at_once = o.policy.batch > 0
                             ? o.policy.batch
                             : int(std::max<size_t>(1, (size_t(256) << 20) / per_window));
-    const ComparisonResult r = compare_models(*engine, *other, windows, at_once, progress_line());
+    const ComparisonResult r =
+        compare_models(*engine, *other_engine, windows, at_once, progress_line());
     out.update(perplexity_json(r.base));
     out["compare"] = perplexity_json(r.other);
-    out["compare"].update({{"model", o.compare_dir},
+    out["compare"].update({{"model", other_model->label},
                            {"mean_kl_divergence", r.kl.mean()},
                            {"kl_divergence_std_error", r.kl.std_error()},
                            {"top1_agreement", r.top1_agreement()}});
@@ -137,7 +161,7 @@ int run(const Options& o) {
              out["perplexity_std_error"].get<double>());
   if (out.contains("compare")) {
     const auto& c = out["compare"];
-    fmt::print("compare     {}: perplexity {:.4f} ± {:.4f}\n", o.compare_dir,
+    fmt::print("compare     {}: perplexity {:.4f} ± {:.4f}\n", c["model"].get<std::string>(),
                c["perplexity"].get<double>(), c["perplexity_std_error"].get<double>());
     fmt::print("            mean KL divergence {:.6f} ± {:.6f} nats, top-1 agreement {:.2f}%\n",
                c["mean_kl_divergence"].get<double>(), c["kl_divergence_std_error"].get<double>(),

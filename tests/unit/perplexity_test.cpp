@@ -194,6 +194,20 @@ TEST(PerplexityCli, ScoresATextFileAndSaysWhatIsWrong) {
   EXPECT_GT(j["perplexity"].get<double>(), 1.0);
   EXPECT_EQ(j["tokens_scored"].get<int64_t>(), j["windows"].get<int64_t>() * 15);
 
+  // --expert-dtype alone: the model against its own int8 experts.
+  r = testing::run_command(
+      testing::sluice_command("perplexity --model " + (dir / "model").string() + " --file " +
+                              (dir / "text.txt").string() +
+                              " --ctx 32 --json --expert-dtype int8 --expert-group 16"),
+      false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto q = nlohmann::json::parse(r.output);
+  EXPECT_DOUBLE_EQ(q["perplexity"].get<double>(), j["perplexity"].get<double>());
+  EXPECT_GT(q["compare"]["mean_kl_divergence"].get<double>(), 0.0);
+  EXPECT_LT(q["compare"]["mean_kl_divergence"].get<double>(), 0.05);
+  EXPECT_GT(q["compare"]["top1_agreement"].get<double>(), 0.5);
+  EXPECT_NE(q["compare"]["model"].get<std::string>().find("int8 experts"), std::string::npos);
+
   r = testing::run_command(testing::sluice_command("perplexity --model " +
                                                    (dir / "model").string() + " --file " +
                                                    (dir / "missing.txt").string()));

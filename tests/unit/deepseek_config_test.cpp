@@ -11,6 +11,7 @@
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
+#include "runtime/policy.h"
 #include "test_util.h"
 #include "tiny_model_cases.h"
 
@@ -234,6 +235,28 @@ TEST(DeepseekConfig, BatchEngineRefusesMlaByName) {
   const Model m = load_model(dir.path());
   EXPECT_ERROR_MENTIONS(BatchEngine(m, testing::exercising_policy(Precision::kF32, 4)),
                         "multi-head latent attention", "kv_lora_rank");
+}
+
+// The planner sizes MLA's cache as the latent and the RoPE key per token and layer, in bf16, and
+// its weights from the MLA projections.
+TEST(DeepseekConfig, PlannerUsesTheLatentKvSize) {
+  const ModelConfig lite = preset_config("deepseek-v2-lite");
+  EXPECT_EQ(kv_bytes_per_token(lite), size_t(27) * (512 + 64) * 2);
+  const ModelConfig v3 = preset_config("deepseek-v3");
+  EXPECT_EQ(kv_bytes_per_token(v3), size_t(61) * (512 + 64) * 2);
+  // Absorbed attention per (query, key): 128 heads × (2·512 + 64) × 2 FLOPs.
+  EXPECT_DOUBLE_EQ(v3.attention_flops_per_pair(), 2.0 * 128 * (2 * 512 + 64));
+  // V3's attention projections: q_a 1536×7168, q_b 24576×1536, kv_a 576×7168, kv_b 32768×512,
+  // o 7168×16384 — 187.1M per layer, as the published parameter count has them.
+  EXPECT_EQ(v3.attention_weight_elements(),
+            int64_t(1536) * 7168 + 24576 * 1536 + 576 * 7168 + 32768 * 512 + 7168 * 16384);
+  // A tiny model's bf16 matrices as the loader holds them, against the planner's count.
+  testing::TempDir dir;
+  write_random_checkpoint(preset_config("tiny-deepseek-v2"), dir.path(), 1);
+  const Model m = load_model(dir.path());
+  const LayerWeights& L = m.weights.layers[0];
+  EXPECT_EQ(L.q_a.numel() + L.q_b.numel() + L.kv_a.numel() + L.kv_b.numel() + L.wo.numel(),
+            m.config.attention_weight_elements());
 }
 
 }  // namespace

@@ -21,12 +21,15 @@ size_t model_weight_bytes(const ModelConfig& c) {
   const size_t qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
   size_t bytes = 2 * V * H * (c.tie_word_embeddings ? 1 : 2) + H * 4;
   for (int l = 0; l < c.num_layers; ++l) {
-    bytes += 2 * (H * qd * 2 + H * kvd * 2) + 2 * H * 4;
+    bytes += 2 * size_t(c.attention_weight_elements()) + 2 * H * 4;
     bytes += 4 * (size_t(c.q_norm_size()) + size_t(c.k_norm_size()) +
                   (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0));
     if (c.is_moe_layer(l)) bytes += 2 * (E * H + E * 3 * H * I);
     bytes += 2 * 3 * H * size_t(c.dense_mlp_size(l));
     if (c.is_moe_layer(l) && c.shared_expert_gate && c.dense_mlp_size(l) > 0) bytes += 2 * H;
+    if (c.attention == AttentionKind::kLatent)  // q_a_layernorm and kv_a_layernorm
+      bytes += 4 * size_t(c.mla.q_lora_rank + c.mla.kv_lora_rank);
+    if (c.is_moe_layer(l) && c.router_selection_bias) bytes += 4 * E;
   }
   return bytes;
 }

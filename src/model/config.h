@@ -185,6 +185,10 @@ struct ModelConfig {
   int dense_mlp_size(int layer) const;
 };
 
+// RoPE's inverse frequencies over the rope_dim() rotated values: theta^(-2i/d), or YaRN's blend
+// (transformers' _compute_yarn_parameters) when rope_scaling says so.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
+
 // Parses a config.json document. `source` names the file in error messages.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);
 ModelConfig load_config(const std::filesystem::path& config_json);

@@ -125,7 +125,7 @@ TEST(MlaAttention, AbsorbedFormEqualsTheDecompressedOne) {
         v_out[size_t(v)] += score[size_t(p)] / sum * val;
       }
     // The absorbed form's output, unfolded through W_UV.
-    std::vector<float> got(size_t(V)), want(size_t(V));
+    std::vector<float> got(static_cast<size_t>(V)), want(static_cast<size_t>(V));
     for (int v = 0; v < V; ++v) {
       double val = 0;
       for (int r = 0; r < s.rank; ++r)
@@ -134,6 +134,55 @@ TEST(MlaAttention, AbsorbedFormEqualsTheDecompressedOne) {
       want[size_t(v)] = float(v_out[size_t(v)]);
     }
     EXPECT_LE(testing::relative_max_error(got, want), 1e-5) << "head " << h;
+  }
+}
+
+// The fold and the unfold at every level against the plain loops, and the plain loops against
+// the definitions in double: W_UK's rows of head h are kv_b rows h·(N+V) .. h·(N+V)+N-1, W_UV's
+// the V after them.
+TEST(MlaAttention, FoldAndUnfoldMatchTheirDefinitions) {
+  struct Dims {
+    int heads, rank, nope, v;
+  };
+  const Dims dims[] = {{1, 1, 1, 1}, {3, 17, 5, 7}, {4, 33, 16, 9}, {2, 512, 24, 40}, {5, 64, 8, 16}};
+  for (const Dims& d : dims) {
+    const auto kv_b = test::random_bf16(size_t(d.heads) * (d.nope + d.v) * d.rank, 31, 0.3f);
+    const MlaKvB w{kv_b.data(), d.heads, d.rank, d.nope, d.v};
+    const int64_t stride = d.nope + 3;  // q_nope inside wider heads, as q's [nope | rope] heads
+    const auto q = test::random_floats(size_t(d.heads) * stride, 32);
+    const auto lat = test::random_floats(size_t(d.heads) * d.rank, 33);
+    std::vector<float> fold_want(size_t(d.heads) * d.rank), unfold_want(size_t(d.heads) * d.v);
+    mla_fold_query_scalar(w, q.data(), stride, fold_want.data());
+    mla_unfold_output_scalar(w, lat.data(), unfold_want.data());
+    std::vector<float> fold_def(fold_want.size()), unfold_def(unfold_want.size());
+    for (int h = 0; h < d.heads; ++h) {
+      for (int r = 0; r < d.rank; ++r) {
+        double acc = 0;
+        for (int n = 0; n < d.nope; ++n)
+          acc += double(q[size_t(h * stride + n)]) *
+                 bf16_to_f32(kv_b[(size_t(h) * (d.nope + d.v) + n) * d.rank + r]);
+        fold_def[size_t(h) * d.rank + r] = float(acc);
+      }
+      for (int v = 0; v < d.v; ++v) {
+        double acc = 0;
+        for (int r = 0; r < d.rank; ++r)
+          acc += double(lat[size_t(h) * d.rank + r]) *
+                 bf16_to_f32(kv_b[(size_t(h) * (d.nope + d.v) + d.nope + v) * d.rank + r]);
+        unfold_def[size_t(h) * d.v + v] = float(acc);
+      }
+    }
+    EXPECT_LE(testing::relative_max_error(fold_want, fold_def), 1e-5);
+    EXPECT_LE(testing::relative_max_error(unfold_want, unfold_def), 1e-5);
+    for (IsaLevel level : isa_levels_up_to_current()) {
+      ScopedIsaLevel at(level);
+      std::vector<float> fold_got(fold_want.size()), unfold_got(unfold_want.size());
+      mla_fold_query(w, q.data(), stride, fold_got.data());
+      mla_unfold_output(w, lat.data(), unfold_got.data());
+      EXPECT_LE(testing::relative_max_error(fold_got, fold_want), 1e-5)
+          << isa_name(level) << " heads " << d.heads << " rank " << d.rank;
+      EXPECT_LE(testing::relative_max_error(unfold_got, unfold_want), 1e-5)
+          << isa_name(level) << " heads " << d.heads << " rank " << d.rank;
+    }
   }
 }
 

@@ -122,6 +122,20 @@ class OffloadEngine : public ::testing::TestWithParam<Case> {
   }
 };
 
+// Multi-head latent attention runs on the host only: a GPU share of its attention (ω < 1) is
+// refused by name. Returns whether the model has it (the GPU-share tests then stop there).
+bool refuses_gpu_share(const Model& m) {
+  if (m.config.attention != AttentionKind::kLatent) return false;
+  OffloadSettings settings{0, 6, 0};
+  settings.cpu_attention_share = 0.5;
+  offload::CpuStandinDevice device(size_t(1) << 30);
+  offload::HostMath math;
+  EXPECT_ERROR_MENTIONS(BatchEngine(m, testing::exercising_policy(Precision::kF32, kNew),
+                                    EngineDevice{&device, &math, settings}),
+                        "cpu_attention_share", "multi-head latent attention");
+  return true;
+}
+
 size_t expert_matrix_bytes(const ModelConfig& c) {
   return size_t(c.expert_intermediate_size) * c.hidden_size * 2;
 }
@@ -272,6 +286,7 @@ TEST_P(OffloadEngine, CpuExpertsSkipResidentLayers) {
 // tolerance of the test above. Each budget is the footprint (the KV pool included) to the byte.
 TEST_P(OffloadEngine, GpuShareOfAttentionEqualsTheCpuEngine) {
   const Model m = model();
+  if (refuses_gpu_share(m)) return;
   const int L = m.config.num_layers;
   for (Precision precision : {Precision::kF32, Precision::kBf16}) {
     const Policy p = test_policy(precision);
@@ -324,6 +339,7 @@ TEST_P(OffloadEngine, GpuShareOfAttentionEqualsTheCpuEngine) {
 // fewer bytes go to the host than with all on the host (the routing still does).
 TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
   const Model m = model();
+  if (refuses_gpu_share(m)) return;
   const Policy p = test_policy(Precision::kF32);
   EngineStats stats[2];
   for (int i = 0; i < 2; ++i) {
@@ -371,6 +387,7 @@ TEST_P(OffloadEngine, GreedyTokensArePickedOnTheDevice) {
 // with 16 blocks) runs fewer sequences at once than both pools together.
 TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   const Model m = model();
+  if (refuses_gpu_share(m)) return;
   Policy p = test_policy(Precision::kF32);
   p.kv_blocks = 32;
   BatchEngine cpu_engine(m, p);

@@ -87,9 +87,10 @@ struct Avx512Ops {
 
 void check(const MlaDecodeArgs& a) {
   if (a.heads <= 0 || a.rank <= 0 || a.rope_dim < 0 || a.positions <= 0 || a.block_size <= 0)
-    fail("mla_decode_attention: expected positive heads, rank, positions and block_size, got {}, "
-         "{}, {}, {}",
-         a.heads, a.rank, a.positions, a.block_size);
+    fail(
+        "mla_decode_attention: expected positive heads, rank, positions and block_size and "
+        "rope_dim >= 0, got {}, {}, {}, {} and {}",
+        a.heads, a.rank, a.positions, a.block_size, a.rope_dim);
   if (int64_t(a.blocks.size()) * a.block_size < a.positions)
     fail("mla_decode_attention: {} blocks of {} hold fewer than the {} positions", a.blocks.size(),
          a.block_size, a.positions);
@@ -127,7 +128,62 @@ void run(const MlaDecodeArgs& a) {
   }
 }
 
+void check(const MlaKvB& w) {
+  if (!w.w || w.heads <= 0 || w.rank <= 0 || w.nope_dim <= 0 || w.v_dim <= 0)
+    fail(
+        "mla kv_b_proj: expected a weight and positive heads, rank, nope_dim and v_dim, got {}, "
+        "{}, {}, {}",
+        w.heads, w.rank, w.nope_dim, w.v_dim);
+}
+
+const uint16_t* w_uk(const MlaKvB& w, int h, int n) {
+  return w.w + (size_t(h) * (w.nope_dim + w.v_dim) + size_t(n)) * size_t(w.rank);
+}
+const uint16_t* w_uv(const MlaKvB& w, int h, int v) {
+  return w_uk(w, h, w.nope_dim + v);
+}
+
+// Per head: rank-wide axpys of W_UK's rows (2 · nope_dim · rank FLOPs over as many bf16
+// weights: memory-bound, like a GEMM row of one token).
+template <typename Ops>
+void fold(const MlaKvB& w, const float* q_nope, int64_t stride, float* q_latent) {
+  check(w);
+#pragma omp parallel for schedule(static) if (w.heads >= 4)
+  for (int h = 0; h < w.heads; ++h) {
+    float* out = q_latent + size_t(h) * w.rank;
+    std::fill(out, out + w.rank, 0.f);
+    for (int n = 0; n < w.nope_dim; ++n) Ops::axpy(out, q_nope[h * stride + n], w_uk(w, h, n), w.rank);
+  }
+}
+
+template <typename Ops>
+void unfold(const MlaKvB& w, const float* out_latent, float* out) {
+  check(w);
+#pragma omp parallel for schedule(static) if (w.heads >= 4)
+  for (int h = 0; h < w.heads; ++h)
+    for (int v = 0; v < w.v_dim; ++v)
+      out[size_t(h) * w.v_dim + v] =
+          Ops::dot(out_latent + size_t(h) * w.rank, w_uv(w, h, v), w.rank);
+}
+
 }  // namespace
+
+void mla_fold_query_scalar(const MlaKvB& w, const float* q, int64_t stride, float* q_latent) {
+  fold<ScalarOps>(w, q, stride, q_latent);
+}
+void mla_fold_query(const MlaKvB& w, const float* q, int64_t stride, float* q_latent) {
+  if (isa_at_least(IsaLevel::kAvx512)) return fold<Avx512Ops>(w, q, stride, q_latent);
+  if (isa_at_least(IsaLevel::kAvx2)) return fold<Avx2Ops>(w, q, stride, q_latent);
+  fold<ScalarOps>(w, q, stride, q_latent);
+}
+void mla_unfold_output_scalar(const MlaKvB& w, const float* out_latent, float* out) {
+  unfold<ScalarOps>(w, out_latent, out);
+}
+void mla_unfold_output(const MlaKvB& w, const float* out_latent, float* out) {
+  if (isa_at_least(IsaLevel::kAvx512)) return unfold<Avx512Ops>(w, out_latent, out);
+  if (isa_at_least(IsaLevel::kAvx2)) return unfold<Avx2Ops>(w, out_latent, out);
+  unfold<ScalarOps>(w, out_latent, out);
+}
 
 void mla_decode_attention_scalar(const MlaDecodeArgs& a) {
   run<ScalarOps>(a);

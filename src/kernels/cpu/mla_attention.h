@@ -37,4 +37,21 @@ void mla_decode_attention(const MlaDecodeArgs& a);
 // The plain loop, for tests.
 void mla_decode_attention_scalar(const MlaDecodeArgs& a);
 
+// kv_b_proj's weight [heads · (nope_dim + v_dim), rank] bf16: per head its nope_dim rows of
+// W_UK, then its v_dim rows of W_UV (transformers' view(..., heads, nope_dim + v_dim) split).
+struct MlaKvB {
+  const uint16_t* w = nullptr;
+  int heads = 0, rank = 0, nope_dim = 0, v_dim = 0;
+};
+
+// The fold: q_latent[h] = W_UK[h]ᵀ · q_nope[h] = Σ_n q_nope[h][n] · W_UK[h][n, :], for one
+// query row whose head h's q_nope starts at q_nope + h · q_head_stride. q_latent [heads, rank].
+void mla_fold_query(const MlaKvB& kv_b, const float* q_nope, int64_t q_head_stride,
+                    float* q_latent);
+void mla_fold_query_scalar(const MlaKvB& kv_b, const float* q_nope, int64_t q_head_stride,
+                           float* q_latent);
+// The unfold: out[h] = W_UV[h] · out_latent[h] for one query row; out [heads, v_dim].
+void mla_unfold_output(const MlaKvB& kv_b, const float* out_latent, float* out);
+void mla_unfold_output_scalar(const MlaKvB& kv_b, const float* out_latent, float* out);
+
 }  // namespace sluice::cpu

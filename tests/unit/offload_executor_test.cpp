@@ -419,6 +419,41 @@ TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   EXPECT_GE(got.stats.peak_kv_usage, got.max_kv_usage);
 }
 
+// The KV cache as the run uses it: with multi-head latent attention every (token, layer) stores
+// the normalised latent and the rotated RoPE key only, (kv_lora_rank + qk_rope_head_dim) × 2
+// bytes in bf16 — read from the cache's own writes and pool size, on the CPU engine and on the
+// stand-in device's host cache. Mixtral's for contrast: K and V of every KV head.
+TEST(KvCacheBytes, LatentCacheStoresTheLatentAndTheRopeKeyOnly) {
+  for (const char* preset :
+       {"tiny-deepseek-v2-lite", "tiny-deepseek-v2", "tiny-deepseek-v3", "tiny-mixtral"}) {
+    SCOPED_TRACE(preset);
+    const Model m = make_random_model(preset_config(preset), 42);
+    const ModelConfig& c = m.config;
+    const Policy p = test_policy(Precision::kBf16);
+    const int64_t per_token_layer =
+        c.attention == AttentionKind::kLatent
+            ? int64_t(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 2
+            : int64_t(2) * c.num_kv_heads * c.head_dim * 2;
+    BatchEngine cpu_engine(m, p);
+    const EngineStats cpu = run(cpu_engine, c).stats;
+    const EngineStats standin = run_on_standin(m, p, {0, 6, 0}).stats;
+    for (const EngineStats* s : {&cpu, &standin}) {
+      // Every prompt and generated token but each request's last went through every layer.
+      EXPECT_EQ(s->kv_stored_token_layers,
+                (s->prefill_tokens + s->decode_tokens) * int64_t(c.num_layers));
+      ASSERT_GT(s->kv_stored_token_layers, 0);
+      EXPECT_EQ(s->kv_stored_bytes, s->kv_stored_token_layers * per_token_layer);
+      EXPECT_EQ(int64_t(s->kv_cache_bytes),
+                p.kv_blocks * p.kv_block_size * int64_t(c.num_layers) * per_token_layer);
+    }
+    EXPECT_EQ(int64_t(kv_bytes_per_token(c)), per_token_layer * c.num_layers);
+    if (c.attention == AttentionKind::kLatent)
+      std::printf("%s: %lld bytes per token and layer in the KV cache (K and V would be %lld)\n",
+                  preset, (long long)(cpu.kv_stored_bytes / cpu.kv_stored_token_layers),
+                  (long long)(2LL * c.num_heads * (c.head_dim + c.mla.v_head_dim)));
+  }
+}
+
 // ω outside [0, 1] is refused, naming the field.
 TEST(OffloadEngineBudget, CpuAttentionShareOutsideZeroToOneIsRefused) {
   const Model m = make_random_model(preset_config("tiny-mixtral"), 42);

@@ -216,12 +216,14 @@ struct BatchEngine::Impl {
     const int H = c.hidden_size;
     x.resize(size_t(T) * H);
     h.resize(size_t(T) * H);
+    // With MLA, k holds kv_a_proj_with_mqa's output (the latent and the RoPE key) and v is
+    // unused.
+    const bool latent = c.attention == AttentionKind::kLatent;
     q.resize(size_t(T) * c.q_dim());
-    // k holds MLA's kv_a_proj_with_mqa output: the latent and the RoPE key.
-    k.resize(size_t(T) * std::max(c.kv_dim(), c.kv_cache_values_per_token()));
-    v.resize(size_t(T) * c.kv_dim());
-    attn.resize(size_t(T) * std::max(c.q_dim(), c.attn_out_dim()));
-    q_a.resize(size_t(T) * c.mla.q_lora_rank);
+    k.resize(size_t(T) * (latent ? c.kv_cache_values_per_token() : c.kv_dim()));
+    v.resize(size_t(T) * (latent ? 0 : c.kv_dim()));
+    attn.resize(size_t(T) * c.attn_out_dim());
+    q_a.resize(size_t(T) * (latent ? c.mla.q_lora_rank : 0));
     router_logits.resize(size_t(T) * c.num_experts);
     mlp_scale.resize(size_t(T));
     moe_in.resize(size_t(T) * H);

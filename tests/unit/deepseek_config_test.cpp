@@ -9,9 +9,11 @@
 #include "engine/batch_engine.h"
 #include "model/config.h"
 #include "model/presets.h"
+#include "model/reference_forward.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "runtime/policy.h"
+#include "runtime/sampling.h"
 #include "test_util.h"
 #include "tiny_model_cases.h"
 
@@ -229,12 +231,37 @@ TEST(DeepseekConfig, MtpLayerTensorsAreSkipped) {
   EXPECT_ERROR_MENTIONS(load_model(dir.path()), "unexpected tensor 'model.layers.4.");
 }
 
-TEST(DeepseekConfig, BatchEngineRefusesMlaByName) {
+// A checkpoint as written to disk and loaded (bf16 tensors, the bias in fp32) runs through the
+// batch engine: its greedy tokens are the reference forward's. YaRN and interleaved RoPE stay
+// refused by name with multi-head attention, whose device RoPE is plain.
+TEST(DeepseekConfig, BatchEngineRunsALoadedCheckpoint) {
   testing::TempDir dir;
-  write_random_checkpoint(preset_config("tiny-deepseek-v2-lite"), dir.path(), 1);
+  write_random_checkpoint(preset_config("tiny-deepseek-v3"), dir.path(), 1);
   const Model m = load_model(dir.path());
-  EXPECT_ERROR_MENTIONS(BatchEngine(m, testing::exercising_policy(Precision::kF32, 4)),
-                        "multi-head latent attention", "kv_lora_rank");
+  constexpr int kNew = 6;
+  BatchEngine engine(m, testing::exercising_policy(Precision::kF32, kNew));
+  Request r;
+  r.id = 0;
+  r.prompt = testing::prompt_of(9, 1, m.config.vocab_size);
+  r.max_new_tokens = kNew;
+  std::vector<int> got;
+  engine.run({r}, [&](Completion&& c) { got = c.tokens; });
+  ReferenceForward ref(m, {.bf16_gemm_inputs = false, .bf16_kv_cache = true});
+  std::vector<float> logits = ref.forward(r.prompt);
+  std::vector<int> want;
+  const size_t V = size_t(m.config.vocab_size);
+  for (int i = 0; i < kNew; ++i) {
+    want.push_back(argmax(std::span<const float>(logits.data() + logits.size() - V, V)));
+    int one[] = {want.back()};
+    logits = ref.forward(one);
+  }
+  EXPECT_EQ(got, want);
+
+  ModelConfig yarn_mha = preset_config("tiny-mixtral");
+  yarn_mha.rope_scaling = preset_config("tiny-deepseek-v2").rope_scaling;
+  EXPECT_ERROR_MENTIONS(
+      BatchEngine(make_random_model(yarn_mha, 1), testing::exercising_policy(Precision::kF32, 4)),
+      "YaRN", "rope_scaling");
 }
 
 // The planner sizes MLA's cache as the latent and the RoPE key per token and layer, in bf16, and

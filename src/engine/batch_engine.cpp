@@ -92,10 +92,10 @@ struct BatchEngine::Impl {
 
   // Step buffers, grown to the largest step seen.
   std::vector<float> x, h, q, k, v, attn, router_logits, final_rows, logits;
-  std::vector<float> q_a;  // MLA's q-LoRA rows [T, q_lora_rank]
+  std::vector<float> q_a;        // MLA's q-LoRA rows [T, q_lora_rank]
   std::vector<float> mlp_scale;  // per row: the dense MLP's output scale (1 without mlp_scale)
   std::vector<uint16_t> moe_in;  // ffn-normed rows, bf16, the input of every expert GEMM
-  std::vector<float> inv_freq;         // the device rope's table (whole heads, no scaling)
+  std::vector<float> inv_freq;   // the device rope's table (whole heads, no scaling)
   std::vector<float> latent_inv_freq;  // rope_inv_freq(c): MLA's rope part, YaRN included
   std::vector<int> positions, tokens, top_ids;
   std::vector<float> top_weights;
@@ -119,12 +119,12 @@ struct BatchEngine::Impl {
     w.lm_head = as_bf16(model.weights.lm_head);
     for (const LayerWeights& L : model.weights.layers) {
       LayerWeights b = L;
-      for (Tensor* t : {&b.attn_norm, &b.ffn_norm, &b.q_norm, &b.k_norm, &b.bq, &b.bk, &b.bv,
-                        &b.bo, &b.q_a_norm, &b.kv_a_norm, &b.router_bias})
+      for (Tensor* t : {&b.attn_norm, &b.ffn_norm, &b.q_norm, &b.k_norm, &b.bq, &b.bk, &b.bv, &b.bo,
+                        &b.q_a_norm, &b.kv_a_norm, &b.router_bias})
         *t = as_f32(*t);
-      for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
-                        &b.expert_down, &b.mlp_gate, &b.mlp_up, &b.mlp_down, &b.mlp_scale, &b.q_a,
-                        &b.q_b, &b.kv_a, &b.kv_b})
+      for (Tensor* t :
+           {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up, &b.expert_down,
+            &b.mlp_gate, &b.mlp_up, &b.mlp_down, &b.mlp_scale, &b.q_a, &b.q_b, &b.kv_a, &b.kv_b})
         *t = as_bf16(*t);
       w.layers.push_back(std::move(b));
     }

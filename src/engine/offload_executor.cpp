@@ -489,13 +489,12 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   void account_resident_gemms(int T, int M) const {
     // The attention projections on the device (MLA's kv_b_proj runs with its attention, on the
     // host, counted there).
-    const double H = sh.H,
-                 attention = c.attention == AttentionKind::kLatent
-                                 ? double(c.attention_weight_elements()) / H -
-                                       double(c.num_heads) *
-                                           (c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
-                                           c.mla.kv_lora_rank / H
-                                 : double(sh.qd) * 2 + double(sh.kvd) * 2;
+    const double H = sh.H, attention = c.attention == AttentionKind::kLatent
+                                           ? double(c.attention_weight_elements()) / H -
+                                                 double(c.num_heads) *
+                                                     (c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
+                                                     c.mla.kv_lora_rank / H
+                                           : double(sh.qd) * 2 + double(sh.kvd) * 2;
     for (const LayerResident& r : res) {
       const double columns = attention + (r.moe ? sh.E : 0) + (r.mlp_scaled ? 1 : 0);
       stats->flops += 2.0 * T * H * columns;

@@ -83,8 +83,8 @@ constexpr size_t kAttentionIndexArrays = 6;
 
 // Device buffers of a step: offsets into one allocation.
 struct BufferLayout {
-  size_t x, h, xb, qkv, q_a, attn, logits, routing, positions, sample_rows, final_rows, expert_lists, ex,
-      gate, up, actb, down, cpu_block, lm_logits;
+  size_t x, h, xb, qkv, q_a, attn, logits, routing, positions, sample_rows, final_rows,
+      expert_lists, ex, gate, up, actb, down, cpu_block, lm_logits;
   size_t mlp_scale;  // per row: sigmoid of the dense MLP's gate (when the model has one)
   // The GPU share of attention (empty without one): the CPU share's q|k|v gathered per
   // micro-batch, the GPU share's q, both shares' outputs ([GPU rows | CPU rows] per micro-batch),

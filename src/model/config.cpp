@@ -84,9 +84,8 @@ int64_t ModelConfig::attention_weight_elements() const {
   const int64_t H = hidden_size;
   if (attention != AttentionKind::kLatent) return H * q_dim() * 2 + H * kv_dim() * 2;
   const int64_t heads = num_heads, R = mla.kv_lora_rank, P = mla.qk_rope_head_dim;
-  const int64_t q = mla.q_lora_rank > 0
-                        ? int64_t(mla.q_lora_rank) * (H + heads * head_dim)
-                        : H * heads * head_dim;
+  const int64_t q = mla.q_lora_rank > 0 ? int64_t(mla.q_lora_rank) * (H + heads * head_dim)
+                                        : H * heads * head_dim;
   return q + (R + P) * H + heads * (mla.qk_nope_head_dim + mla.v_head_dim) * R +
          H * heads * mla.v_head_dim;
 }

@@ -104,7 +104,7 @@ uint16_t* PagedKvCache::layer_base(int layer) const {
   if (layer < 0 || layer >= config_.n_layers)
     fail("kv cache: field 'layer': expected 0..{}, got {}", config_.n_layers - 1, layer);
   const int64_t layer_elems = config_.total_blocks * config_.planes * config_.kv_heads *
-                             config_.block_size * int64_t(config_.head_dim);
+                              config_.block_size * int64_t(config_.head_dim);
   return pool_.get() + layer * layer_elems;
 }
 
@@ -124,8 +124,6 @@ void PagedKvCache::write_tokens(int layer, int64_t seq_id, int pos, int n_tokens
         pos, pos + n_tokens, s.length, seq_id);
   const int d = config_.head_dim;
   if (row_stride == 0) row_stride = int64_t(config_.kv_heads) * d;
-  stored_bytes_ += int64_t(n_tokens) * 2 * config_.kv_heads * d * int64_t(sizeof(uint16_t));
-  stored_token_layers_ += n_tokens;
   KvLayerView view = layer_view(layer);
   uint16_t* base = layer_base(layer);
   for (int t = 0; t < n_tokens; ++t) {
@@ -139,6 +137,8 @@ void PagedKvCache::write_tokens(int layer, int64_t seq_id, int pos, int n_tokens
       cpu::f32_to_bf16_row(v + t * row_stride + int64_t(h) * d, base + v_offset, size_t(d));
     }
   }
+  stored_bytes_ += int64_t(n_tokens) * 2 * config_.kv_heads * d * int64_t(sizeof(uint16_t));
+  stored_token_layers_ += n_tokens;
 }
 
 void PagedKvCache::write_rows(int layer, int64_t seq_id, int pos, int n_tokens, const float* rows,
@@ -168,8 +168,8 @@ void PagedKvCache::write_rows(int layer, int64_t seq_id, int pos, int n_tokens, 
 const uint16_t* PagedKvCache::block_data(int layer, int32_t block) const {
   if (block < 0 || block >= config_.total_blocks)
     fail("kv cache: field 'block': expected 0..{}, got {}", config_.total_blocks - 1, block);
-  return layer_base(layer) + int64_t(block) * config_.planes * config_.kv_heads *
-                                 config_.block_size * config_.head_dim;
+  return layer_base(layer) +
+         int64_t(block) * config_.planes * config_.kv_heads * config_.block_size * config_.head_dim;
 }
 
 }  // namespace sluice

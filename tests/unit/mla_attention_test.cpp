@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/isa.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/isa.h"
 #include "test_util.h"
 
 namespace sluice::cpu {
@@ -53,7 +53,7 @@ MlaDecodeArgs args_for(const Shape& s, const PagedCache& cache, const std::vecto
 }
 
 const std::vector<Shape> kShapes = {
-    {1, 1, 2, 1, 1},    {3, 7, 2, 5, 4},     {5, 17, 6, 37, 16},  {2, 33, 64, 29, 3},
+    {1, 1, 2, 1, 1},      {3, 7, 2, 5, 4},  {5, 17, 6, 37, 16},  {2, 33, 64, 29, 3},
     {4, 512, 64, 19, 16}, {7, 15, 0, 9, 8}, {16, 24, 8, 67, 32}, {1, 100, 10, 130, 7},
 };
 
@@ -61,9 +61,9 @@ TEST(MlaAttention, EveryLevelMatchesTheScalarLoop) {
   for (IsaLevel level : isa_levels_up_to_current()) {
     ScopedIsaLevel at(level);
     for (const Shape& s : kShapes) {
-      SCOPED_TRACE(::testing::Message() << isa_name(level) << " heads " << s.heads << " rank "
-                                        << s.rank << " rope " << s.rope_dim << " positions "
-                                        << s.positions << " block " << s.block_size);
+      SCOPED_TRACE(::testing::Message()
+                   << isa_name(level) << " heads " << s.heads << " rank " << s.rank << " rope "
+                   << s.rope_dim << " positions " << s.positions << " block " << s.block_size);
       const PagedCache cache(s, 11);
       const auto ql = test::random_floats(size_t(s.heads) * s.rank, 12);
       const auto qr = test::random_floats(size_t(s.heads) * s.rope_dim + 1, 13);
@@ -144,7 +144,8 @@ TEST(MlaAttention, FoldAndUnfoldMatchTheirDefinitions) {
   struct Dims {
     int heads, rank, nope, v;
   };
-  const Dims dims[] = {{1, 1, 1, 1}, {3, 17, 5, 7}, {4, 33, 16, 9}, {2, 512, 24, 40}, {5, 64, 8, 16}};
+  const Dims dims[] = {
+      {1, 1, 1, 1}, {3, 17, 5, 7}, {4, 33, 16, 9}, {2, 512, 24, 40}, {5, 64, 8, 16}};
   for (const Dims& d : dims) {
     const auto kv_b = test::random_bf16(size_t(d.heads) * (d.nope + d.v) * d.rank, 31, 0.3f);
     const MlaKvB w{kv_b.data(), d.heads, d.rank, d.nope, d.v};

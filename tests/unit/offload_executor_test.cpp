@@ -430,10 +430,9 @@ TEST(KvCacheBytes, LatentCacheStoresTheLatentAndTheRopeKeyOnly) {
     const Model m = make_random_model(preset_config(preset), 42);
     const ModelConfig& c = m.config;
     const Policy p = test_policy(Precision::kBf16);
-    const int64_t per_token_layer =
-        c.attention == AttentionKind::kLatent
-            ? int64_t(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 2
-            : int64_t(2) * c.num_kv_heads * c.head_dim * 2;
+    const int64_t per_token_layer = c.attention == AttentionKind::kLatent
+                                        ? int64_t(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 2
+                                        : int64_t(2) * c.num_kv_heads * c.head_dim * 2;
     BatchEngine cpu_engine(m, p);
     const EngineStats cpu = run(cpu_engine, c).stats;
     const EngineStats standin = run_on_standin(m, p, {0, 6, 0}).stats;

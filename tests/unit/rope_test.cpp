@@ -155,8 +155,8 @@ TEST(CpuRope, InterleavedScaledMatchesTheFormulaAtEveryLevel) {
   struct Case {
     int heads, head_dim, rotary_dim, offset;
   };
-  const Case cases[] = {{1, 2, 2, 0}, {3, 24, 8, 16}, {16, 192, 64, 128}, {5, 14, 6, 8},
-                        {2, 7, 2, 5}};
+  const Case cases[] = {
+      {1, 2, 2, 0}, {3, 24, 8, 16}, {16, 192, 64, 128}, {5, 14, 6, 8}, {2, 7, 2, 5}};
   for (IsaLevel level : isa_levels_up_to_current())
     for (const Case& c : cases)
       for (float scale : {1.0f, 1.2079f}) {

@@ -65,8 +65,8 @@ struct Avx512Ops {
       s = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), avx512::load_bf16(row + i), s);
     if (i < n) {
       const __mmask16 m = avx512::tail_mask(n - i);
-      s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), avx512::load_bf16_partial(row + i, n - i),
-                          s);
+      s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i),
+                          avx512::load_bf16_partial(row + i, n - i), s);
     }
     return _mm512_reduce_add_ps(s);
   }
@@ -152,7 +152,8 @@ void fold(const MlaKvB& w, const float* q_nope, int64_t stride, float* q_latent)
   for (int h = 0; h < w.heads; ++h) {
     float* out = q_latent + size_t(h) * w.rank;
     std::fill(out, out + w.rank, 0.f);
-    for (int n = 0; n < w.nope_dim; ++n) Ops::axpy(out, q_nope[h * stride + n], w_uk(w, h, n), w.rank);
+    for (int n = 0; n < w.nope_dim; ++n)
+      Ops::axpy(out, q_nope[h * stride + n], w_uk(w, h, n), w.rank);
   }
 }
 

@@ -220,7 +220,8 @@ void apply_rope_reference(const RopeArgs& args) {
     angles(a, a.positions[r], c.data(), s.data());
     scale_angles(a, c.data(), s.data());
     for (int h = 0; h < a.n_heads; ++h)
-      (a.interleaved ? rotate_interleaved_scalar : rotate_scalar)(a.x + r * a.row_stride + int64_t(h) * a.head_dim, half, c.data(), s.data());
+      (a.interleaved ? rotate_interleaved_scalar : rotate_scalar)(
+          a.x + r * a.row_stride + int64_t(h) * a.head_dim, half, c.data(), s.data());
   }
 }
 

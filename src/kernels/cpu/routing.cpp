@@ -86,8 +86,7 @@ void check(const RoutingArgs& a) {
     fail("routing: field 'top_k': expected 0 < top_k <= n_experts, got top_k={} n_experts={}",
          a.top_k, a.n_experts);
   if (a.groups <= 0 || a.n_experts % a.groups != 0 || a.groups_per_token <= 0 ||
-      a.groups_per_token > a.groups ||
-      a.groups_per_token * (a.n_experts / a.groups) < a.top_k ||
+      a.groups_per_token > a.groups || a.groups_per_token * (a.n_experts / a.groups) < a.top_k ||
       (a.groups > 1 && a.group_rank == GroupRank::kBestTwoSum && a.n_experts / a.groups < 2))
     fail(
         "routing: field 'groups': expected groups dividing the {} experts, 1 <= groups_per_token "
@@ -151,7 +150,8 @@ void finish_weights(const RoutingArgs& a, float* w) {
 // repeated scalar argmax (E <= a few hundred, k <= 8: negligible next to the GEMMs).
 void route_general(const RoutingArgs& a, const RoutingKernels& kernels) {
   const int E = a.n_experts;
-  std::vector<float> score(size_t(E + 7) / 8 * 8), choice(static_cast<size_t>(E)), rank(size_t(a.groups));
+  std::vector<float> score(size_t(E + 7) / 8 * 8), choice(static_cast<size_t>(E)),
+      rank(size_t(a.groups));
   std::vector<char> kept(size_t(a.groups));
   for (int64_t t = 0; t < a.tokens; ++t) {
     const float* logits = a.logits + t * E;

@@ -3,7 +3,6 @@
 #include <cfloat>
 
 #include "core/error.h"
-
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 
@@ -340,8 +339,8 @@ void route_top_k(const cpu::RoutingArgs& a, cudaStream_t stream) {
         "groups or a scale, got {}",
         kMaxRuleExperts, a.n_experts);
   if (a.tokens == 0) return;
-  route_rule_kernel<<<unsigned((a.tokens + 127) / 128), 128, 0, stream>>>(
-      a.logits, a.tokens, a.n_experts, a.top_k, a);
+  route_rule_kernel<<<unsigned((a.tokens + 127) / 128), 128, 0, stream>>>(a.logits, a.tokens,
+                                                                          a.n_experts, a.top_k, a);
   SLUICE_CUDA_CHECK_LAUNCH("route_top_k rule kernel");
 }
 

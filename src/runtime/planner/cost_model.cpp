@@ -186,17 +186,16 @@ void CpuCostModel::add_latent_attention(TaskGraph& g, const std::string& p,
     g.chain(gemm_task(p + "q_proj", proj, n, heads * c_.head_dim, H));
   }
   g.chain(gemm_task(p + "kv_a_proj", proj, n, R + P, H));
-  g.chain(elementwise_task(p + "kv_norm_rope_write", "norms, RoPE, routing",
-                           n * double(R) * 8 + n * double(heads * P + P) * 8 +
-                               n * double(R + P) * (8 + 4)));
+  g.chain(elementwise_task(
+      p + "kv_norm_rope_write", "norms, RoPE, routing",
+      n * double(R) * 8 + n * double(heads * P + P) * 8 + n * double(R + P) * (8 + 4)));
   g.chain(gemm_task(p + "q_absorb", proj, n, heads * R, a.qk_nope_head_dim));
   g.chain(attention_task(p + "attention", mb));
   g.chain(gemm_task(p + "v_unabsorb", proj, n, heads * a.v_head_dim, R));
   g.chain(gemm_task(p + "o_proj", proj, n, H, heads * a.v_head_dim));
 }
 
-void CpuCostModel::add_ffn_routing(TaskGraph& g, int layer, const std::string& p,
-                                   double n) const {
+void CpuCostModel::add_ffn_routing(TaskGraph& g, int layer, const std::string& p, double n) const {
   const int64_t H = c_.hidden_size, E = c_.num_experts;
   g.chain(elementwise_task(p + "ffn_norm", "norms, RoPE, routing", n * double(H) * 8));
   const bool moe = c_.is_moe_layer(layer);

@@ -53,7 +53,8 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t qkv_row = latent ? qd + size_t(c.kv_cache_values_per_token()) : qd + 2 * kvd;
   GpuMemoryUse m;
   m.attention_weights =
-      latent ? L * (size_t(c.attention_weight_elements()) -
+      latent ? L *
+                   (size_t(c.attention_weight_elements()) -
                     size_t(c.num_heads) * size_t(c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
                         size_t(c.mla.kv_lora_rank)) *
                    2
@@ -93,11 +94,10 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
   // The experts' and the dense MLPs' GEMMs share the intermediate rows; a dense MLP's gate adds
   // one scale per token.
-  const size_t per_token = H * 4 * 2 + (f32 ? 0 : std::max({H, qd, ad, qa}) * 2) +
-                           qkv_row * 4 + qa * 4 + ad * 4 + E * 4 + k * 8 * 2 + 4 +
-                           (cpu_experts ? H * 4 * 2 + 8 : 0) +
-                           (gpu_attention ? qkv_row * 4 + qd * 4 + ad * 4 + 6 * 4 : 0) +
-                           (widest_mlp > 0 ? 4 : 0);
+  const size_t per_token =
+      H * 4 * 2 + (f32 ? 0 : std::max({H, qd, ad, qa}) * 2) + qkv_row * 4 + qa * 4 + ad * 4 +
+      E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
+      (gpu_attention ? qkv_row * 4 + qd * 4 + ad * 4 + 6 * 4 : 0) + (widest_mlp > 0 ? 4 : 0);
   const size_t wide = std::max(I, widest_mlp);
   const size_t per_expert_row = H * (f32 ? 4 : 2) + wide * 4 * 2 + (f32 ? 0 : wide * 2) + H * 4;
   // The executor aligns each tensor and buffer to 256 bytes: 7 per layer (9 with q/k norms, and
@@ -323,8 +323,8 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     const char* proj = "GPU attention projections";
     if (a.q_lora_rank > 0) {
       t.in.push_back({"q_a_proj", gpu_gemm(proj, n, a.q_lora_rank, H)});
-      t.in.push_back({"q_a_norm", gpu_elementwise("GPU norms, RoPE, routing",
-                                                  n * double(a.q_lora_rank) * 8)});
+      t.in.push_back(
+          {"q_a_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(a.q_lora_rank) * 8)});
       t.in.push_back({"q_b_proj", gpu_gemm(proj, n, qd, a.q_lora_rank)});
     } else {
       t.in.push_back({"q_proj", gpu_gemm(proj, n, qd, H)});
@@ -334,8 +334,9 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     t.qkv_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(qd + ckv) * 2);
     t.cpu_attention = cpu_.attention_task("", mb);
     t.cpu_attention.group = "CPU attention (KV reads)";
-    for (const Task& f : {cpu_.gemm_task("", "", n, c.num_heads * a.kv_lora_rank, a.qk_nope_head_dim),
-                          cpu_.gemm_task("", "", n, c.num_heads * a.v_head_dim, a.kv_lora_rank)}) {
+    for (const Task& f :
+         {cpu_.gemm_task("", "", n, c.num_heads * a.kv_lora_rank, a.qk_nope_head_dim),
+          cpu_.gemm_task("", "", n, c.num_heads * a.v_head_dim, a.kv_lora_rank)}) {
       t.cpu_attention.seconds += f.seconds;
       t.cpu_attention.flops += f.flops;
       t.cpu_attention.bytes += f.bytes;

@@ -48,9 +48,8 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
       size_t(c.q_dim()) * 4 + size_t(c.attn_out_dim()) * 4 +
       (latent ? size_t(c.kv_cache_values_per_token() + c.mla.q_lora_rank) * 4
               : size_t(c.kv_dim()) * 4 * 2);
-  const size_t per_token = H * 4 * 2 + attention_rows +
-                           size_t(c.num_experts) * 4 + H * 2 + size_t(c.experts_per_token) * 8 +
-                           H * 2 /* bf16 GEMM input scratch */;
+  const size_t per_token = H * 4 * 2 + attention_rows + size_t(c.num_experts) * 4 + H * 2 +
+                           size_t(c.experts_per_token) * 8 + H * 2 /* bf16 GEMM input scratch */;
   size_t mlp = I;  // the expert phase's and the dense MLP's scratch are shared
   for (int l = 0; l < c.num_layers; ++l) mlp = std::max(mlp, size_t(c.dense_mlp_size(l)));
   m.activations = T * (per_token + 4 /* dense MLP scale */) + be * (H * 4 + mlp * 4 * 3 + H * 4) +
@@ -303,9 +302,9 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
           "only (the offload executor has no GPU share of it); expected 1, got {}",
           *fixed.cpu_attention_share);
     // Multi-head latent attention: the CPU's share is all of it.
-    dims[kOmegaQuarters] = fixed_or_values(
-        quarters, c.attention == AttentionKind::kLatent ? std::vector<int>{4}
-                                                        : std::vector<int>{4, 3, 2, 1, 0});
+    dims[kOmegaQuarters] = fixed_or_values(quarters, c.attention == AttentionKind::kLatent
+                                                         ? std::vector<int>{4}
+                                                         : std::vector<int>{4, 3, 2, 1, 0});
     std::vector<int> resident = {0};
     for (int r = 1; r < c.num_layers; r *= 2) resident.push_back(r);
     resident.push_back(c.num_layers);

@@ -30,8 +30,16 @@ int run(const std::string& dir) {
         "{}, latent {}, q {}\n",
         c.num_heads, c.head_dim, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim,
         a.kv_lora_rank, a.q_lora_rank > 0 ? fmt::format("LoRA rank {}", a.q_lora_rank) : "full");
-    fmt::print("KV cache     {} values per token and layer (latent + RoPE key), {} bytes in bf16\n",
-               c.kv_cache_values_per_token(), c.kv_cache_values_per_token() * 2);
+    fmt::print(
+        "KV cache     {} values per token and layer (latent + RoPE key), {} bytes in bf16 "
+        "(decompressed K and V: {} bytes)\n",
+        c.kv_cache_values_per_token(), c.kv_cache_values_per_token() * 2,
+        2 * c.num_heads * (c.head_dim + a.v_head_dim));
+    fmt::print(
+        "attention    absorbed form: {} FLOPs per query and cached token, {} per query for the "
+        "W_UK fold and W_UV unfold\n",
+        c.attention_flops_per_pair(),
+        2.0 * c.num_heads * (a.qk_nope_head_dim + a.v_head_dim) * a.kv_lora_rank);
   } else {
     fmt::print(
         "attention    {} heads, {} KV heads, head dim {}, rope theta {}, sliding window {}\n",

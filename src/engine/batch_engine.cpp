@@ -10,6 +10,7 @@
 #include "engine/host_attention.h"
 #include "engine/offload_executor.h"
 #include "engine/offload_layout.h"
+#include "engine/routing_rule.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
@@ -67,14 +68,15 @@ const ModelConfig& check_engine_supports(const ModelConfig& c) {
         "`sluice logits` computes it on the reference path",
         c.architecture, feature, field);
   };
-  if (c.attention == AttentionKind::kLatent)
-    refuse("multi-head latent attention (MLA)", "kv_lora_rank");
-  if (c.rope_scaling.kind != RopeScalingKind::kNone) refuse("YaRN RoPE scaling", "rope_scaling");
-  if (c.rope_interleaved) refuse("RoPE on adjacent pairs", "rope_interleave");
-  if (c.router_score != RouterScore::kSoftmax) refuse("sigmoid router scores", "scoring_func");
-  if (c.expert_groups > 1) refuse("group-limited expert selection", "n_group");
-  if (c.router_selection_bias) refuse("a router selection bias", "e_score_correction_bias");
-  if (c.routed_scaling_factor != 1.f) refuse("scaled routed weights", "routed_scaling_factor");
+  // RoPE runs in the engines' own kernels for multi-head latent attention (on the host, beside
+  // its attention); multi-head attention rotates on the device too, whose rope is plain.
+  const bool latent = c.attention == AttentionKind::kLatent;
+  if (!latent && c.rope_scaling.kind != RopeScalingKind::kNone)
+    refuse("YaRN RoPE scaling with multi-head attention", "rope_scaling");
+  if (!latent && c.rope_interleaved)
+    refuse("RoPE on adjacent pairs with multi-head attention", "rope_interleave");
+  if (latent && c.sliding_window > 0)
+    refuse("a sliding window with multi-head latent attention", "sliding_window");
   return c;
 }
 
@@ -92,9 +94,11 @@ struct BatchEngine::Impl {
 
   // Step buffers, grown to the largest step seen.
   std::vector<float> x, h, q, k, v, attn, router_logits, final_rows, logits;
+  std::vector<float> q_a;        // MLA's q-LoRA rows [T, q_lora_rank]
   std::vector<float> mlp_scale;  // per row: the dense MLP's output scale (1 without mlp_scale)
   std::vector<uint16_t> moe_in;  // ffn-normed rows, bf16, the input of every expert GEMM
-  std::vector<float> inv_freq;
+  std::vector<float> inv_freq;   // the device rope's table (whole heads, no scaling)
+  std::vector<float> latent_inv_freq;  // rope_inv_freq(c): MLA's rope part, YaRN included
   std::vector<int> positions, tokens, top_ids;
   std::vector<float> top_weights;
   std::vector<std::vector<Routed>> routed;  // per expert
@@ -117,16 +121,18 @@ struct BatchEngine::Impl {
     w.lm_head = as_bf16(model.weights.lm_head);
     for (const LayerWeights& L : model.weights.layers) {
       LayerWeights b = L;
-      for (Tensor* t :
-           {&b.attn_norm, &b.ffn_norm, &b.q_norm, &b.k_norm, &b.bq, &b.bk, &b.bv, &b.bo})
+      for (Tensor* t : {&b.attn_norm, &b.ffn_norm, &b.q_norm, &b.k_norm, &b.bq, &b.bk, &b.bv, &b.bo,
+                        &b.q_a_norm, &b.kv_a_norm, &b.router_bias})
         *t = as_f32(*t);
-      for (Tensor* t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up,
-                        &b.expert_down, &b.mlp_gate, &b.mlp_up, &b.mlp_down, &b.mlp_scale})
+      for (Tensor* t :
+           {&b.wq, &b.wk, &b.wv, &b.wo, &b.router, &b.expert_gate, &b.expert_up, &b.expert_down,
+            &b.mlp_gate, &b.mlp_up, &b.mlp_down, &b.mlp_scale, &b.q_a, &b.q_b, &b.kv_a, &b.kv_b})
         if (!(c.expert_quant.quantized() && is_expert_slot(b, t))) *t = as_bf16(*t);
       w.layers.push_back(std::move(b));
     }
     routed.resize(c.num_experts);
     inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
+    latent_inv_freq = rope_inv_freq(c);
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
     if (device.device) {
       if (!device.math) fail("engine: field 'math': a device needs its DeviceMath");
@@ -226,10 +232,14 @@ struct BatchEngine::Impl {
     const int H = c.hidden_size;
     x.resize(size_t(T) * H);
     h.resize(size_t(T) * H);
+    // With MLA, k holds kv_a_proj_with_mqa's output (the latent and the RoPE key) and v is
+    // unused.
+    const bool latent = c.attention == AttentionKind::kLatent;
     q.resize(size_t(T) * c.q_dim());
-    k.resize(size_t(T) * c.kv_dim());
-    v.resize(size_t(T) * c.kv_dim());
-    attn.resize(size_t(T) * c.q_dim());
+    k.resize(size_t(T) * (latent ? c.kv_cache_values_per_token() : c.kv_dim()));
+    v.resize(size_t(T) * (latent ? 0 : c.kv_dim()));
+    attn.resize(size_t(T) * c.attn_out_dim());
+    q_a.resize(size_t(T) * (latent ? c.mla.q_lora_rank : 0));
     router_logits.resize(size_t(T) * c.num_experts);
     mlp_scale.resize(size_t(T));
     moe_in.resize(size_t(T) * H);
@@ -241,6 +251,9 @@ struct BatchEngine::Impl {
 
   void attention_phase(int l, const StepPlan& plan, const std::vector<int>& item_row,
                        int item_begin, int item_end);
+  void latent_attention(int l, const StepPlan& plan, const std::vector<int>& item_row,
+                        int item_begin, int item_end);
+  void attention_output(int l, int r0, int n);
   void route(int l, int r0, int n);
   void expert_phase(int l);
   void dense_mlp_phase(int l, int T);
@@ -259,6 +272,7 @@ struct BatchEngine::Impl {
 
 void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
                                         const std::vector<int>& item_row, int ib, int ie) {
+  if (c.attention == AttentionKind::kLatent) return latent_attention(l, plan, item_row, ib, ie);
   const LayerWeights& L = w.layers[l];
   const int H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
   const int r0 = item_row[ib], n = item_row[ie] - r0;
@@ -288,10 +302,50 @@ void BatchEngine::Impl::attention_phase(int l, const StepPlan& plan,
   }
   host_attention(c, kv, l, items, stats);
   stats.attention_seconds += seconds_since(t0);
+  attention_output(l, r0, n);
+}
+
+// DeepseekV2Attention: q = q_proj(h), or q_b_proj(q_a_layernorm(q_a_proj(h))); compressed_kv =
+// kv_a_proj_with_mqa(h); then the absorbed-form attention over the latent cache
+// (host_latent_attention), and o_proj.
+void BatchEngine::Impl::latent_attention(int l, const StepPlan& plan,
+                                         const std::vector<int>& item_row, int ib, int ie) {
+  const LayerWeights& L = w.layers[l];
+  const int H = c.hidden_size, qd = c.q_dim(), ckv = c.kv_cache_values_per_token();
+  const int ad = c.attn_out_dim(), qr = c.mla.q_lora_rank;
+  const int r0 = item_row[ib], n = item_row[ie] - r0;
+  auto t0 = Clock::now();
+  norm(&x[size_t(r0) * H], n, L.attn_norm, &h[size_t(r0) * H]);
+  if (qr > 0) {
+    gemm(&h[size_t(r0) * H], DType::F32, n, L.q_a, &q_a[size_t(r0) * qr]);
+    math.rms_norm(nullptr, &q_a[size_t(r0) * qr], &q_a[size_t(r0) * qr], n, qr,
+                  L.q_a_norm.as<const float>(), c.rms_norm_eps);
+    gemm(&q_a[size_t(r0) * qr], DType::F32, n, L.q_b, &q[size_t(r0) * qd]);
+  } else {
+    gemm(&h[size_t(r0) * H], DType::F32, n, L.wq, &q[size_t(r0) * qd]);
+  }
+  gemm(&h[size_t(r0) * H], DType::F32, n, L.kv_a, &k[size_t(r0) * ckv]);
+  stats.dense_seconds += seconds_since(t0);
 
   t0 = Clock::now();
-  // x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x)
-  gemm(&attn[size_t(r0) * qd], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
+  std::vector<HostAttentionItem> items;
+  for (int i = ib; i < ie; ++i) {
+    const StepItem& it = plan.items[i];
+    const size_t row = size_t(item_row[i]);
+    items.push_back(
+        {it.slot, it.first_pos, it.count, &q[row * qd], &k[row * ckv], nullptr, &attn[row * ad]});
+  }
+  host_latent_attention(c, L, latent_inv_freq, kv, l, items, stats);
+  stats.attention_seconds += seconds_since(t0);
+  attention_output(l, r0, n);
+}
+
+// x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x); the routing of the rows.
+void BatchEngine::Impl::attention_output(int l, int r0, int n) {
+  const LayerWeights& L = w.layers[l];
+  const int H = c.hidden_size, ad = c.attn_out_dim();
+  auto t0 = Clock::now();
+  gemm(&attn[size_t(r0) * ad], DType::F32, n, L.wo, &x[size_t(r0) * H], 1.0f);
   if (!L.bo.empty()) math.add_bias(nullptr, &x[size_t(r0) * H], L.bo.as<const float>(), n, H);
   norm(&x[size_t(r0) * H], n, L.ffn_norm, &h[size_t(r0) * H]);
   route(l, r0, n);
@@ -311,8 +365,13 @@ void BatchEngine::Impl::route(int l, int r0, int n) {
   if (!L.router.empty()) {
     gemm(&h[size_t(r0) * H], DType::F32, n, L.router, &router_logits[size_t(r0) * E], 0,
          /*exact=*/true);
-    math.route_top_k(nullptr, &router_logits[size_t(r0) * E], n, E, K, c.normalize_topk,
-                     &top_ids[size_t(r0) * K], &top_weights[size_t(r0) * K]);
+    cpu::RoutingArgs a = routing_rule(c);
+    a.logits = &router_logits[size_t(r0) * E];
+    a.tokens = n;
+    a.selection_bias = L.router_bias.empty() ? nullptr : L.router_bias.as<const float>();
+    a.expert_ids = &top_ids[size_t(r0) * K];
+    a.weights = &top_weights[size_t(r0) * K];
+    math.route_top_k(nullptr, a);
     for (int r = r0; r < r0 + n; ++r)
       for (int j = 0; j < K; ++j)
         routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});
@@ -570,6 +629,8 @@ void BatchEngine::run(std::vector<Request> requests,
     std::vector<Completion> done = sched.complete_step(plan, sampled);
     m.stats.scheduling_seconds += seconds_since(t0);
     m.stats.device_gpu_share_full = share_full_before + sched.device_turns_to_host();
+    m.stats.kv_stored_bytes = m.kv.stored_bytes();
+    m.stats.kv_stored_token_layers = m.kv.stored_token_layers();
     finished += int64_t(done.size());
     for (Completion& c : done) on_finished(std::move(c));
     if (m.observe_step)

@@ -37,6 +37,9 @@ struct EngineStats {
   double expert_flops = 0;
   int64_t expert_gemm_calls = 0, expert_tokens = 0;
   size_t kv_cache_bytes = 0;  // the host KV cache (the device KV pool is in device memory)
+  // What the host KV cache's writes stored: bf16 bytes, over (token, layer) pairs. Their ratio
+  // is the cache's bytes per token and layer (MLA: the latent and the RoPE key).
+  int64_t kv_stored_bytes = 0, kv_stored_token_layers = 0;
   // Fraction of KV blocks in use at most, over the host cache and the device KV pool together.
   double peak_kv_usage = 0;
   // The offload executor only (zero on the CPU engine).

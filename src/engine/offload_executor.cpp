@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "engine/host_attention.h"
 #include "engine/offload_layout.h"
+#include "engine/routing_rule.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
@@ -69,6 +70,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   StepShape sh;
   BufferLayout buf;
   std::vector<LayerResident> res;
+  std::vector<float> latent_inv_freq;  // MLA's RoPE table (rope_inv_freq), used on the host
   size_t inv_freq_at = 0, resident_bytes = 0;
   char* resident = nullptr;  // device
   char* buffers = nullptr;   // device
@@ -150,6 +152,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
           "(--expert-dtype {}); run them with --device cpu or --device standin, or use "
           "--expert-dtype bf16",
           math.name(), expert_dtype_name(c.expert_quant.dtype));
+    if (c.attention == AttentionKind::kLatent && sh.gpu_attention())
+      fail(
+          "offload executor: field 'cpu_attention_share': multi-head latent attention runs on the "
+          "host only (its latent cache and absorbed-form kernel are the CPU's); expected 1 or not "
+          "set, got {}",
+          d.settings.cpu_attention_share);
+    if (c.attention == AttentionKind::kLatent) latent_inv_freq = rope_inv_freq(c);
     const int64_t books = device_kv ? device_kv->total_blocks() : 0;
     if (books != sh.gpu_kv_blocks ||
         (device_kv && device_kv->config().block_size != kv.config().block_size))
@@ -222,7 +231,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     h_x = {D, T * H, "staged embeddings"};
     h_final = {D, size_t(sh.S) * H, "staged final rows"};
     h_qkv = {D, T * size_t(sh.qkv_row()), "q/k/v to the host"};
-    h_attn = {D, T * size_t(sh.qd), "attention output to the device"};
+    h_attn = {D, T * size_t(sh.ad), "attention output to the device"};
     h_routing = {D, T * sh.routing_row(), "routing to the host"};
     h_lists = {D, T * size_t(sh.K) * 8, "expert lists to the device"};
     h_positions = {D, T, "positions to the device"};
@@ -305,11 +314,17 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       const LayerResident& r = res[size_t(l)];
       up(r.attn_norm, L.attn_norm, H * 4, "attn_norm");
       up(r.ffn_norm, L.ffn_norm, H * 4, "ffn_norm");
-      up(r.wq, L.wq, size_t(sh.qd) * H * 2, "wq");
-      up(r.wk, L.wk, size_t(sh.kvd) * H * 2, "wk");
-      up(r.wv, L.wv, size_t(sh.kvd) * H * 2, "wv");
-      up(r.wo, L.wo, H * size_t(sh.qd) * 2, "wo");
+      if (c.attention == AttentionKind::kLatent) {
+        upload_latent_projections(L, r);
+      } else {
+        up(r.wq, L.wq, size_t(sh.qd) * H * 2, "wq");
+        up(r.wk, L.wk, size_t(sh.kvd) * H * 2, "wk");
+        up(r.wv, L.wv, size_t(sh.kvd) * H * 2, "wv");
+      }
+      up(r.wo, L.wo, H * size_t(sh.ad) * 2, "wo");
       if (r.moe) up(r.router, L.router, size_t(sh.E) * H * 2, "router");
+      if (r.moe && c.router_selection_bias)
+        up(r.router_bias, L.router_bias, size_t(sh.E) * 4, "e_score_correction_bias");
       if (!L.q_norm.empty()) up(r.q_norm, L.q_norm, size_t(c.q_norm_size()) * 4, "q_norm");
       if (!L.k_norm.empty()) up(r.k_norm, L.k_norm, size_t(c.k_norm_size()) * 4, "k_norm");
       if (r.qkv_bias) {
@@ -330,6 +345,24 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     dev.copy_to_device(offload::Queue::kWeights, resident + inv_freq_at, inv_freq.data(),
                        inv_freq.size() * 4, "rope inv_freq");
     dev.synchronize(dev.record(offload::Queue::kWeights));
+  }
+
+  // MLA's projections: q_proj, or q_a_proj, q_a_layernorm and q_b_proj; kv_a_proj_with_mqa.
+  void upload_latent_projections(const LayerWeights& L, const LayerResident& r) {
+    const size_t H = size_t(c.hidden_size), qa = size_t(sh.qa);
+    auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
+      if (t.nbytes() != bytes)
+        fail("offload executor: tensor '{}': expected {} bytes, got {}", what, bytes, t.nbytes());
+      dev.copy_to_device(offload::Queue::kWeights, resident + offset, t.data, bytes, what);
+    };
+    if (qa > 0) {
+      up(r.q_a, L.q_a, qa * H * 2, "q_a_proj");
+      up(r.q_a_norm, L.q_a_norm, qa * 4, "q_a_layernorm");
+      up(r.q_b, L.q_b, size_t(sh.qd) * qa * 2, "q_b_proj");
+    } else {
+      up(r.wq, L.wq, size_t(sh.qd) * H * 2, "q_proj");
+    }
+    up(r.kv_a, L.kv_a, size_t(sh.kvd) * H * 2, "kv_a_proj_with_mqa");
   }
 
   // Page-locks the host memory of every streamed expert matrix, so each page's copy is a direct
@@ -479,7 +512,14 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // The resident GEMMs of a step of T rows in M micro-batches, as the CPU engine's gemm()
   // counts them (per call: the weight's bytes and 2·m·n·k FLOPs; experts: account_expert).
   void account_resident_gemms(int T, int M) const {
-    const double H = sh.H, attention = double(sh.qd) * 2 + double(sh.kvd) * 2;
+    // The attention projections on the device (MLA's kv_b_proj runs with its attention, on the
+    // host, counted there).
+    const double H = sh.H, attention = c.attention == AttentionKind::kLatent
+                                           ? double(c.attention_weight_elements()) / H -
+                                                 double(c.num_heads) *
+                                                     (c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
+                                                     c.mla.kv_lora_rank / H
+                                           : double(sh.qd) * 2 + double(sh.kvd) * 2;
     for (const LayerResident& r : res) {
       const double columns = attention + (r.moe ? sh.E : 0) + (r.mlp_scaled ? 1 : 0);
       stats->flops += 2.0 * T * H * columns;
@@ -509,7 +549,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     int32_t* ix = h_index.data();
     int32_t* tables = ix ? ix + kAttentionIndexArrays * T : nullptr;
     int table_end = 0;
-    const int bs = kv.config().block_size, qd = sh.qd, kvd = sh.kvd;
+    const int bs = kv.config().block_size, qd = sh.qd, kvd = sh.kvd, vd = sh.vd, ad = sh.ad;
     size_t i = 0;
     for (int mb = 0; mb < M; ++mb) {
       const size_t end = size_t(plan->micro_batch_end[size_t(mb)]);
@@ -525,8 +565,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         if (!on_gpu(i)) {
           cpu_items[size_t(mb)].push_back({it.slot, it.first_pos, it.count, qkv + size_t(cc) * qd,
                                            qkv + size_t(nc) * qd + size_t(cc) * kvd,
-                                           qkv + size_t(nc) * (qd + kvd) + size_t(cc) * kvd,
-                                           h_attn.data() + size_t(r0 + cc) * qd});
+                                           qkv + size_t(nc) * (qd + kvd) + size_t(cc) * vd,
+                                           h_attn.data() + size_t(r0 + cc) * ad});
           for (int t = 0; t < it.count; ++t, ++cc) {
             if (!ix) continue;  // no GPU share: nothing is gathered
             ix[kCpuRows * T + size_t(r0 + cc)] = row0 + t;
@@ -555,12 +595,35 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     return table_end;
   }
 
+  // MLA's projections on the device: hidden_states = input_layernorm(x); q = q_proj(h) or
+  // q_b_proj(q_a_layernorm(q_a_proj(h))); compressed_kv = kv_a_proj_with_mqa(h). Their block
+  // goes to the host as it is, where the rest of the attention runs (host_latent_attention).
+  void latent_attention_in(void* s, int l, int mb) {
+    const LayerResident& r = res[size_t(l)];
+    const int H = sh.H, r0 = mb_row[size_t(mb)], n = rows_of(mb);
+    float* h = at<float>(buf.h) + size_t(r0) * H;
+    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * sh.xb_row();
+    float* q = at<float>(buf.qkv) + qkv_offset(mb);
+    float* ckv = q + size_t(n) * sh.qd;
+    norm(s, at<float>(buf.x) + size_t(r0) * H, h, n, r.attn_norm);
+    if (sh.qa > 0) {
+      float* qa = at<float>(buf.q_a) + size_t(r0) * sh.qa;
+      gemm(s, n, sh.qa, H, h, weight<uint16_t>(r.q_a), qa, 0, xb);
+      math.rms_norm(s, qa, qa, n, sh.qa, weight<float>(r.q_a_norm), c.rms_norm_eps);
+      gemm(s, n, sh.qd, sh.qa, qa, weight<uint16_t>(r.q_b), q, 0, xb);
+    } else {
+      gemm(s, n, sh.qd, H, h, weight<uint16_t>(r.wq), q, 0, xb);
+    }
+    gemm(s, n, sh.kvd, H, h, weight<uint16_t>(r.kv_a), ckv, 0, xb);
+  }
+
   void attention_in(void* s, int l, int mb, std::span<void* const>) override {
+    if (c.attention == AttentionKind::kLatent) return latent_attention_in(s, l, mb);
     const LayerResident& r = res[size_t(l)];
     const int H = sh.H, r0 = mb_row[size_t(mb)], n = rows_of(mb);
     float* x = at<float>(buf.x) + size_t(r0) * H;
     float* h = at<float>(buf.h) + size_t(r0) * H;
-    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * std::max(H, sh.qd);
+    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * sh.xb_row();
     float* q = at<float>(buf.qkv) + qkv_offset(mb);
     float* k = q + size_t(n) * sh.qd;
     float* v = k + size_t(n) * sh.kvd;
@@ -640,7 +703,11 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // Writes the CPU share's K/V into the host cache and attends over it (the CPU engine's code).
   void cpu_attention(int l, int mb) override {
     const auto t0 = Clock::now();
-    host_attention(c, kv, l, cpu_items[size_t(mb)], *stats);
+    if (c.attention == AttentionKind::kLatent)
+      host_latent_attention(c, w.layers[size_t(l)], latent_inv_freq, kv, l, cpu_items[size_t(mb)],
+                            *stats);
+    else
+      host_attention(c, kv, l, cpu_items[size_t(mb)], *stats);
     stats->attention_seconds += seconds_since(t0);
   }
 
@@ -648,11 +715,11 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // after the GPU share's outputs, merged in attention_out.
   offload::Transfer attention_to_device(int, int mb) override {
     const int ng = mb_gpu[size_t(mb)];
-    const size_t r0 = size_t(mb_row[size_t(mb)]), bytes = size_t(mb_cpu[size_t(mb)]) * sh.qd * 4;
+    const size_t r0 = size_t(mb_row[size_t(mb)]), bytes = size_t(mb_cpu[size_t(mb)]) * sh.ad * 4;
     to_device_bytes += double(bytes);
-    float* dst = ng > 0 ? at<float>(buf.attn_parts) + (r0 + size_t(ng)) * sh.qd
-                        : at<float>(buf.attn) + r0 * sh.qd;
-    return {dst, h_attn.data() + r0 * sh.qd, bytes};
+    float* dst = ng > 0 ? at<float>(buf.attn_parts) + (r0 + size_t(ng)) * sh.ad
+                        : at<float>(buf.attn) + r0 * sh.ad;
+    return {dst, h_attn.data() + r0 * sh.ad, bytes};
   }
 
   size_t routing_offset(int mb) const { return size_t(mb_row[size_t(mb)]) * sh.routing_row(); }
@@ -662,12 +729,12 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const int H = sh.H, r0 = mb_row[size_t(mb)], n = rows_of(mb);
     float* x = at<float>(buf.x) + size_t(r0) * H;
     float* h = at<float>(buf.h) + size_t(r0) * H;
-    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * std::max(H, sh.qd);
+    uint16_t* xb = at<uint16_t>(buf.xb) + size_t(r0) * sh.xb_row();
     if (mb_gpu[size_t(mb)] > 0)  // both shares' outputs into the rows' order
-      math.gather_rows_f32(s, at<float>(buf.attn_parts) + size_t(r0) * sh.qd, sh.qd,
-                           index(kMerge, r0), n, at<float>(buf.attn) + size_t(r0) * sh.qd);
+      math.gather_rows_f32(s, at<float>(buf.attn_parts) + size_t(r0) * sh.ad, sh.ad,
+                           index(kMerge, r0), n, at<float>(buf.attn) + size_t(r0) * sh.ad);
     // x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x); router_logits = gate(h)
-    gemm(s, n, H, sh.qd, at<float>(buf.attn) + size_t(r0) * sh.qd, weight<uint16_t>(r.wo), x, 1.0f,
+    gemm(s, n, H, sh.ad, at<float>(buf.attn) + size_t(r0) * sh.ad, weight<uint16_t>(r.wo), x, 1.0f,
          xb);
     if (r.o_bias) math.add_bias(s, x, weight<float>(r.bo), n, H);
     norm(s, x, h, n, r.ffn_norm);
@@ -683,7 +750,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     char* block = at<char>(buf.routing) + routing_offset(mb);
     auto* ids = reinterpret_cast<int32_t*>(block);
     auto* wts = reinterpret_cast<float*>(block + size_t(n) * sh.K * 4);
-    math.route_top_k(s, logits, n, sh.E, sh.K, c.normalize_topk, ids, wts);
+    cpu::RoutingArgs route = routing_rule(c);
+    route.logits = logits;
+    route.tokens = n;
+    route.selection_bias = c.router_selection_bias ? weight<float>(r.router_bias) : nullptr;
+    route.expert_ids = ids;
+    route.weights = wts;
+    math.route_top_k(s, route);
     if (hidden_to_host(l)) math.copy(s, block + size_t(n) * sh.K * 8, h, size_t(n) * H * 4);
   }
 
@@ -933,6 +1006,11 @@ KvCacheConfig kv_pool_config(const ModelConfig& c, const Policy& p, int64_t bloc
   k.n_layers = c.num_layers;
   k.kv_heads = c.num_kv_heads;
   k.head_dim = c.head_dim;
+  if (c.attention == AttentionKind::kLatent) {  // one row per token: the latent, the RoPE key
+    k.planes = 1;
+    k.kv_heads = 1;
+    k.head_dim = c.kv_cache_values_per_token();
+  }
   k.block_size = p.kv_block_size;
   k.total_blocks = blocks;
   k.with_storage = with_storage;

@@ -16,7 +16,11 @@ int widest_dense_mlp(const ModelConfig& c) {
 
 size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq) {
   ArenaLayout L;
-  const size_t H = size_t(c.hidden_size), qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
+  const bool latent = c.attention == AttentionKind::kLatent;
+  const size_t H = size_t(c.hidden_size), qd = size_t(c.q_dim());
+  const size_t kvd = latent ? 0 : size_t(c.kv_dim()), ad = size_t(c.attn_out_dim());
+  const size_t qa = latent ? size_t(c.mla.q_lora_rank) : 0;
+  const size_t ckv = latent ? size_t(c.kv_cache_values_per_token()) : 0;
   for (int l = 0; l < c.num_layers; ++l) {
     LayerResident r;
     r.moe = c.is_moe_layer(l);
@@ -27,10 +31,15 @@ size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers,
     const size_t I = size_t(r.mlp_I);
     r.attn_norm = L.add(H * 4);
     r.ffn_norm = L.add(H * 4);
-    r.wq = L.add(qd * H * 2);
+    r.wq = L.add(qa > 0 ? 0 : qd * H * 2);
     r.wk = L.add(kvd * H * 2);
     r.wv = L.add(kvd * H * 2);
-    r.wo = L.add(H * qd * 2);
+    r.wo = L.add(H * ad * 2);
+    r.q_a = L.add(qa * H * 2);
+    r.q_a_norm = L.add(qa * 4);
+    r.q_b = L.add(qd * qa * 2);
+    r.kv_a = L.add(ckv * H * 2);
+    r.router_bias = L.add(r.moe && c.router_selection_bias ? size_t(c.num_experts) * 4 : 0);
     r.router = L.add(r.moe ? size_t(c.num_experts) * H * 2 : 0);
     r.q_norm = L.add(size_t(c.q_norm_size()) * 4);
     r.k_norm = L.add(size_t(c.k_norm_size()) * 4);

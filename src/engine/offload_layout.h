@@ -34,8 +34,11 @@ double cpu_attention_share(const OffloadSettings& s);
 int widest_dense_mlp(const ModelConfig& c);
 
 // The shapes every size below is derived from.
+// With multi-head latent attention the q|k|v block holds q and kv_a_proj_with_mqa's output (kvd
+// = kv_lora_rank + qk_rope_head_dim, no v: vd = 0), attention outputs are ad = heads·v_head_dim
+// wide, and q may pass through a q_lora_rank bottleneck (qa).
 struct StepShape {
-  int H, I, E, K, qd, kvd, V, T, S, be;
+  int H, I, E, K, qd, kvd, vd, ad, qa, V, T, S, be;
   int mlp_I;  // the widest dense MLP (shared expert or dense layer); 0: none
   bool f32, cpu_experts, lm_head;
   int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none
@@ -45,7 +48,10 @@ struct StepShape {
         E(c.num_experts),
         K(c.experts_per_token),
         qd(c.q_dim()),
-        kvd(c.kv_dim()),
+        kvd(c.attention == AttentionKind::kLatent ? c.kv_cache_values_per_token() : c.kv_dim()),
+        vd(c.attention == AttentionKind::kLatent ? 0 : c.kv_dim()),
+        ad(c.attn_out_dim()),
+        qa(c.attention == AttentionKind::kLatent ? c.mla.q_lora_rank : 0),
         V(c.vocab_size),
         // A step decodes at most B sequences and prefills at most one chunk.
         T(p.batch + p.prefill_chunk),
@@ -57,7 +63,9 @@ struct StepShape {
         lm_head(s.lm_head != LmHeadPlace::kHost),
         gpu_kv_blocks(sluice::gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s))) {}
   bool gpu_attention() const { return gpu_kv_blocks > 0; }
-  int qkv_row() const { return qd + 2 * kvd; }  // floats per row of a micro-batch's q|k|v block
+  int qkv_row() const { return qd + kvd + vd; }  // floats per row of a micro-batch's q|k|v block
+  // The widest bf16 GEMM input of the attention block (h, the q-LoRA rows, the output).
+  int xb_row() const { return std::max({H, qd, ad, qa}); }
   // Bytes per row of a micro-batch's routing block: expert ids, weights and, when experts may
   // run on the host, the row's FFN-normed hidden state (their input).
   size_t routing_row() const { return size_t(K) * 8 + (cpu_experts ? size_t(H) * 4 : 0); }
@@ -75,8 +83,8 @@ constexpr size_t kAttentionIndexArrays = 6;
 
 // Device buffers of a step: offsets into one allocation.
 struct BufferLayout {
-  size_t x, h, xb, qkv, attn, logits, routing, positions, sample_rows, final_rows, expert_lists, ex,
-      gate, up, actb, down, cpu_block, lm_logits;
+  size_t x, h, xb, qkv, q_a, attn, logits, routing, positions, sample_rows, final_rows,
+      expert_lists, ex, gate, up, actb, down, cpu_block, lm_logits;
   size_t mlp_scale;  // per row: sigmoid of the dense MLP's gate (when the model has one)
   // The GPU share of attention (empty without one): the CPU share's q|k|v gathered per
   // micro-batch, the GPU share's q, both shares' outputs ([GPU rows | CPU rows] per micro-batch),
@@ -90,9 +98,10 @@ struct BufferLayout {
                  I = size_t(std::max(s.I, s.mlp_I));
     x = L.add(T * H * 4);
     h = L.add(T * H * 4);
-    xb = L.add(s.f32 ? 0 : T * size_t(std::max(s.H, s.qd)) * 2);
+    xb = L.add(s.f32 ? 0 : T * size_t(s.xb_row()) * 2);
     qkv = L.add(T * size_t(s.qkv_row()) * 4);
-    attn = L.add(T * size_t(s.qd) * 4);
+    q_a = L.add(T * size_t(s.qa) * 4);  // MLA's q-LoRA rows
+    attn = L.add(T * size_t(s.ad) * 4);
     logits = L.add(T * size_t(s.E) * 4);
     routing = L.add(T * s.routing_row());
     positions = L.add(T * 4);
@@ -111,7 +120,7 @@ struct BufferLayout {
     const bool g = s.gpu_attention();
     qkv_cpu = L.add(g ? T * size_t(s.qkv_row()) * 4 : 0);
     q_gpu = L.add(g ? T * size_t(s.qd) * 4 : 0);
-    attn_parts = L.add(g ? T * size_t(s.qd) * 4 : 0);
+    attn_parts = L.add(g ? T * size_t(s.ad) * 4 : 0);
     attn_index = L.add(g ? T * kAttentionIndexArrays * 4 : 0);
     tables = L.add(size_t(s.gpu_kv_blocks) * 4);
     bytes = L.size();
@@ -121,8 +130,12 @@ struct BufferLayout {
 // Resident weights of one layer: offsets into one allocation.
 // Every tensor is laid out in every layer; an absent one (its config feature off, or no MoE
 // block in a dense layer) takes no bytes, and `has` says which are present.
+// Multi-head latent attention keeps q_proj in wq (or q_a, q_a_norm and q_b with q-LoRA) and
+// kv_a_proj_with_mqa in kv_a; its kv_b_proj stays on the host, where its attention runs.
 struct LayerResident {
   size_t attn_norm, ffn_norm, wq, wk, wv, wo;
+  size_t q_a, q_a_norm, q_b, kv_a;    // MLA's
+  size_t router_bias;                 // fp32 [E], a MoE layer's selection bias
   size_t router;                      // bf16 [E, H]; a MoE layer's
   size_t q_norm, k_norm;              // fp32, when the model has q/k norms
   size_t bq, bk, bv, bo;              // fp32, when the model has projection biases

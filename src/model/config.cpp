@@ -43,6 +43,54 @@ float ModelConfig::attention_scale() const {
   return 1.0f / std::sqrt(float(head_dim));
 }
 
+// inv_freq = 1 / theta^(arange(0, d, 2) / d) over the d = rope_dim() rotated values, all fp32
+// as the rotary embeddings compute it; with YaRN, transformers' _compute_yarn_parameters: the
+// original and the factor-interpolated frequencies blended by a linear ramp between the
+// dimensions that make beta_fast and beta_slow rotations over the original context.
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int d = c.rope_dim(), half = d / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i)
+    inv[size_t(i)] = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(d));
+  const RopeScaling& y = c.rope_scaling;
+  if (y.kind != RopeScalingKind::kYarn) return inv;
+  const double base = c.rope_theta;
+  const double original = y.original_max_position_embeddings > 0
+                              ? y.original_max_position_embeddings
+                              : c.max_position_embeddings;
+  auto correction_dim = [&](double rotations) {
+    return double(d) * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(d - 1));
+  if (low == high) high += 0.001;  // prevent a singular ramp
+  for (int i = 0; i < half; ++i) {
+    const float pos_freq = std::pow(c.rope_theta, float(2 * i) / float(d));
+    const float extrapolation = 1.0f / pos_freq;
+    const float interpolation = 1.0f / (y.factor * pos_freq);
+    const float ramp = std::clamp((float(i) - float(low)) / float(high - low), 0.0f, 1.0f);
+    const float extrapolation_share = 1.0f - ramp;
+    inv[size_t(i)] =
+        interpolation * (1.0f - extrapolation_share) + extrapolation * extrapolation_share;
+  }
+  return inv;
+}
+
+int64_t ModelConfig::attention_weight_elements() const {
+  const int64_t H = hidden_size;
+  if (attention != AttentionKind::kLatent) return H * q_dim() * 2 + H * kv_dim() * 2;
+  const int64_t heads = num_heads, R = mla.kv_lora_rank, P = mla.qk_rope_head_dim;
+  const int64_t q = mla.q_lora_rank > 0 ? int64_t(mla.q_lora_rank) * (H + heads * head_dim)
+                                        : H * heads * head_dim;
+  return q + (R + P) * H + heads * (mla.qk_nope_head_dim + mla.v_head_dim) * R +
+         H * heads * mla.v_head_dim;
+}
+
 float ModelConfig::rope_attention_factor() const {
   const RopeScaling& y = rope_scaling;
   if (y.kind != RopeScalingKind::kYarn) return 1.f;

@@ -168,6 +168,16 @@ struct ModelConfig {
     return attention == AttentionKind::kLatent ? mla.kv_lora_rank + mla.qk_rope_head_dim
                                                : 2 * kv_dim();
   }
+  // FLOPs of attention per (query row, key position): QK and PV over every head, 4 · q_dim; with
+  // MLA in the absorbed form, per head a dot product with the latent and the RoPE key and an
+  // axpy of the latent, 2 · heads · (2 · kv_lora_rank + qk_rope_head_dim).
+  double attention_flops_per_pair() const {
+    return attention == AttentionKind::kLatent
+               ? 2.0 * num_heads * (2.0 * mla.kv_lora_rank + mla.qk_rope_head_dim)
+               : 4.0 * q_dim();
+  }
+  // Elements of one layer's attention projections (without norms and biases).
+  int64_t attention_weight_elements() const;
   // softmax(q·kᵀ × attention_scale()): 1/sqrt(head_dim), with YaRN's mscale_all_dim
   // correction (yarn_get_mscale(factor, mscale_all_dim)²) when the config gives one.
   float attention_scale() const;
@@ -189,6 +199,10 @@ struct ModelConfig {
   // The intermediate size of layer `layer`'s dense MLP (LayerWeights::mlp_*); 0: none.
   int dense_mlp_size(int layer) const;
 };
+
+// RoPE's inverse frequencies over the rope_dim() rotated values: theta^(-2i/d), or YaRN's blend
+// (transformers' _compute_yarn_parameters) when rope_scaling says so.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 // Parses a config.json document. `source` names the file in error messages.
 ModelConfig parse_config(const nlohmann::json& j, const std::string& source);

@@ -16,6 +16,9 @@ uint16_t* allocate_pool(const KvCacheConfig& c) {
         "kv cache: field 'config': expected positive n_layers, kv_heads, head_dim, block_size "
         "and 0 <= total_blocks < 2^31, got {} {} {} {} {}",
         c.n_layers, c.kv_heads, c.head_dim, c.block_size, c.total_blocks);
+  if (c.planes != 2 && !(c.planes == 1 && c.kv_heads == 1))
+    fail("kv cache: field 'planes': expected 2 (K and V) or 1 with kv_heads 1, got {} ({} heads)",
+         c.planes, c.kv_heads);
   // An empty pool is valid: with the GPU holding every sequence's attention (ω = 0) the host
   // cache has no blocks.
   if (c.total_blocks == 0) return nullptr;
@@ -35,7 +38,7 @@ uint16_t* allocate_pool(const KvCacheConfig& c) {
 }  // namespace
 
 int64_t KvCacheConfig::block_bytes() const {
-  return int64_t(n_layers) * 2 * kv_heads * block_size * head_dim * int64_t(sizeof(uint16_t));
+  return int64_t(n_layers) * planes * kv_heads * block_size * head_dim * int64_t(sizeof(uint16_t));
 }
 
 PagedKvCache::PagedKvCache(const KvCacheConfig& config)
@@ -100,12 +103,14 @@ uint16_t* PagedKvCache::layer_base(int layer) const {
   if (!pool_) fail("kv cache: this cache keeps block tables only and holds no K/V");
   if (layer < 0 || layer >= config_.n_layers)
     fail("kv cache: field 'layer': expected 0..{}, got {}", config_.n_layers - 1, layer);
-  const int64_t layer_elems =
-      config_.total_blocks * 2 * config_.kv_heads * config_.block_size * int64_t(config_.head_dim);
+  const int64_t layer_elems = config_.total_blocks * config_.planes * config_.kv_heads *
+                              config_.block_size * int64_t(config_.head_dim);
   return pool_.get() + layer * layer_elems;
 }
 
 KvLayerView PagedKvCache::layer_view(int layer) const {
+  if (config_.planes != 2)
+    fail("kv cache: layer_view: a one-plane cache (planes 1) has no K and V tiles; use block_data");
   return {layer_base(layer), config_.block_size, config_.kv_heads, config_.head_dim};
 }
 
@@ -132,6 +137,39 @@ void PagedKvCache::write_tokens(int layer, int64_t seq_id, int pos, int n_tokens
       cpu::f32_to_bf16_row(v + t * row_stride + int64_t(h) * d, base + v_offset, size_t(d));
     }
   }
+  stored_bytes_ += int64_t(n_tokens) * 2 * config_.kv_heads * d * int64_t(sizeof(uint16_t));
+  stored_token_layers_ += n_tokens;
+}
+
+void PagedKvCache::write_rows(int layer, int64_t seq_id, int pos, int n_tokens, const float* rows,
+                              int64_t row_stride) {
+  if (config_.planes != 1)
+    fail("kv cache: write_rows: expected a one-plane cache (planes 1), this one has {}",
+         config_.planes);
+  const Sequence& s = sequence(seq_id);
+  if (pos < 0 || n_tokens < 0 || pos + n_tokens > s.length)
+    fail(
+        "kv cache: field 'pos': expected positions [{}, {}) within the {} appended to sequence "
+        "{}; call append_slots first",
+        pos, pos + n_tokens, s.length, seq_id);
+  const int d = config_.head_dim;
+  if (row_stride == 0) row_stride = d;
+  uint16_t* base = layer_base(layer);
+  for (int t = 0; t < n_tokens; ++t) {
+    const int p = pos + t;
+    const int64_t block = s.blocks[size_t(p / config_.block_size)];
+    uint16_t* dst = base + (block * config_.block_size + p % config_.block_size) * int64_t(d);
+    cpu::f32_to_bf16_row(rows + t * row_stride, dst, size_t(d));
+  }
+  stored_bytes_ += int64_t(n_tokens) * d * int64_t(sizeof(uint16_t));
+  stored_token_layers_ += n_tokens;
+}
+
+const uint16_t* PagedKvCache::block_data(int layer, int32_t block) const {
+  if (block < 0 || block >= config_.total_blocks)
+    fail("kv cache: field 'block': expected 0..{}, got {}", config_.total_blocks - 1, block);
+  return layer_base(layer) +
+         int64_t(block) * config_.planes * config_.kv_heads * config_.block_size * config_.head_dim;
 }
 
 }  // namespace sluice

@@ -9,11 +9,15 @@
 //   pool[layer][block][K|V][kv_head][slot][head_dim]
 // so the K (or V) of one KV head in one block is a contiguous [block_size, head_dim] tile that the
 // kernel reads once for every query head of its GQA group, and one layer's blocks are contiguous.
+// A one-plane cache (planes = 1: multi-head latent attention) keeps one row per token instead,
+//   pool[layer][block][slot][head_dim]
+// head_dim being the row's width (MLA: the latent and the RoPE key, kv_heads 1).
 //
 // Bookkeeping (allocate/append/release) is not thread-safe: the scheduler calls it from one
 // thread. write_tokens() for different sequences, and reads through views, may run concurrently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,6 +33,7 @@ struct KvCacheConfig {
   int kv_heads = 0;
   int head_dim = 0;
   int block_size = 16;  // tokens per block
+  int planes = 2;       // 2: K and V; 1: one row of head_dim values per token (kv_heads 1)
   int64_t total_blocks = 0;
   bool with_storage = true;  // false: block bookkeeping only, no memory (the planner's replay)
 
@@ -74,6 +79,17 @@ class PagedKvCache {
 
   KvLayerView layer_view(int layer) const;
 
+  // A one-plane cache: stores n_tokens rows of head_dim values (fp32, rounded to bf16) at
+  // positions [pos, pos + n_tokens), rows `row_stride` floats apart (0: head_dim).
+  void write_rows(int layer, int64_t seq_id, int pos, int n_tokens, const float* rows,
+                  int64_t row_stride = 0);
+  // The first row of pool block `block` in `layer` ([block_size, head_dim] bf16 per plane).
+  const uint16_t* block_data(int layer, int32_t block) const;
+
+  // What the writes stored so far: bf16 bytes, and the (token, layer) pairs they were for.
+  int64_t stored_bytes() const { return stored_bytes_; }
+  int64_t stored_token_layers() const { return stored_token_layers_; }
+
  private:
   struct Sequence {
     std::vector<int32_t> blocks;
@@ -86,6 +102,8 @@ class PagedKvCache {
   std::unique_ptr<uint16_t, void (*)(void*)> pool_;
   std::vector<int32_t> free_;  // stack of free block ids
   std::unordered_map<int64_t, Sequence> seqs_;
+  std::atomic<int64_t> stored_bytes_ = 0;  // writes of different sequences may run concurrently
+  std::atomic<int64_t> stored_token_layers_ = 0;
 };
 
 }  // namespace sluice

@@ -37,7 +37,7 @@ nlohmann::json Policy::to_json() const {
 }
 
 size_t kv_bytes_per_token(const ModelConfig& c) {
-  return size_t(2) * c.num_layers * c.kv_dim() * sizeof(uint16_t);
+  return size_t(c.num_layers) * size_t(c.kv_cache_values_per_token()) * sizeof(uint16_t);
 }
 
 }  // namespace sluice

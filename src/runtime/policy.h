@@ -41,6 +41,7 @@ struct Policy {
   nlohmann::json to_json() const;
 };
 
-size_t kv_bytes_per_token(const ModelConfig& config);  // K and V, every layer, bf16
+// K and V (with MLA the latent and the RoPE key), every layer, bf16.
+size_t kv_bytes_per_token(const ModelConfig& config);
 
 }  // namespace sluice

@@ -189,6 +189,48 @@ TEST(CudaKernels, RoutingMatchesCpu) {
   }
 }
 
+// DeepSeek's rules (sigmoid or softmax scores, the selection bias, groups ranked by their best
+// or best two, renormalised or not, scaled) through the rule kernel against the CPU kernel.
+TEST(CudaKernels, RoutingRulesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  struct Rule {
+    int E, K, groups, groups_per_token;
+    cpu::RouterScoreFn score;
+    cpu::GroupRank rank;
+    bool bias, renormalize;
+    float scale;
+  };
+  const Rule rules[] = {
+      {64, 6, 1, 1, cpu::RouterScoreFn::kSoftmax, cpu::GroupRank::kBest, false, false, 1.0f},
+      {160, 6, 8, 3, cpu::RouterScoreFn::kSoftmax, cpu::GroupRank::kBest, false, false, 16.0f},
+      {256, 8, 8, 4, cpu::RouterScoreFn::kSigmoid, cpu::GroupRank::kBestTwoSum, true, true, 2.5f},
+      {21, 5, 7, 3, cpu::RouterScoreFn::kSigmoid, cpu::GroupRank::kBestTwoSum, true, false, 1.0f}};
+  for (const Rule& r : rules) {
+    const int64_t T = 301;
+    auto logits = random_floats(size_t(T * r.E), 8, 2.0f);
+    auto bias = random_floats(size_t(r.E), 9, 0.2f);
+    std::vector<int32_t> ids(size_t(T * r.K));
+    std::vector<float> w(size_t(T * r.K));
+    cpu::RoutingArgs a{logits.data(), T, r.E, r.K, r.renormalize, ids.data(), w.data()};
+    a.score = r.score;
+    a.selection_bias = r.bias ? bias.data() : nullptr;
+    a.groups = r.groups;
+    a.groups_per_token = r.groups_per_token;
+    a.group_rank = r.rank;
+    a.scale = r.scale;
+    cpu::route_top_k(a);
+    DeviceVec<float> dl(logits), db(bias), dw(w);
+    DeviceVec<int32_t> di(ids);
+    a.logits = dl.ptr;
+    a.selection_bias = r.bias ? db.ptr : nullptr;
+    a.expert_ids = di.ptr;
+    a.weights = dw.ptr;
+    cuda::route_top_k(a, nullptr);
+    EXPECT_EQ(di.get(), ids) << "E=" << r.E;
+    expect_close(dw.get(), w, 2e-6f, 1e-7f, "routing weights");
+  }
+}
+
 TEST(CudaKernels, GatherAndWeightedScatterAdd) {
   SKIP_WITHOUT_GPU();
   const int64_t rows = 50, cols = 777;

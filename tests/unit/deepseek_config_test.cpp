@@ -9,8 +9,11 @@
 #include "engine/batch_engine.h"
 #include "model/config.h"
 #include "model/presets.h"
+#include "model/reference_forward.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
+#include "runtime/policy.h"
+#include "runtime/sampling.h"
 #include "test_util.h"
 #include "tiny_model_cases.h"
 
@@ -228,12 +231,59 @@ TEST(DeepseekConfig, MtpLayerTensorsAreSkipped) {
   EXPECT_ERROR_MENTIONS(load_model(dir.path()), "unexpected tensor 'model.layers.4.");
 }
 
-TEST(DeepseekConfig, BatchEngineRefusesMlaByName) {
+// A checkpoint as written to disk and loaded (bf16 tensors, the bias in fp32) runs through the
+// batch engine: its greedy tokens are the reference forward's. YaRN and interleaved RoPE stay
+// refused by name with multi-head attention, whose device RoPE is plain.
+TEST(DeepseekConfig, BatchEngineRunsALoadedCheckpoint) {
   testing::TempDir dir;
-  write_random_checkpoint(preset_config("tiny-deepseek-v2-lite"), dir.path(), 1);
+  write_random_checkpoint(preset_config("tiny-deepseek-v3"), dir.path(), 1);
   const Model m = load_model(dir.path());
-  EXPECT_ERROR_MENTIONS(BatchEngine(m, testing::exercising_policy(Precision::kF32, 4)),
-                        "multi-head latent attention", "kv_lora_rank");
+  constexpr int kNew = 6;
+  BatchEngine engine(m, testing::exercising_policy(Precision::kF32, kNew));
+  Request r;
+  r.id = 0;
+  r.prompt = testing::prompt_of(9, 1, m.config.vocab_size);
+  r.max_new_tokens = kNew;
+  std::vector<int> got;
+  engine.run({r}, [&](Completion&& c) { got = c.tokens; });
+  ReferenceForward ref(m, {.bf16_gemm_inputs = false, .bf16_kv_cache = true});
+  std::vector<float> logits = ref.forward(r.prompt);
+  std::vector<int> want;
+  const size_t V = size_t(m.config.vocab_size);
+  for (int i = 0; i < kNew; ++i) {
+    want.push_back(argmax(std::span<const float>(logits.data() + logits.size() - V, V)));
+    int one[] = {want.back()};
+    logits = ref.forward(one);
+  }
+  EXPECT_EQ(got, want);
+
+  ModelConfig yarn_mha = preset_config("tiny-mixtral");
+  yarn_mha.rope_scaling = preset_config("tiny-deepseek-v2").rope_scaling;
+  EXPECT_ERROR_MENTIONS(
+      BatchEngine(make_random_model(yarn_mha, 1), testing::exercising_policy(Precision::kF32, 4)),
+      "YaRN", "rope_scaling");
+}
+
+// The planner sizes MLA's cache as the latent and the RoPE key per token and layer, in bf16, and
+// its weights from the MLA projections.
+TEST(DeepseekConfig, PlannerUsesTheLatentKvSize) {
+  const ModelConfig lite = preset_config("deepseek-v2-lite");
+  EXPECT_EQ(kv_bytes_per_token(lite), size_t(27) * (512 + 64) * 2);
+  const ModelConfig v3 = preset_config("deepseek-v3");
+  EXPECT_EQ(kv_bytes_per_token(v3), size_t(61) * (512 + 64) * 2);
+  // Absorbed attention per (query, key): 128 heads × (2·512 + 64) × 2 FLOPs.
+  EXPECT_DOUBLE_EQ(v3.attention_flops_per_pair(), 2.0 * 128 * (2 * 512 + 64));
+  // V3's attention projections: q_a 1536×7168, q_b 24576×1536, kv_a 576×7168, kv_b 32768×512,
+  // o 7168×16384 — 187.1M per layer, as the published parameter count has them.
+  EXPECT_EQ(v3.attention_weight_elements(),
+            int64_t(1536) * 7168 + 24576 * 1536 + 576 * 7168 + 32768 * 512 + 7168 * 16384);
+  // A tiny model's bf16 matrices as the loader holds them, against the planner's count.
+  testing::TempDir dir;
+  write_random_checkpoint(preset_config("tiny-deepseek-v2"), dir.path(), 1);
+  const Model m = load_model(dir.path());
+  const LayerWeights& L = m.weights.layers[0];
+  EXPECT_EQ(L.q_a.numel() + L.q_b.numel() + L.kv_a.numel() + L.kv_b.numel() + L.wo.numel(),
+            m.config.attention_weight_elements());
 }
 
 }  // namespace

@@ -118,6 +118,42 @@ TEST(PagedKvCache, WritesLandWhereTheBlockTableAndLayoutSay) {
   }
 }
 
+// A one-plane cache (MLA's latent and RoPE key): one row per token, [block][slot][row] in each
+// layer, half a two-plane block's bytes; the K/V calls refused, as a two-plane cache refuses rows.
+TEST(PagedKvCache, OnePlaneRowsLandWhereTheBlockTableSays) {
+  KvCacheConfig c{.n_layers = 3, .kv_heads = 1, .head_dim = 7, .block_size = 4, .total_blocks = 6};
+  c.planes = 1;
+  EXPECT_EQ(c.block_bytes(), int64_t(3) * 4 * 7 * 2);
+  PagedKvCache cache(c);
+  cache.allocate(1);
+  cache.allocate(2);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cache.append_slots(1, 3));
+    ASSERT_TRUE(cache.append_slots(2, 1));
+  }
+  const int n = 9, stride = 10;
+  auto rows = test::random_floats(size_t(n * stride), 21);
+  cache.write_rows(2, 1, 0, 4, rows.data(), stride);
+  cache.write_rows(2, 1, 4, n - 4, rows.data() + 4 * stride, stride);
+  const auto table = cache.block_table(1);
+  for (int p = 0; p < n; ++p)
+    for (int d = 0; d < c.head_dim; ++d)
+      EXPECT_EQ(cache.block_data(2, table[size_t(p / 4)])[(p % 4) * c.head_dim + d],
+                f32_to_bf16(rows[size_t(p * stride + d)]))
+          << "position " << p << " value " << d;
+  EXPECT_EQ(cache.stored_bytes(), int64_t(n) * c.head_dim * 2);
+  EXPECT_EQ(cache.stored_token_layers(), n);
+  std::vector<float> kv(7);
+  EXPECT_THROW(cache.write_tokens(0, 1, 0, 1, kv.data(), kv.data()), Error);
+  EXPECT_THROW(cache.layer_view(0), Error);
+  PagedKvCache two_plane(small_config(2));
+  two_plane.allocate(1);
+  ASSERT_TRUE(two_plane.append_slots(1, 1));
+  EXPECT_THROW(two_plane.write_rows(0, 1, 0, 1, kv.data()), Error);
+  c.kv_heads = 2;
+  EXPECT_THROW(PagedKvCache{c}, Error);  // one plane holds one row per token
+}
+
 TEST(PagedKvCache, RejectsMisuse) {
   PagedKvCache cache(small_config(2));
   cache.allocate(1);

@@ -122,6 +122,20 @@ class OffloadEngine : public ::testing::TestWithParam<Case> {
   }
 };
 
+// Multi-head latent attention runs on the host only: a GPU share of its attention (ω < 1) is
+// refused by name. Returns whether the model has it (the GPU-share tests then stop there).
+bool refuses_gpu_share(const Model& m) {
+  if (m.config.attention != AttentionKind::kLatent) return false;
+  OffloadSettings settings{0, 6, 0};
+  settings.cpu_attention_share = 0.5;
+  offload::CpuStandinDevice device(size_t(1) << 30);
+  offload::HostMath math;
+  EXPECT_ERROR_MENTIONS(BatchEngine(m, testing::exercising_policy(Precision::kF32, kNew),
+                                    EngineDevice{&device, &math, settings}),
+                        "cpu_attention_share", "multi-head latent attention");
+  return true;
+}
+
 size_t expert_matrix_bytes(const ModelConfig& c) {
   return size_t(c.expert_intermediate_size) * c.hidden_size * 2;
 }
@@ -272,6 +286,7 @@ TEST_P(OffloadEngine, CpuExpertsSkipResidentLayers) {
 // tolerance of the test above. Each budget is the footprint (the KV pool included) to the byte.
 TEST_P(OffloadEngine, GpuShareOfAttentionEqualsTheCpuEngine) {
   const Model m = model();
+  if (refuses_gpu_share(m)) return;
   const int L = m.config.num_layers;
   for (Precision precision : {Precision::kF32, Precision::kBf16}) {
     const Policy p = test_policy(precision);
@@ -324,6 +339,7 @@ TEST_P(OffloadEngine, GpuShareOfAttentionEqualsTheCpuEngine) {
 // fewer bytes go to the host than with all on the host (the routing still does).
 TEST_P(OffloadEngine, GpuShareKeepsItsQkvOnTheDevice) {
   const Model m = model();
+  if (refuses_gpu_share(m)) return;
   const Policy p = test_policy(Precision::kF32);
   EngineStats stats[2];
   for (int i = 0; i < 2; ++i) {
@@ -371,6 +387,7 @@ TEST_P(OffloadEngine, GreedyTokensArePickedOnTheDevice) {
 // with 16 blocks) runs fewer sequences at once than both pools together.
 TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   const Model m = model();
+  if (refuses_gpu_share(m)) return;
   Policy p = test_policy(Precision::kF32);
   p.kv_blocks = 32;
   BatchEngine cpu_engine(m, p);
@@ -400,6 +417,40 @@ TEST_P(OffloadEngine, GpuShareAdmitsOnlyWhatItsKvPoolHolds) {
   EXPECT_LE(got.stats.peak_kv_usage, 1.0);
   EXPECT_GT(got.max_kv_usage, 0.0);
   EXPECT_GE(got.stats.peak_kv_usage, got.max_kv_usage);
+}
+
+// The KV cache as the run uses it: with multi-head latent attention every (token, layer) stores
+// the normalised latent and the rotated RoPE key only, (kv_lora_rank + qk_rope_head_dim) × 2
+// bytes in bf16 — read from the cache's own writes and pool size, on the CPU engine and on the
+// stand-in device's host cache. Mixtral's for contrast: K and V of every KV head.
+TEST(KvCacheBytes, LatentCacheStoresTheLatentAndTheRopeKeyOnly) {
+  for (const char* preset :
+       {"tiny-deepseek-v2-lite", "tiny-deepseek-v2", "tiny-deepseek-v3", "tiny-mixtral"}) {
+    SCOPED_TRACE(preset);
+    const Model m = make_random_model(preset_config(preset), 42);
+    const ModelConfig& c = m.config;
+    const Policy p = test_policy(Precision::kBf16);
+    const int64_t per_token_layer = c.attention == AttentionKind::kLatent
+                                        ? int64_t(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 2
+                                        : int64_t(2) * c.num_kv_heads * c.head_dim * 2;
+    BatchEngine cpu_engine(m, p);
+    const EngineStats cpu = run(cpu_engine, c).stats;
+    const EngineStats standin = run_on_standin(m, p, {0, 6, 0}).stats;
+    for (const EngineStats* s : {&cpu, &standin}) {
+      // Every prompt and generated token but each request's last went through every layer.
+      EXPECT_EQ(s->kv_stored_token_layers,
+                (s->prefill_tokens + s->decode_tokens) * int64_t(c.num_layers));
+      ASSERT_GT(s->kv_stored_token_layers, 0);
+      EXPECT_EQ(s->kv_stored_bytes, s->kv_stored_token_layers * per_token_layer);
+      EXPECT_EQ(int64_t(s->kv_cache_bytes),
+                p.kv_blocks * p.kv_block_size * int64_t(c.num_layers) * per_token_layer);
+    }
+    EXPECT_EQ(int64_t(kv_bytes_per_token(c)), per_token_layer * c.num_layers);
+    if (c.attention == AttentionKind::kLatent)
+      std::printf("%s: %lld bytes per token and layer in the KV cache (K and V would be %lld)\n",
+                  preset, (long long)(cpu.kv_stored_bytes / cpu.kv_stored_token_layers),
+                  (long long)(2LL * c.num_heads * (c.head_dim + c.mla.v_head_dim)));
+  }
 }
 
 // ω outside [0, 1] is refused, naming the field.

@@ -149,6 +149,61 @@ TEST(CpuRope, RotatesPairsByTheFp32Angle) {
   EXPECT_EQ(x, orig);
 }
 
+// DeepSeek's form: adjacent pairs, cos and sin times YaRN's attention factor, on the last
+// rotary_dim values of each head (x offset into the head, as MLA's q_pe), at every level.
+TEST(CpuRope, InterleavedScaledMatchesTheFormulaAtEveryLevel) {
+  struct Case {
+    int heads, head_dim, rotary_dim, offset;
+  };
+  const Case cases[] = {
+      {1, 2, 2, 0}, {3, 24, 8, 16}, {16, 192, 64, 128}, {5, 14, 6, 8}, {2, 7, 2, 5}};
+  for (IsaLevel level : isa_levels_up_to_current())
+    for (const Case& c : cases)
+      for (float scale : {1.0f, 1.2079f}) {
+        const int64_t rows = 3, stride = int64_t(c.heads) * c.head_dim;
+        auto x = test::random_floats(size_t(rows * stride), uint32_t(c.head_dim + c.heads));
+        const auto orig = x;
+        const auto inv_freq = rope_inv_freq(c.rotary_dim, 10000.0f);
+        std::vector<int32_t> pos = {0, 7, 4093};
+        RopeArgs args{.x = x.data() + c.offset,
+                      .rows = rows,
+                      .n_heads = c.heads,
+                      .head_dim = c.head_dim,
+                      .rotary_dim = c.rotary_dim,
+                      .row_stride = stride,
+                      .positions = pos.data(),
+                      .inv_freq = inv_freq.data(),
+                      .interleaved = true,
+                      .scale = scale};
+        {
+          ScopedIsaLevel at(level);
+          apply_rope(args);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int h = 0; h < c.heads; ++h) {
+            const size_t base = size_t(r * stride + h * c.head_dim + c.offset);
+            for (int d = 0; d < c.head_dim; ++d) {
+              if (d + c.offset >= c.head_dim) break;  // the next head's values
+              if (d >= c.rotary_dim) {
+                ASSERT_EQ(x[base + size_t(d)], orig[base + size_t(d)]);  // outside the rotation
+                continue;
+              }
+              const int i = d / 2;
+              const double angle = double(float(pos[size_t(r)]) * inv_freq[size_t(i)]);
+              const double cs = std::cos(angle) * scale, sn = std::sin(angle) * scale;
+              const double a = orig[base + size_t(2 * i)], b = orig[base + size_t(2 * i + 1)];
+              const double want = d % 2 == 0 ? a * cs - b * sn : b * cs + a * sn;
+              ASSERT_NEAR(x[base + size_t(d)], want, 2e-6)
+                  << isa_name(level) << " heads=" << c.heads << " d=" << d << " row " << r;
+            }
+            // Values before the offset (q_nope) are untouched.
+            for (int d = 0; d < c.offset; ++d)
+              ASSERT_EQ(x[size_t(r * stride + h * c.head_dim + d)],
+                        orig[size_t(r * stride + h * c.head_dim + d)]);
+          }
+      }
+}
+
 TEST(CpuRope, RejectsOddRotaryDim) {
   float x[4] = {};
   int32_t pos = 0;

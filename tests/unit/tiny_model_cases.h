@@ -81,6 +81,21 @@ inline std::vector<TinyModelCase> family_cases() {
                    }});
   // DBRX: LayerNorm, the fused Wqkv clamped to ±1.5, flat experts (w2 transposed), top-3 of 7.
   cases.push_back({"tiny_dbrx", [](ModelConfig& c) { c = preset_config("tiny-dbrx"); }});
+  // DeepSeek: multi-head latent attention (latent 24, RoPE key 8, q_nope 12, v 10 per head) with
+  // interleaved YaRN RoPE and its mscale on the softmax, shared experts, dense first layers (one;
+  // V3 two of four). V2-Lite: no q-LoRA, greedy softmax top-3 of 8 unnormalised. V2: q-LoRA,
+  // top-2 of 12 limited to the best 2 of 4 groups (ranked by their best expert), routed weights
+  // × 16 (with the preset's top-3, one bf16 position of 224 at the scalar level is a near-tie of
+  // the two best logits, decided either way by rounding). V3: sigmoid scores with the selection
+  // bias, groups ranked by their best two, top-4 of 16 renormalised and × 2.5.
+  cases.push_back({"tiny_deepseek_v2_lite",
+                   [](ModelConfig& c) { c = preset_config("tiny-deepseek-v2-lite"); }});
+  cases.push_back({"tiny_deepseek_v2", [](ModelConfig& c) {
+                     c = preset_config("tiny-deepseek-v2");
+                     c.experts_per_token = 2;
+                   }});
+  cases.push_back(
+      {"tiny_deepseek_v3", [](ModelConfig& c) { c = preset_config("tiny-deepseek-v3"); }});
   return cases;
 }
 

@@ -36,6 +36,15 @@ void angles(const RopeArgs& a, int32_t pos, float* cos_out, float* sin_out) {
     cos_sin(float(pos) * a.inv_freq[i], cos_out + i, sin_out + i);
 }
 
+// cos · scale and sin · scale (YaRN's attention factor), as the rotary embedding scales them.
+void scale_angles(const RopeArgs& a, float* c, float* s) {
+  if (a.scale == 1.0f) return;
+  for (int i = 0; i < a.rotary_dim / 2; ++i) {
+    c[i] *= a.scale;
+    s[i] *= a.scale;
+  }
+}
+
 // ---- The same angles four at a time (AVX2, double precision). ----
 //
 // cos/sin of the double value of each fp32 angle a, as angles() computes them:
@@ -117,6 +126,14 @@ void rotate_scalar(float* x, int half, const float* c, const float* s) {
   }
 }
 
+void rotate_interleaved_scalar(float* x, int half, const float* c, const float* s) {
+  for (int i = 0; i < half; ++i) {
+    const float a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * c[i] - b * s[i];
+    x[2 * i + 1] = b * c[i] + a * s[i];
+  }
+}
+
 SLUICE_AVX512 void rotate_avx512(float* x, int half, const float* c, const float* s) {
   for (int i = 0; i < half; i += 16) {
     const __mmask16 m = half - i >= 16 ? __mmask16(0xffff) : avx512::tail_mask(half - i);
@@ -180,6 +197,7 @@ void apply_rope(const RopeArgs& args) {
     rotate = rotate_avx512;
   else if (isa_at_least(IsaLevel::kAvx2))
     rotate = rotate_avx2;
+  if (a.interleaved) rotate = rotate_interleaved_scalar;
   const int half = a.rotary_dim / 2;
 #pragma omp parallel if (a.rows >= 16)
   {
@@ -187,6 +205,7 @@ void apply_rope(const RopeArgs& args) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < a.rows; ++r) {
       row_angles(a, a.positions[r], c.data(), s.data());
+      scale_angles(a, c.data(), s.data());
       for (int h = 0; h < a.n_heads; ++h)
         rotate(a.x + r * a.row_stride + int64_t(h) * a.head_dim, half, c.data(), s.data());
     }
@@ -199,8 +218,10 @@ void apply_rope_reference(const RopeArgs& args) {
   std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
   for (int64_t r = 0; r < a.rows; ++r) {
     angles(a, a.positions[r], c.data(), s.data());
+    scale_angles(a, c.data(), s.data());
     for (int h = 0; h < a.n_heads; ++h)
-      rotate_scalar(a.x + r * a.row_stride + int64_t(h) * a.head_dim, half, c.data(), s.data());
+      (a.interleaved ? rotate_interleaved_scalar : rotate_scalar)(
+          a.x + r * a.row_stride + int64_t(h) * a.head_dim, half, c.data(), s.data());
   }
 }
 

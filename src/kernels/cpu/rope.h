@@ -12,7 +12,14 @@
 // (the fp32 power and reciprocal here are powf and a float division; torch's vectorised pow can
 // differ by an ulp). transformers then casts cos/sin to the activation dtype (bf16 for a bf16
 // model); sluice keeps activations and cos/sin in fp32. Scaled RoPE variants (YaRN, llama3,
-// dynamic NTK) change inv_freq only: pass your own table.
+// dynamic NTK) change inv_freq: pass your own table; YaRN also multiplies cos and sin by its
+// attention factor (`scale`).
+//
+// `interleaved` pairs adjacent dims (x[2i], x[2i+1]) by frequency i instead (DeepSeek's complex
+// form, transformers' rope_interleave):
+//   out[2i] = x[2i]·cos(a_i) − x[2i+1]·sin(a_i),  out[2i+1] = x[2i+1]·cos(a_i) + x[2i]·sin(a_i)
+// Its rotation is the scalar loop at every ISA level (MLA rotates 64 values per head, next to
+// the 2·kv_lora_rank-wide dot products per position of its attention).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +37,8 @@ struct RopeArgs {
   int64_t row_stride = 0;              // 0: n_heads·head_dim
   const int32_t* positions = nullptr;  // [rows]
   const float* inv_freq = nullptr;     // [rotary_dim / 2], e.g. from rope_inv_freq
+  bool interleaved = false;
+  float scale = 1.0f;  // cos and sin multiplied by it
 };
 
 void apply_rope(const RopeArgs& args);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -80,15 +81,109 @@ RoutingKernels routing_kernels() {
   return {softmax_scalar, argmax_scalar};
 }
 
+void check(const RoutingArgs& a) {
+  if (a.n_experts <= 0 || a.top_k <= 0 || a.top_k > a.n_experts || a.tokens < 0)
+    fail("routing: field 'top_k': expected 0 < top_k <= n_experts, got top_k={} n_experts={}",
+         a.top_k, a.n_experts);
+  if (a.groups <= 0 || a.n_experts % a.groups != 0 || a.groups_per_token <= 0 ||
+      a.groups_per_token > a.groups || a.groups_per_token * (a.n_experts / a.groups) < a.top_k ||
+      (a.groups > 1 && a.group_rank == GroupRank::kBestTwoSum && a.n_experts / a.groups < 2))
+    fail(
+        "routing: field 'groups': expected groups dividing the {} experts, 1 <= groups_per_token "
+        "<= groups, enough experts in the chosen groups for top_k={} (and two per group when "
+        "groups rank by their best two), got groups={} groups_per_token={}",
+        a.n_experts, a.top_k, a.groups, a.groups_per_token);
+}
+
+bool plain(const RoutingArgs& a) {
+  return a.score == RouterScoreFn::kSoftmax && !a.selection_bias && a.groups == 1 &&
+         a.scale == 1.0f;
+}
+
+void sigmoid_scores(const float* logits, int n, float* scores) {
+  for (int e = 0; e < n; ++e) scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+}
+
+// A group's rank: its best choice, or the sum of its best two.
+float group_rank(const float* choice, int n, GroupRank rank) {
+  float best = -std::numeric_limits<float>::infinity(), second = best;
+  for (int e = 0; e < n; ++e) {
+    if (choice[e] > best) {
+      second = best;
+      best = choice[e];
+    } else if (choice[e] > second) {
+      second = choice[e];
+    }
+  }
+  return rank == GroupRank::kBest ? best : best + second;
+}
+
+// Experts outside the best groups_per_token groups (ties: the lower group id) get choice 0.
+void mask_groups(const RoutingArgs& a, float* choice, std::vector<float>& rank,
+                 std::vector<char>& kept) {
+  const int G = a.groups, per_group = a.n_experts / G;
+  for (int g = 0; g < G; ++g)
+    rank[size_t(g)] = group_rank(choice + g * per_group, per_group, a.group_rank);
+  std::fill(kept.begin(), kept.end(), 0);
+  for (int j = 0; j < a.groups_per_token; ++j) {
+    int best = -1;
+    for (int g = 0; g < G; ++g)
+      if (!kept[size_t(g)] && (best < 0 || rank[size_t(g)] > rank[size_t(best)])) best = g;
+    kept[size_t(best)] = 1;
+  }
+  for (int e = 0; e < a.n_experts; ++e)
+    if (!kept[size_t(e / per_group)]) choice[e] = 0.0f;
+}
+
+// Weights: renormalised over the chosen (sum in rank order) when asked, then scaled.
+void finish_weights(const RoutingArgs& a, float* w) {
+  if (a.renormalize) {
+    float chosen_sum = 0;
+    for (int j = 0; j < a.top_k; ++j) chosen_sum += w[j];
+    for (int j = 0; j < a.top_k; ++j) w[j] /= chosen_sum;
+  }
+  if (a.scale != 1.0f)
+    for (int j = 0; j < a.top_k; ++j) w[j] *= a.scale;
+}
+
+// DeepSeek's variants: scores, the biased and group-masked choice, the top-k of the choice by
+// repeated scalar argmax (E <= a few hundred, k <= 8: negligible next to the GEMMs).
+void route_general(const RoutingArgs& a, const RoutingKernels& kernels) {
+  const int E = a.n_experts;
+  std::vector<float> score(size_t(E + 7) / 8 * 8), choice(static_cast<size_t>(E)),
+      rank(size_t(a.groups));
+  std::vector<char> kept(size_t(a.groups));
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    const float* logits = a.logits + t * E;
+    if (a.score == RouterScoreFn::kSigmoid)
+      sigmoid_scores(logits, E, score.data());
+    else
+      kernels.softmax(logits, E, score.data());
+    for (int e = 0; e < E; ++e) {
+      if (std::isnan(score[size_t(e)])) score[size_t(e)] = 0;
+      choice[size_t(e)] = score[size_t(e)] + (a.selection_bias ? a.selection_bias[e] : 0.0f);
+    }
+    if (a.groups > 1) mask_groups(a, choice.data(), rank, kept);
+    int32_t* ids = a.expert_ids + t * a.top_k;
+    float* w = a.weights + t * a.top_k;
+    for (int j = 0; j < a.top_k; ++j) {
+      const int best = argmax_scalar(choice.data(), E);
+      ids[j] = best;
+      w[j] = score[size_t(best)];
+      choice[size_t(best)] = -std::numeric_limits<float>::infinity();
+    }
+    finish_weights(a, w);
+  }
+}
+
 }  // namespace
 
 // Per token: the softmax, then k passes of "largest not yet taken, lowest id on ties", O(k·E),
 // fine for E up to a few hundred.
 void route_top_k(const RoutingArgs& a) {
-  if (a.n_experts <= 0 || a.top_k <= 0 || a.top_k > a.n_experts || a.tokens < 0)
-    fail("routing: field 'top_k': expected 0 < top_k <= n_experts, got top_k={} n_experts={}",
-         a.top_k, a.n_experts);
+  check(a);
   const RoutingKernels kernels = routing_kernels();
+  if (!plain(a)) return route_general(a, kernels);
   std::vector<float> probs(size_t(a.n_experts + 7) / 8 * 8, kTaken);
   for (int64_t t = 0; t < a.tokens; ++t) {
     kernels.softmax(a.logits + t * a.n_experts, a.n_experts, probs.data());
@@ -109,6 +204,53 @@ void route_top_k(const RoutingArgs& a) {
     }
     if (a.renormalize)
       for (int j = 0; j < a.top_k; ++j) w[j] /= chosen_sum;
+  }
+}
+
+// transformers' order of operations, written plainly: scores, choice = scores + bias, group
+// ranks by sorting each group, groups and experts ordered by stable sorts (ties: lower id).
+void route_top_k_reference(const RoutingArgs& a) {
+  check(a);
+  const int E = a.n_experts, G = a.groups, per_group = E / G;
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    const float* logits = a.logits + t * E;
+    std::vector<float> score(static_cast<size_t>(E));
+    if (a.score == RouterScoreFn::kSigmoid)
+      sigmoid_scores(logits, E, score.data());
+    else
+      softmax_scalar(logits, E, score.data());
+    for (float& s : score)
+      if (std::isnan(s)) s = 0;
+    std::vector<float> choice = score;
+    if (a.selection_bias)
+      for (int e = 0; e < E; ++e) choice[size_t(e)] += a.selection_bias[e];
+    if (G > 1) {
+      std::vector<float> rank(static_cast<size_t>(G));
+      for (int g = 0; g < G; ++g) {
+        std::vector<float> m(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
+        std::sort(m.begin(), m.end(), std::greater<float>());
+        rank[size_t(g)] = a.group_rank == GroupRank::kBest ? m[0] : m[0] + m[1];
+      }
+      std::vector<int> groups(static_cast<size_t>(G));
+      std::iota(groups.begin(), groups.end(), 0);
+      std::stable_sort(groups.begin(), groups.end(),
+                       [&](int x, int y) { return rank[size_t(x)] > rank[size_t(y)]; });
+      std::vector<bool> kept(static_cast<size_t>(G), false);
+      for (int j = 0; j < a.groups_per_token; ++j) kept[size_t(groups[size_t(j)])] = true;
+      for (int e = 0; e < E; ++e)
+        if (!kept[size_t(e / per_group)]) choice[size_t(e)] = 0.0f;
+    }
+    std::vector<int> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int x, int y) { return choice[size_t(x)] > choice[size_t(y)]; });
+    int32_t* ids = a.expert_ids + t * a.top_k;
+    float* w = a.weights + t * a.top_k;
+    for (int j = 0; j < a.top_k; ++j) {
+      ids[j] = order[size_t(j)];
+      w[j] = score[size_t(order[size_t(j)])];
+    }
+    finish_weights(a, w);
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/routing.h"
+
 namespace sluice::cuda {
 
 // cpu::rms_norm with fp32 weights: y = w ⊙ x / sqrt(mean(x²) + eps), rows of `dim` floats.
@@ -38,6 +40,11 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStr
 // optionally renormalised.
 void route_top_k(const float* logits, int64_t tokens, int n_experts, int top_k, bool renormalize,
                  int32_t* expert_ids, float* weights, cudaStream_t stream);
+// cpu::route_top_k with the whole rule of `a` (sigmoid scores, selection bias, groups, scale;
+// its pointers device memory): the plain rule through the kernel above, the others one thread
+// per token over at most kMaxRuleExperts experts.
+constexpr int kMaxRuleExperts = 512;
+void route_top_k(const cpu::RoutingArgs& a, cudaStream_t stream);
 
 // dst[j] = bf16(src[rows[j]]) for j < n: an expert's tokens gathered as its GEMM input.
 void gather_rows_bf16(const float* src, int64_t cols, const int32_t* rows, int64_t n, uint16_t* dst,

@@ -2,6 +2,7 @@
 // one block per row for reductions, a grid-stride loop for element-wise work.
 #include <cfloat>
 
+#include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
 
@@ -143,6 +144,73 @@ __global__ void route_kernel(const float* logits, int64_t tokens, int E, int K, 
     for (int j = 0; j < K; ++j) weights[t * K + j] /= chosen_sum;
 }
 
+// cpu::route_top_k's general path, in its order of operations: scores, choice = score + bias,
+// groups ranked by their best choice or best two (experts outside the best groups_per_token at
+// choice 0), the top-k of the choice (lowest id on ties) weighted by their scores, renormalised
+// and scaled. One thread per token, its arrays in local memory.
+__global__ void route_rule_kernel(const float* logits, int64_t tokens, int E, int K,
+                                  cpu::RoutingArgs a) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= tokens) return;
+  float score[kMaxRuleExperts], choice[kMaxRuleExperts];
+  const float* l = logits + t * E;
+  if (a.score == cpu::RouterScoreFn::kSigmoid) {
+    for (int e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + expf(-l[e]));
+  } else {
+    float max_logit = -INFINITY, sum = 0;
+    for (int e = 0; e < E; ++e) max_logit = fmaxf(max_logit, l[e]);
+    for (int e = 0; e < E; ++e) sum += (score[e] = expf(l[e] - max_logit));
+    for (int e = 0; e < E; ++e) score[e] /= sum;
+  }
+  for (int e = 0; e < E; ++e) {
+    if (isnan(score[e])) score[e] = 0;
+    choice[e] = score[e] + (a.selection_bias ? a.selection_bias[e] : 0.0f);
+  }
+  if (a.groups > 1) {
+    const int per_group = E / a.groups;
+    unsigned char kept[kMaxRuleExperts];
+    float rank[kMaxRuleExperts];
+    for (int g = 0; g < a.groups; ++g) {
+      float best = -INFINITY, second = -INFINITY;
+      for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
+        if (choice[e] > best) {
+          second = best;
+          best = choice[e];
+        } else if (choice[e] > second) {
+          second = choice[e];
+        }
+      }
+      rank[g] = a.group_rank == cpu::GroupRank::kBest ? best : best + second;
+      kept[g] = 0;
+    }
+    for (int j = 0; j < a.groups_per_token; ++j) {
+      int best = -1;
+      for (int g = 0; g < a.groups; ++g)
+        if (!kept[g] && (best < 0 || rank[g] > rank[best])) best = g;
+      kept[best] = 1;
+    }
+    for (int e = 0; e < E; ++e)
+      if (!kept[e / per_group]) choice[e] = 0.0f;
+  }
+  int32_t* ids = a.expert_ids + t * K;
+  float* w = a.weights + t * K;
+  for (int j = 0; j < K; ++j) {
+    int best = 0;
+    for (int e = 1; e < E; ++e)
+      if (choice[e] > choice[best]) best = e;
+    ids[j] = best;
+    w[j] = score[best];
+    choice[best] = -INFINITY;
+  }
+  if (a.renormalize) {
+    float chosen_sum = 0;
+    for (int j = 0; j < K; ++j) chosen_sum += w[j];
+    for (int j = 0; j < K; ++j) w[j] /= chosen_sum;
+  }
+  if (a.scale != 1.0f)
+    for (int j = 0; j < K; ++j) w[j] *= a.scale;
+}
+
 __device__ uint16_t to_bf16(float f) {  // round to nearest even, as core/dtype.h; NaN kept
   uint32_t u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
@@ -258,6 +326,22 @@ void route_top_k(const float* logits, int64_t tokens, int n_experts, int top_k, 
   route_kernel<<<unsigned((tokens + 127) / 128), 128, 0, stream>>>(
       logits, tokens, n_experts, top_k, renormalize, expert_ids, weights);
   SLUICE_CUDA_CHECK_LAUNCH("route_top_k kernel");
+}
+
+void route_top_k(const cpu::RoutingArgs& a, cudaStream_t stream) {
+  if (a.score == cpu::RouterScoreFn::kSoftmax && !a.selection_bias && a.groups == 1 &&
+      a.scale == 1.0f)
+    return route_top_k(a.logits, a.tokens, a.n_experts, a.top_k, a.renormalize, a.expert_ids,
+                       a.weights, stream);
+  if (a.n_experts > kMaxRuleExperts)
+    fail(
+        "cuda route_top_k: field 'n_experts': expected at most {} with sigmoid scores, a bias, "
+        "groups or a scale, got {}",
+        kMaxRuleExperts, a.n_experts);
+  if (a.tokens == 0) return;
+  route_rule_kernel<<<unsigned((a.tokens + 127) / 128), 128, 0, stream>>>(a.logits, a.tokens,
+                                                                          a.n_experts, a.top_k, a);
+  SLUICE_CUDA_CHECK_LAUNCH("route_top_k rule kernel");
 }
 
 void gather_rows_bf16(const float* src, int64_t cols, const int32_t* rows, int64_t n, uint16_t* dst,

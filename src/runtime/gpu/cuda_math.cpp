@@ -76,10 +76,8 @@ void CudaMath::silu_mul(void* s, const float* gate, const float* up, float* out,
   cuda::silu_mul(gate, up, out, n, as_stream(s));
 }
 
-void CudaMath::route_top_k(void* s, const float* logits, int64_t tokens, int n_experts, int top_k,
-                           bool renormalize, int32_t* expert_ids, float* weights) {
-  cuda::route_top_k(logits, tokens, n_experts, top_k, renormalize, expert_ids, weights,
-                    as_stream(s));
+void CudaMath::route_top_k(void* s, const cpu::RoutingArgs& a) {
+  cuda::route_top_k(a, as_stream(s));
 }
 
 void CudaMath::gather_rows_bf16(void* s, const float* src, int64_t cols, const int32_t* rows,

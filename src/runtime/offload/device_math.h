@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/cpu/gemm_int8.h"
+#include "kernels/cpu/routing.h"
 
 namespace sluice::offload {
 
@@ -88,9 +89,9 @@ class DeviceMath {
   // cpu::silu_mul; out may alias gate or up.
   virtual void silu_mul(void* stream, const float* gate, const float* up, float* out,
                         int64_t n) = 0;
-  // cpu::route_top_k over `tokens` rows of `n_experts` fp32 logits.
-  virtual void route_top_k(void* stream, const float* logits, int64_t tokens, int n_experts,
-                           int top_k, bool renormalize, int32_t* expert_ids, float* weights) = 0;
+  // cpu::route_top_k (kernels/cpu/routing.h) with its rule: the score function, the selection
+  // bias, groups and scale of `a`; a's pointers (logits, bias, ids, weights) are device memory.
+  virtual void route_top_k(void* stream, const cpu::RoutingArgs& a) = 0;
 
   // dst[j] = src[rows[j]] for j < n, rows of `cols`: an expert's tokens as its GEMM input, rounded
   // to bf16 or kept in fp32.

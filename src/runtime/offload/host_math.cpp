@@ -116,16 +116,7 @@ void HostMath::silu_mul(void*, const float* gate, const float* up, float* out, i
   cpu::silu_mul(gate, up, out, n);
 }
 
-void HostMath::route_top_k(void*, const float* logits, int64_t tokens, int n_experts, int top_k,
-                           bool renormalize, int32_t* expert_ids, float* weights) {
-  cpu::RoutingArgs a;
-  a.logits = logits;
-  a.tokens = tokens;
-  a.n_experts = n_experts;
-  a.top_k = top_k;
-  a.renormalize = renormalize;
-  a.expert_ids = expert_ids;
-  a.weights = weights;
+void HostMath::route_top_k(void*, const cpu::RoutingArgs& a) {
   cpu::route_top_k(a);
 }
 

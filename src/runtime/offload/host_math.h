@@ -30,8 +30,7 @@ class HostMath final : public DeviceMath {
   void rope(void* stream, float* x, int64_t rows, int heads, int head_dim, const int32_t* positions,
             const float* inv_freq) override;
   void silu_mul(void* stream, const float* gate, const float* up, float* out, int64_t n) override;
-  void route_top_k(void* stream, const float* logits, int64_t tokens, int n_experts, int top_k,
-                   bool renormalize, int32_t* expert_ids, float* weights) override;
+  void route_top_k(void* stream, const cpu::RoutingArgs& a) override;
   void gather_rows_bf16(void* stream, const float* src, int64_t cols, const int32_t* rows,
                         int64_t n, uint16_t* dst) override;
   void gather_rows_f32(void* stream, const float* src, int64_t cols, const int32_t* rows, int64_t n,

@@ -69,8 +69,8 @@ Task CpuCostModel::attention_task(const std::string& name, const MicroBatchShape
   Task t;
   t.name = name;
   t.group = "attention (KV reads)";
-  t.bytes = mb.kv_positions * double(c_.kv_dim()) * 2 * 2;
-  t.flops = 4.0 * mb.qk_pairs * double(c_.q_dim());
+  t.bytes = mb.kv_positions * double(c_.kv_cache_values_per_token()) * 2;
+  t.flops = mb.qk_pairs * c_.attention_flops_per_pair();
   const double memory = t.bytes / hw_.attention_bytes_per_s,
                compute = t.flops / hw_.attention_flops;
   t.bound = compute > memory ? Bound::kCompute : Bound::kMemory;
@@ -145,9 +145,14 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T, int min_tokens,
 void CpuCostModel::add_micro_batch(TaskGraph& g, int layer, int index,
                                    const MicroBatchShape& mb) const {
   const double n = mb.tokens;
-  const int64_t H = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), E = c_.num_experts;
+  const int64_t H = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim();
   const std::string p = fmt::format("layer{}.mb{}.", layer, index);
   g.chain(elementwise_task(p + "attn_norm", "norms, RoPE, routing", n * double(H) * 8));
+  if (c_.attention == AttentionKind::kLatent) {
+    add_latent_attention(g, p, mb);
+    add_ffn_routing(g, layer, p, n);
+    return;
+  }
   if (c_.qkv_bias)
     g.chain(elementwise_task(p + "qkv_bias", "norms, RoPE, routing", n * double(qd + 2 * kvd) * 4));
   g.chain(gemm_task(p + "q_proj", "attention projections", n, qd, H));
@@ -160,6 +165,38 @@ void CpuCostModel::add_micro_batch(TaskGraph& g, int layer, int index,
   g.chain(attention_task(p + "attention", mb));
   g.chain(gemm_task(p + "o_proj", "attention projections", n, H, qd));
   if (c_.o_bias) g.chain(elementwise_task(p + "o_bias", "norms, RoPE, routing", n * double(H) * 8));
+  add_ffn_routing(g, layer, p, n);
+}
+
+// MLA in the absorbed form: q (through q-LoRA when the model has it) and the latent with its
+// RoPE key projected; each head's q_nope folded through W_UK into the latent space; attention
+// over the cached latents; the weighted latent sum unfolded through W_UV; o_proj.
+void CpuCostModel::add_latent_attention(TaskGraph& g, const std::string& p,
+                                        const MicroBatchShape& mb) const {
+  const double n = mb.tokens;
+  const LatentAttentionShape& a = c_.mla;
+  const int64_t H = c_.hidden_size, heads = c_.num_heads, R = a.kv_lora_rank,
+                P = a.qk_rope_head_dim;
+  const char* proj = "attention projections";
+  if (a.q_lora_rank > 0) {
+    g.chain(gemm_task(p + "q_a_proj", proj, n, a.q_lora_rank, H));
+    g.chain(elementwise_task(p + "q_a_norm", "norms, RoPE, routing", n * a.q_lora_rank * 8.0));
+    g.chain(gemm_task(p + "q_b_proj", proj, n, heads * c_.head_dim, a.q_lora_rank));
+  } else {
+    g.chain(gemm_task(p + "q_proj", proj, n, heads * c_.head_dim, H));
+  }
+  g.chain(gemm_task(p + "kv_a_proj", proj, n, R + P, H));
+  g.chain(elementwise_task(
+      p + "kv_norm_rope_write", "norms, RoPE, routing",
+      n * double(R) * 8 + n * double(heads * P + P) * 8 + n * double(R + P) * (8 + 4)));
+  g.chain(gemm_task(p + "q_absorb", proj, n, heads * R, a.qk_nope_head_dim));
+  g.chain(attention_task(p + "attention", mb));
+  g.chain(gemm_task(p + "v_unabsorb", proj, n, heads * a.v_head_dim, R));
+  g.chain(gemm_task(p + "o_proj", proj, n, H, heads * a.v_head_dim));
+}
+
+void CpuCostModel::add_ffn_routing(TaskGraph& g, int layer, const std::string& p, double n) const {
+  const int64_t H = c_.hidden_size, E = c_.num_experts;
   g.chain(elementwise_task(p + "ffn_norm", "norms, RoPE, routing", n * double(H) * 8));
   const bool moe = c_.is_moe_layer(layer);
   if (moe) g.chain(gemm_task(p + "router", "router", n, E, H, /*exact_f32=*/true));

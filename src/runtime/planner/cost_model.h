@@ -80,6 +80,10 @@ class CpuCostModel {
 
  private:
   void add_micro_batch(TaskGraph& g, int layer, int index, const MicroBatchShape& mb) const;
+  // Its attention with MLA, and its FFN norm, router and top-k (any attention).
+  void add_latent_attention(TaskGraph& g, const std::string& prefix,
+                            const MicroBatchShape& mb) const;
+  void add_ffn_routing(TaskGraph& g, int layer, const std::string& prefix, double n) const;
   // The dense MLP of layer `layer` (a shared expert, or a dense layer's MLP) over the step's T
   // rows, b_e rows per GEMM (empty when the layer has none).
   std::vector<Task> dense_mlp_tasks(int layer, int step_tokens) const;

@@ -49,8 +49,20 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
   const size_t kvd = size_t(c.kv_dim()), E = size_t(c.num_experts), V = size_t(c.vocab_size);
   const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
+  const bool latent = c.attention == AttentionKind::kLatent;
+  // Multi-head latent attention: q and kv_a_proj_with_mqa on the GPU, kv_b_proj on the host
+  // with the attention; its q|k|v rows are q and the latent with the RoPE key (no v), its
+  // outputs heads·v_head_dim wide, its q-LoRA rows q_lora_rank.
+  const size_t qa = latent ? size_t(c.mla.q_lora_rank) : 0, ad = size_t(c.attn_out_dim());
+  const size_t qkv_row = latent ? qd + size_t(c.kv_cache_values_per_token()) : qd + 2 * kvd;
   GpuMemoryUse m;
-  m.attention_weights = L * (2 * H * qd + 2 * H * kvd) * 2;
+  m.attention_weights =
+      latent ? L *
+                   (size_t(c.attention_weight_elements()) -
+                    size_t(c.num_heads) * size_t(c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
+                        size_t(c.mla.kv_lora_rank)) *
+                   2
+             : L * (2 * H * qd + 2 * H * kvd) * 2;
   size_t moe_layers = 0, widest_mlp = 0, per_layer_extra = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const size_t mlp = size_t(c.dense_mlp_size(l));
@@ -65,7 +77,8 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   }
   const size_t biases = (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0);
   m.router_norms_head = moe_layers * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2 +
-                        L * size_t(c.q_norm_size() + c.k_norm_size()) * 4 + L * biases * 4;
+                        L * size_t(c.q_norm_size() + c.k_norm_size()) * 4 + L * biases * 4 +
+                        L * qa * 4 + (c.router_selection_bias ? moe_layers * E * 4 : 0);
   const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
   m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
   // The GPU share's KV pool (whole blocks, as the executor pages it) and its block tables.
@@ -88,16 +101,16 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
   // The experts' and the dense MLPs' GEMMs share the intermediate rows; a dense MLP's gate adds
   // one scale per token.
-  const size_t per_token = H * 4 * 2 + (f32 ? 0 : std::max(H, qd) * 2) + (qd + 2 * kvd) * 4 +
-                           qd * 4 + E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
-                           (gpu_attention ? (qd + 2 * kvd) * 4 + 2 * qd * 4 + 6 * 4 : 0) +
-                           (widest_mlp > 0 ? 4 : 0);
+  const size_t per_token =
+      H * 4 * 2 + (f32 ? 0 : std::max({H, qd, ad, qa}) * 2) + qkv_row * 4 + qa * 4 + ad * 4 +
+      E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
+      (gpu_attention ? qkv_row * 4 + qd * 4 + ad * 4 + 6 * 4 : 0) + (widest_mlp > 0 ? 4 : 0);
   const size_t wide = std::max(I, widest_mlp);
   const size_t per_expert_row = H * (f32 ? 4 : 2) + wide * 4 * 2 + (f32 ? 0 : wide * 2) + H * 4;
   // The executor aligns each tensor and buffer to 256 bytes: 7 per layer (9 with q/k norms, and
   // one per bias, dense MLP matrix and gate) and some 30 others.
-  const size_t per_layer =
-      (c.qk_norm == QkNorm::kNone ? 7 : 9) + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
+  const size_t per_layer = (c.qk_norm == QkNorm::kNone ? 7 : 9) + (c.qkv_bias ? 3 : 0) +
+                           (c.o_bias ? 1 : 0) + (qa > 0 ? 3 : 0) + (latent ? 1 : 0);
   const size_t alignment = (per_layer * L + per_layer_extra + 32 + (gpu_attention ? 6 : 0)) * 256;
   m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
                    (size_t(32) << 20) + alignment;
@@ -291,6 +304,54 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     return named ? prefix + what : std::string();
   };
 
+  // Multi-head latent attention: q (through q-LoRA when the model has it) and the latent with
+  // its RoPE key projected on the GPU; everything else of the attention on the CPU (the latent
+  // norm, RoPE and cache write, the W_UK fold, the attention over the latent cache, the W_UV
+  // unfold); o_proj on the GPU.
+  const bool latent = c.attention == AttentionKind::kLatent;
+  const int64_t ad = c.attn_out_dim(), ckv = c.kv_cache_values_per_token();
+  // o_proj (its input `width` wide), the FFN norm, the router and top-k, the dense MLP's gate.
+  auto add_outputs = [&](MicroBatchTasks& t, double n, int64_t width) {
+    t.out.push_back({"o_proj", gpu_gemm("GPU attention projections", n, H, width)});
+    if (c.o_bias)
+      t.out.push_back({"o_bias", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    t.route.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
+    t.route.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
+                                                n * double(E) * 4 + n * double(K) * 8)});
+    // sigmoid(shared_expert_gate · h): a one-column GEMM and the sigmoid
+    t.mlp_gate.push_back({"shared_expert_gate", gpu_gemm("GPU norms, RoPE, routing", n, 1, H)});
+    t.mlp_gate.push_back({"sigmoid", gpu_elementwise("GPU norms, RoPE, routing", n * 8)});
+    t.routing_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
+  };
+  auto add_latent_attention = [&](MicroBatchTasks& t, const MicroBatchShape& mb) {
+    const double n = mb.tokens;
+    const LatentAttentionShape& a = c.mla;
+    const char* proj = "GPU attention projections";
+    if (a.q_lora_rank > 0) {
+      t.in.push_back({"q_a_proj", gpu_gemm(proj, n, a.q_lora_rank, H)});
+      t.in.push_back(
+          {"q_a_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(a.q_lora_rank) * 8)});
+      t.in.push_back({"q_b_proj", gpu_gemm(proj, n, qd, a.q_lora_rank)});
+    } else {
+      t.in.push_back({"q_proj", gpu_gemm(proj, n, qd, H)});
+    }
+    t.in.push_back({"kv_a_proj", gpu_gemm(proj, n, ckv, H)});
+    t.cpu_share = true;  // all of it: MLA runs no GPU share
+    t.qkv_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(qd + ckv) * 2);
+    t.cpu_attention = cpu_.attention_task("", mb);
+    t.cpu_attention.group = "CPU attention (KV reads)";
+    for (const Task& f :
+         {cpu_.gemm_task("", "", n, c.num_heads * a.kv_lora_rank, a.qk_nope_head_dim),
+          cpu_.gemm_task("", "", n, c.num_heads * a.v_head_dim, a.kv_lora_rank)}) {
+      t.cpu_attention.seconds += f.seconds;
+      t.cpu_attention.flops += f.flops;
+      t.cpu_attention.bytes += f.bytes;
+    }
+    t.out_h2d = copy(Resource::kHostToDevice, "activation copies", n * double(ad) * 2);
+    add_outputs(t, n, ad);
+  };
+
   // Per micro-batch tasks, computed once for all layers.
   std::vector<MicroBatchTasks> mbs(static_cast<size_t>(M));
   for (int i = 0; i < M; ++i) {
@@ -298,6 +359,10 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     const double n = mb.tokens;
     MicroBatchTasks& t = mbs[size_t(i)];
     t.in.push_back({"attn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
+    if (latent) {
+      add_latent_attention(t, mb);
+      continue;
+    }
     t.in.push_back({"q_proj", gpu_gemm("GPU attention projections", n, qd, H)});
     t.in.push_back({"k_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
     t.in.push_back({"v_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
@@ -330,17 +395,7 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
       t.cpu_attention.group = "CPU attention (KV reads)";
       t.out_h2d = copy(Resource::kHostToDevice, "activation copies", w * n * double(qd) * 2);
     }
-    t.out.push_back({"o_proj", gpu_gemm("GPU attention projections", n, H, qd)});
-    if (c.o_bias)
-      t.out.push_back({"o_bias", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
-    t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
-    t.route.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
-    t.route.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
-                                                n * double(E) * 4 + n * double(K) * 8)});
-    // sigmoid(shared_expert_gate · h): a one-column GEMM and the sigmoid
-    t.mlp_gate.push_back({"shared_expert_gate", gpu_gemm("GPU norms, RoPE, routing", n, 1, H)});
-    t.mlp_gate.push_back({"sigmoid", gpu_elementwise("GPU norms, RoPE, routing", n * 8)});
-    t.routing_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
+    add_outputs(t, n, qd);
   }
 
   // Per expert tasks, the same for every expert and layer in expectation.

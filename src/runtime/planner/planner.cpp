@@ -23,7 +23,7 @@ size_t model_weight_bytes(const ModelConfig& c) {
   const size_t qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
   size_t bytes = 2 * V * H * (c.tie_word_embeddings ? 1 : 2) + H * 4;
   for (int l = 0; l < c.num_layers; ++l) {
-    bytes += 2 * (H * qd * 2 + H * kvd * 2) + 2 * H * 4;
+    bytes += 2 * size_t(c.attention_weight_elements()) + 2 * H * 4;
     bytes += 4 * (size_t(c.q_norm_size()) + size_t(c.k_norm_size()) +
                   (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0));
     if (c.is_moe_layer(l))
@@ -32,6 +32,9 @@ size_t model_weight_bytes(const ModelConfig& c) {
     if (const int64_t D = c.dense_mlp_size(l); D > 0)
       bytes += 2 * expert_matrix_bytes(c, D, int64_t(H)) + expert_matrix_bytes(c, int64_t(H), D);
     if (c.is_moe_layer(l) && c.shared_expert_gate && c.dense_mlp_size(l) > 0) bytes += 2 * H;
+    if (c.attention == AttentionKind::kLatent)  // q_a_layernorm and kv_a_layernorm
+      bytes += 4 * size_t(c.mla.q_lora_rank + c.mla.kv_lora_rank);
+    if (c.is_moe_layer(l) && c.router_selection_bias) bytes += 4 * E;
   }
   return bytes;
 }
@@ -44,9 +47,14 @@ HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   m.kv_cache = size_t(p.kv_blocks) * kv_bytes_per_token(c) * size_t(p.kv_block_size);
   const size_t T = size_t(p.prefill_chunk + p.batch), H = size_t(c.hidden_size);
   const size_t I = size_t(c.expert_intermediate_size), be = size_t(p.expert_batch);
-  const size_t per_token = H * 4 * 2 + size_t(c.q_dim()) * 4 * 2 + size_t(c.kv_dim()) * 4 * 2 +
-                           size_t(c.num_experts) * 4 + H * 2 + size_t(c.experts_per_token) * 8 +
-                           H * 2 /* bf16 GEMM input scratch */;
+  // q and the attention output; K and V, or with MLA the latent and RoPE key (and q-LoRA rows).
+  const bool latent = c.attention == AttentionKind::kLatent;
+  const size_t attention_rows =
+      size_t(c.q_dim()) * 4 + size_t(c.attn_out_dim()) * 4 +
+      (latent ? size_t(c.kv_cache_values_per_token() + c.mla.q_lora_rank) * 4
+              : size_t(c.kv_dim()) * 4 * 2);
+  const size_t per_token = H * 4 * 2 + attention_rows + size_t(c.num_experts) * 4 + H * 2 +
+                           size_t(c.experts_per_token) * 8 + H * 2 /* bf16 GEMM input scratch */;
   size_t mlp = I;  // the expert phase's and the dense MLP's scratch are shared
   for (int l = 0; l < c.num_layers; ++l) mlp = std::max(mlp, size_t(c.dense_mlp_size(l)));
   m.activations = T * (per_token + 4 /* dense MLP scale */) + be * (H * 4 + mlp * 4 * 3 + H * 4) +
@@ -293,7 +301,15 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
         fixed.cpu_attention_share
             ? std::optional<int>(int(std::lround(*fixed.cpu_attention_share * 4)))
             : std::nullopt;
-    dims[kOmegaQuarters] = fixed_or_values(quarters, {4, 3, 2, 1, 0});
+    if (c.attention == AttentionKind::kLatent && quarters && *quarters != 4)
+      fail(
+          "planner: field 'cpu_attention_share': multi-head latent attention runs on the host "
+          "only (the offload executor has no GPU share of it); expected 1, got {}",
+          *fixed.cpu_attention_share);
+    // Multi-head latent attention: the CPU's share is all of it.
+    dims[kOmegaQuarters] = fixed_or_values(quarters, c.attention == AttentionKind::kLatent
+                                                         ? std::vector<int>{4}
+                                                         : std::vector<int>{4, 3, 2, 1, 0});
     std::vector<int> resident = {0};
     for (int r = 1; r < c.num_layers; r *= 2) resident.push_back(r);
     resident.push_back(c.num_layers);

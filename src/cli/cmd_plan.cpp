@@ -15,6 +15,7 @@
 #include "engine/engine_plan.h"
 #include "model/config.h"
 #include "model/presets.h"
+#include "model/weights.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/roofline_svg.h"
 #include "runtime/planner/workload_file.h"
@@ -119,8 +120,8 @@ int run(const Options& o) {
   if (o.model_dir.empty() == o.preset.empty())
     fail("plan: give exactly one of --model or --preset");
   if (o.svg.find('\'') != std::string::npos) fail("plan: --svg: expected a path without quotes");
-  ModelConfig c = o.preset.empty() ? load_config(std::filesystem::path(o.model_dir) / "config.json")
-                                   : preset_config(o.preset, o.layers);
+  ModelConfig c =
+      o.preset.empty() ? load_model_config(o.model_dir) : preset_config(o.preset, o.layers);
   if (o.preset.empty() && o.layers > 0) {
     if (o.layers > c.num_layers)
       fail("--layers {}: the model has {} layers", o.layers, c.num_layers);

@@ -37,21 +37,15 @@ void print_gguf(const std::string& path) {
     bytes += t.nbytes;
   }
   fmt::print(
-      "gguf         version {}, architecture {}, {} tensors in {} file(s), {} metadata keys
-      ",
-      g.version(),
-      g.string("general.architecture").value_or("(none)"), g.tensors().size(), g.parts().size(),
-      g.metadata().size());
-  if (const auto name = g.string("general.name")) fmt::print("gguf name    {}
-", *name);
+      "gguf         version {}, architecture {}, {} tensors in {} file(s), {} metadata keys\n",
+      g.version(), g.string("general.architecture").value_or("(none)"), g.tensors().size(),
+      g.parts().size(), g.metadata().size());
+  if (const auto name = g.string("general.name")) fmt::print("gguf name    {}\n", *name);
   if (const auto ft = g.integer("general.file_type"))
-    fmt::print("quantization {}
-", file_type_name(*ft));
+    fmt::print("quantization {}\n", file_type_name(*ft));
   for (const auto& [type, nb] : types)
-    fmt::print("gguf {:<7} {} tensors, {}
-", type, nb.first, human_bytes(double(nb.second)));
-  fmt::print("tokenizer    {}{}
-", g.string("tokenizer.ggml.model").value_or("(none)"),
+    fmt::print("gguf {:<7} {} tensors, {}\n", type, nb.first, human_bytes(double(nb.second)));
+  fmt::print("tokenizer    {}{}\n", g.string("tokenizer.ggml.model").value_or("(none)"),
              g.find("tokenizer.chat_template") ? ", with a chat template" : "");
 }
 

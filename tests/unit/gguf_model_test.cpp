@@ -150,7 +150,7 @@ TEST(GgufModel, LlamaCppNamesDimsAndRowPermutation) {
   // In the file, q's rows are permuted: blk.0.attn_q row 1 is checkpoint row head_dim / 2.
   const Model hf = load_model(dir / "hf");
   const float* q = reinterpret_cast<const float*>(g.find_tensor("blk.0.attn_q.weight")->data());
-  std::vector<float> want_row(size_t(H));
+  std::vector<float> want_row(static_cast<size_t>(H));
   to_f32(hf.weights.layers[0].wq.dtype,
          static_cast<const char*>(hf.weights.layers[0].wq.data) +
              size_t(c.head_dim / 2) * size_t(H) * dtype_size(hf.weights.layers[0].wq.dtype),
@@ -172,7 +172,7 @@ TEST(GgufModel, TokenizerAndChatTemplateComeFromTheFile) {
     EXPECT_EQ(from_gguf->eos_id(), from_folder->eos_id());
     const auto messages = single_user_message("What is the answer?");
     // A tokenizer_config.json beside the file is not the GGUF's template: the file's is used.
-    write_file(dir / "tokenizer_config.json", R"({"chat_template": "WRONG"})");
+    testing::write_file(dir / "tokenizer_config.json", R"({"chat_template": "WRONG"})");
     const ChatPrompter gguf_chat = ChatPrompter::load(path, *from_gguf);
     const ChatPrompter folder_chat = ChatPrompter::load(dir / "hf", *from_folder);
     EXPECT_EQ(gguf_chat.render(messages), folder_chat.render(messages));
@@ -281,10 +281,10 @@ TEST(GgufModel, GenerateWithTheGgufFileEqualsTheFolder) {
   write_folder(c, dir / "hf");
   const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
   auto generate = [&](const std::filesystem::path& model) {
-    const auto r = testing::run_command(
-        testing::sluice_command("generate --chat --model " + model.string() +
-                                " --prompt 'Hello world' --max-new-tokens 8"),
-        /*with_stderr=*/false);
+    const auto r =
+        testing::run_command(testing::sluice_command("generate --chat --model " + model.string() +
+                                                     " --prompt 'Hello world' --max-new-tokens 8"),
+                             /*with_stderr=*/false);
     EXPECT_EQ(r.status, 0) << r.output;
     return r.output;
   };

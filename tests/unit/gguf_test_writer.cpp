@@ -378,7 +378,7 @@ std::filesystem::path convert_to_gguf(const std::filesystem::path& hf_dir,
   const ModelConfig c = load_config(hf_dir / "config.json");
   const GgufNaming& naming = *family_spec(c.family).gguf;
   const Checkpoint ckpt = Checkpoint::open(hf_dir);
-  std::vector<GgufImageWriter> writers(size_t(parts));
+  std::vector<GgufImageWriter> writers(static_cast<size_t>(parts));
   add_metadata(c, naming, writers[0]);
   add_tokenizer(hf_dir, c, writers[0]);
 

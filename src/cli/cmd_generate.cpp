@@ -155,7 +155,7 @@ int run(const Options& o) {
 RegisterCommand reg(
     {"generate", "Continue a prompt, or each line of a file as one batch", [](CLI::App& sub) {
        auto o = std::make_shared<Options>();
-       sub.add_option("--model", o->model_dir, "Model folder")->required();
+       sub.add_option("--model", o->model_dir, "Model folder or .gguf file")->required();
        sub.add_option("--prompt", o->prompt, "Prompt text");
        sub.add_option("--input", o->input, "File with one prompt per line");
        sub.add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")

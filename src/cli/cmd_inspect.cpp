@@ -2,18 +2,55 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "cli/command.h"
 #include "cli/machine_report.h"
 #include "core/units.h"
+#include "io/gguf.h"
 #include "model/model_stats.h"
 
 namespace sluice::cli {
 namespace {
 
+// llama.cpp's general.file_type (enum llama_ftype), the names of the common ones.
+std::string file_type_name(int64_t t) {
+  static const std::map<int64_t, const char*> names = {
+      {0, "ALL_F32"},        {1, "MOSTLY_F16"},     {2, "MOSTLY_Q4_0"},    {3, "MOSTLY_Q4_1"},
+      {7, "MOSTLY_Q8_0"},    {8, "MOSTLY_Q5_0"},    {9, "MOSTLY_Q5_1"},    {10, "MOSTLY_Q2_K"},
+      {11, "MOSTLY_Q3_K_S"}, {12, "MOSTLY_Q3_K_M"}, {13, "MOSTLY_Q3_K_L"}, {14, "MOSTLY_Q4_K_S"},
+      {15, "MOSTLY_Q4_K_M"}, {16, "MOSTLY_Q5_K_S"}, {17, "MOSTLY_Q5_K_M"}, {18, "MOSTLY_Q6_K"},
+      {32, "MOSTLY_BF16"}};
+  const auto it = names.find(t);
+  return it != names.end() ? fmt::format("{} ({})", it->second, t) : fmt::format("{}", t);
+}
+
+// What the GGUF file itself says: its architecture, parts, tensor types and quantisation.
+void print_gguf(const std::string& path) {
+  const GgufFile g = GgufFile::open(path);
+  std::map<std::string, std::pair<int, size_t>> types;  // type: tensors, bytes
+  for (const auto& [name, t] : g.tensors()) {
+    auto& [n, bytes] = types[ggml_type_name(t.type)];
+    ++n;
+    bytes += t.nbytes;
+  }
+  fmt::print(
+      "gguf         version {}, architecture {}, {} tensors in {} file(s), {} metadata keys\n",
+      g.version(), g.string("general.architecture").value_or("(none)"), g.tensors().size(),
+      g.parts().size(), g.metadata().size());
+  if (const auto name = g.string("general.name")) fmt::print("gguf name    {}\n", *name);
+  if (const auto ft = g.integer("general.file_type"))
+    fmt::print("quantization {}\n", file_type_name(*ft));
+  for (const auto& [type, nb] : types)
+    fmt::print("gguf {:<7} {} tensors, {}\n", type, nb.first, human_bytes(double(nb.second)));
+  fmt::print("tokenizer    {}{}\n", g.string("tokenizer.ggml.model").value_or("(none)"),
+             g.find("tokenizer.chat_template") ? ", with a chat template" : "");
+}
+
 int run(const std::string& dir) {
+  if (is_gguf_file(dir)) print_gguf(dir);
   Model m = load_model(dir);
   const ModelConfig& c = m.config;
   ModelStats s = model_stats(m);
@@ -103,10 +140,11 @@ int run(const std::string& dir) {
   return 0;
 }
 
-RegisterCommand reg({"inspect", "Describe a model folder: shapes, parameters, bytes",
+RegisterCommand reg({"inspect",
+                     "Describe a model (folder or .gguf file): shapes, parameters, bytes",
                      [](CLI::App& sub) {
                        auto dir = std::make_shared<std::string>();
-                       sub.add_option("--model", *dir, "Model folder")->required();
+                       sub.add_option("--model", *dir, "Model folder or .gguf file")->required();
                        return std::function<int()>([dir] { return run(*dir); });
                      }});
 

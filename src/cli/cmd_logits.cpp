@@ -68,7 +68,7 @@ int run(const Options& o) {
 RegisterCommand reg(
     {"logits", "Print the logits of every position of a token sequence", [](CLI::App& sub) {
        auto o = std::make_shared<Options>();
-       sub.add_option("--model", o->model, "Model folder")->required();
+       sub.add_option("--model", o->model, "Model folder or .gguf file")->required();
        sub.add_option("--tokens", o->tokens, "Token ids, comma-separated")->required();
        // The reference forward multiplies quantized experts dequantized (scale · q) with fp32
        // activations: the weights' quantization error alone.

@@ -16,6 +16,7 @@
 #include "engine/engine_plan.h"
 #include "model/config.h"
 #include "model/presets.h"
+#include "model/weights.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/roofline_svg.h"
 #include "runtime/planner/workload_file.h"
@@ -120,8 +121,8 @@ int run(const Options& o) {
   if (o.model_dir.empty() == o.preset.empty())
     fail("plan: give exactly one of --model or --preset");
   if (o.svg.find('\'') != std::string::npos) fail("plan: --svg: expected a path without quotes");
-  ModelConfig c = o.preset.empty() ? load_config(std::filesystem::path(o.model_dir) / "config.json")
-                                   : preset_config(o.preset, o.layers);
+  ModelConfig c =
+      o.preset.empty() ? load_model_config(o.model_dir) : preset_config(o.preset, o.layers);
   c.expert_quant = resolve_expert_quant(c, {o.policy.expert_dtype, o.policy.expert_group},
                                         o.preset.empty() ? o.model_dir : o.preset);
   if (o.preset.empty() && o.layers > 0) {

@@ -19,7 +19,7 @@ RegisterCommand reg(
      "all requests succeeded, 2 some have error records, 1 fatal error",
      [](CLI::App& sub) {
        auto o = std::make_shared<BatchJobOptions>();
-       sub.add_option("--model", o->model_dir, "Model folder")->required();
+       sub.add_option("--model", o->model_dir, "Model folder or .gguf file")->required();
        sub.add_option(
               "--input", o->input,
               "Requests, one JSON object per line: {custom_id, prompt | messages, "

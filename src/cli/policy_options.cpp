@@ -121,7 +121,7 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
 
 void add_model_shape_options(CLI::App& sub, std::string& model_dir, std::string& preset,
                              int& layers) {
-  sub.add_option("--model", model_dir, "Model folder (its config.json is read)");
+  sub.add_option("--model", model_dir, "Model folder (its config.json is read) or .gguf file");
   sub.add_option("--preset", preset, "A named model shape (bench makes it in memory)")
       ->check(CLI::IsMember(preset_names()));
   sub.add_option("--layers", layers, "Keep only the first N layers")->check(CLI::NonNegativeNumber);

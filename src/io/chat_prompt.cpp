@@ -1,6 +1,7 @@
 #include "io/chat_prompt.h"
 
 #include "core/error.h"
+#include "io/gguf.h"
 
 namespace sluice {
 
@@ -12,10 +13,12 @@ ChatPrompter::ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenize
 
 ChatPrompter ChatPrompter::load(const std::filesystem::path& model_dir,
                                 const Tokenizer& tokenizer) {
+  // A GGUF file carries its own template (tokenizer.chat_template), whatever lies beside it.
+  const bool gguf = is_gguf_file(model_dir);
   const auto config = std::filesystem::is_directory(model_dir)
                           ? model_dir / "tokenizer_config.json"
                           : model_dir.parent_path() / "tokenizer_config.json";
-  if (std::filesystem::exists(config)) {
+  if (!gguf && std::filesystem::exists(config)) {
     return ChatPrompter(ChatTemplate::from_tokenizer_config(config), tokenizer,
                         nlohmann::ordered_json::object());
   }

@@ -1,4 +1,5 @@
-// Reads the tokenizer metadata (tokenizer.ggml.*) of a GGUF file; tensors are not touched.
+// Reads the tokenizer metadata (tokenizer.ggml.*) of a GGUF file (io/gguf.h); tensors are not
+// touched.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ struct GgufVocab {
   std::string chat_template;
 };
 
+class GgufFile;
+
 GgufVocab read_gguf_vocab(const std::filesystem::path& path);
+GgufVocab read_gguf_vocab(const GgufFile& file);
 
 }  // namespace sluice

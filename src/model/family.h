@@ -8,10 +8,12 @@
 #include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
 #include "model/config_reader.h"
+#include "model/gguf_naming.h"
 #include "model/tensor_table.h"
 
 namespace sluice {
@@ -44,10 +46,14 @@ struct FamilySpec {
   // The strict table of the family's checkpoint tensors for config `c`.
   TensorTable (*tensor_table)(const ModelConfig& c, ModelWeights& w);
   TokenizerStyle tokenizer;
+  // How llama.cpp's GGUF files spell the family; null: GGUF files of it are not read.
+  const GgufNaming* gguf = nullptr;
 };
 
 std::span<const FamilySpec* const> all_families();
 const FamilySpec& family_spec(Family f);
+// The family whose GGUF naming has general.architecture `arch`; null when none has.
+const FamilySpec* family_of_gguf_arch(std::string_view arch);
 
 // Each family's description (family_<name>.cpp).
 const FamilySpec& mixtral_family();
@@ -60,5 +66,8 @@ const FamilySpec& deepseek_v3_family();
 
 // Qwen's tokenizer (Qwen2-MoE and Qwen3-MoE alike): Qwen's split pattern, NFC, ChatML.
 const TokenizerStyle& qwen_tokenizer_style();
+// The GGUF names of Qwen's MoE block (routed and shared experts, dense MLP), shared by Qwen2-MoE,
+// Qwen3-MoE and OLMoE.
+const std::vector<GgufTensorName>& qwen_moe_gguf_tensor_names();
 
 }  // namespace sluice

@@ -56,6 +56,26 @@ constexpr const char* kChatTemplate =
     "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}"
     "{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
 
+// llama.cpp stores Mixtral as arch "llama" with experts (its LlamaModel converter), q/k rows
+// interleaved for its RoPE, and always renormalises the top-k weights.
+const GgufNaming* gguf_naming() {
+  static const GgufNaming naming{
+      "llama",
+      {{"intermediate_size", "feed_forward_length", true, "expert_feed_forward_length"},
+       {"num_local_experts", "expert_count", true},
+       {"num_experts_per_tok", "expert_used_count", true},
+       {"sliding_window", "attention.sliding_window"}},
+      {{"block_sparse_moe.gate", "ffn_gate_inp"},
+       {"block_sparse_moe.experts.*.w1", "ffn_gate_exps"},
+       {"block_sparse_moe.experts.*.w3", "ffn_up_exps"},
+       {"block_sparse_moe.experts.*.w2", "ffn_down_exps"}},
+      "{}",
+      {},
+      nullptr,
+      true};
+  return &naming;
+}
+
 }  // namespace
 
 const FamilySpec& mixtral_family() {
@@ -66,7 +86,8 @@ const FamilySpec& mixtral_family() {
       read_config,
       write_config,
       table,
-      TokenizerStyle{{"<unk>", "<s>", "</s>"}, 1, 2, 0, true, nullptr, false, kChatTemplate}};
+      TokenizerStyle{{"<unk>", "<s>", "</s>"}, 1, 2, 0, true, nullptr, false, kChatTemplate},
+      gguf_naming()};
   return spec;
 }
 

@@ -67,6 +67,22 @@ constexpr const char* kChatTemplate =
     "{{ '<|assistant|>\\n' + message['content'] + eos_token + '\\n' }}{% endif %}"
     "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
 
+// llama.cpp's arch "olmoe": its graph does not renormalise the top-k weights; clip_qkv is
+// attention.clamp_kqv; q/k rows as in the checkpoint.
+const GgufNaming* gguf_naming() {
+  static const GgufNaming naming{
+      "olmoe",
+      {{"intermediate_size", "expert_feed_forward_length", true, "feed_forward_length"},
+       {"num_experts", "expert_count", true},
+       {"num_experts_per_tok", "expert_used_count", true},
+       {"norm_topk_prob", "expert_weights_norm"},
+       {"clip_qkv", "attention.clamp_kqv"}},
+      qwen_moe_gguf_tensor_names(),
+      R"({"norm_topk_prob": false})",
+      {{"attention_bias", "attn_q.bias"}}};
+  return &naming;
+}
+
 }  // namespace
 
 // GPT-NeoX-style byte-level BPE (GPT-2's pre-tokenizer), <|endoftext|> as bos and eos.
@@ -79,7 +95,8 @@ const FamilySpec& olmoe_family() {
       write_config,
       table,
       TokenizerStyle{
-          {"<|endoftext|>", "<|padding|>"}, 0, 0, -1, false, nullptr, false, kChatTemplate}};
+          {"<|endoftext|>", "<|padding|>"}, 0, 0, -1, false, nullptr, false, kChatTemplate},
+      gguf_naming()};
   return spec;
 }
 

@@ -86,11 +86,31 @@ TensorTable table(const ModelConfig& c, ModelWeights& w) {
   return t;
 }
 
+// llama.cpp's arch "qwen2moe": its graph does not renormalise the top-k weights (Qwen2-MoE's
+// published norm_topk_prob is false); q/k rows as in the checkpoint.
+const GgufNaming* gguf_naming() {
+  static const GgufNaming naming{
+      "qwen2moe",
+      {{"moe_intermediate_size", "expert_feed_forward_length", true},
+       {"shared_expert_intermediate_size", "expert_shared_feed_forward_length", true,
+        "feed_forward_length"},
+       {"intermediate_size", "feed_forward_length"},
+       {"num_experts", "expert_count", true},
+       {"num_experts_per_tok", "expert_used_count", true},
+       {"norm_topk_prob", "expert_weights_norm"}},
+      qwen_moe_gguf_tensor_names(),
+      R"({"norm_topk_prob": false})",
+      {{"qkv_bias", "attn_q.bias"}},
+      "mlp_only_layers"};
+  return &naming;
+}
+
 }  // namespace
 
 const FamilySpec& qwen2_moe_family() {
-  static const FamilySpec spec{Family::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM", read_config,
-                               write_config,     table,       qwen_tokenizer_style()};
+  static const FamilySpec spec{
+      Family::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM",  read_config,
+      write_config,     table,       qwen_tokenizer_style(), gguf_naming()};
   return spec;
 }
 

@@ -68,7 +68,40 @@ TensorTable table(const ModelConfig& c, ModelWeights& w) {
   return t;
 }
 
+// llama.cpp's arch "qwen3moe": its graph renormalises the top-k weights (Qwen3's published
+// norm_topk_prob); q/k rows as in the checkpoint.
+const GgufNaming* gguf_naming() {
+  static const GgufNaming naming{"qwen3moe",
+                                 {{"moe_intermediate_size", "expert_feed_forward_length", true},
+                                  {"intermediate_size", "feed_forward_length"},
+                                  {"num_experts", "expert_count", true},
+                                  {"num_experts_per_tok", "expert_used_count", true},
+                                  {"norm_topk_prob", "expert_weights_norm"}},
+                                 qwen_moe_gguf_tensor_names(),
+                                 R"({"norm_topk_prob": true})",
+                                 {{"attention_bias", "attn_q.bias"}},
+                                 "mlp_only_layers"};
+  return &naming;
+}
+
 }  // namespace
+
+// The Qwen MoE block's names (Qwen2-MoE's shared expert included), which OLMoE shares in part.
+const std::vector<GgufTensorName>& qwen_moe_gguf_tensor_names() {
+  static const std::vector<GgufTensorName> names = {
+      {"mlp.gate", "ffn_gate_inp"},
+      {"mlp.experts.*.gate_proj", "ffn_gate_exps"},
+      {"mlp.experts.*.up_proj", "ffn_up_exps"},
+      {"mlp.experts.*.down_proj", "ffn_down_exps"},
+      {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+      {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+      {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
+      {"mlp.gate_proj", "ffn_gate"},  // a dense layer's MLP
+      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  return names;
+}
 
 // ChatML, as Qwen's chat templates write it (without their tool-calling and thinking parts).
 const TokenizerStyle& qwen_tokenizer_style() {
@@ -87,8 +120,9 @@ const TokenizerStyle& qwen_tokenizer_style() {
 }
 
 const FamilySpec& qwen3_moe_family() {
-  static const FamilySpec spec{Family::Qwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM", read_config,
-                               write_config,     table,       qwen_tokenizer_style()};
+  static const FamilySpec spec{
+      Family::Qwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM",  read_config,
+      write_config,     table,       qwen_tokenizer_style(), gguf_naming()};
   return spec;
 }
 

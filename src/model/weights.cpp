@@ -5,9 +5,11 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/expert_quant.h"
 #include "model/quantized_checkpoint.h"
+#include "model/gguf_model.h"
 #include "model/tensor_table.h"
 
 namespace sluice {
@@ -48,10 +50,11 @@ Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
 }  // namespace
 
 Model load_model(const std::filesystem::path& dir) {
+  if (is_gguf_file(dir)) return load_gguf_model(dir);
   Model m;
   m.dir = dir;
   if (!std::filesystem::exists(dir / "config.json"))
-    fail("{}: no config.json (expected a Hugging Face model folder)", dir.string());
+    fail("{}: no config.json (expected a Hugging Face model folder or a .gguf file)", dir.string());
   m.config = load_config(dir / "config.json");
   Checkpoint ckpt = Checkpoint::open(dir);
   TensorTable table = tensor_table(m.config, m.weights);
@@ -106,6 +109,10 @@ Model load_model(const std::filesystem::path& dir) {
   return m;
 }
 
+ModelConfig load_model_config(const std::filesystem::path& dir) {
+  return is_gguf_file(dir) ? load_gguf_config(dir) : load_config(dir / "config.json");
+}
+
 std::vector<const Tensor*> weight_tensors(const ModelWeights& w) {
   std::vector<const Tensor*> all;
   std::set<const void*> seen;
@@ -114,10 +121,10 @@ std::vector<const Tensor*> weight_tensors(const ModelWeights& w) {
   };
   add(w.embed);
   for (const LayerWeights& L : w.layers) {
-    for (const Tensor* t :
-         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm,
-          &L.k_norm, &L.ffn_norm, &L.router, &L.expert_gate, &L.expert_up, &L.expert_down,
-          &L.mlp_gate, &L.mlp_up, &L.mlp_down, &L.mlp_scale})
+    for (const Tensor* t : {&L.attn_norm,   &L.wq,       &L.wk,     &L.wv,          &L.wo,
+                            &L.bq,          &L.bk,       &L.bv,     &L.bo,          &L.q_norm,
+                            &L.k_norm,      &L.ffn_norm, &L.router, &L.expert_gate, &L.expert_up,
+                            &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down,    &L.mlp_scale})
       add(*t);
   }
   add(w.final_norm);

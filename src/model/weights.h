@@ -59,12 +59,14 @@ struct ModelWeights {
 struct Model {
   ModelConfig config;
   ModelWeights weights;
-  std::filesystem::path dir;  // empty for a model made in memory
+  std::filesystem::path dir;  // the folder or .gguf file; empty for a model made in memory
 };
 
 // Loads config.json and the safetensors of a Hugging Face model folder, checking every tensor
-// against the family's table.
+// against the family's table; or a GGUF file (the first part of a split one), model/gguf_model.h.
 Model load_model(const std::filesystem::path& dir);
+// The config alone: the folder's config.json, or a GGUF file's metadata.
+ModelConfig load_model_config(const std::filesystem::path& dir);
 
 // Every tensor of the weight set that is present, each once (a tied lm_head is the embedding).
 std::vector<const Tensor*> weight_tensors(const ModelWeights& weights);

@@ -1,0 +1,297 @@
+// GGUF models (model/gguf_model.h): a tiny model of each family is written as a Hugging Face
+// folder and converted to GGUF as llama.cpp's converter would (gguf_test_writer.h); both load
+// to the same config and the reference forward pass gives the same logits. Quantised files
+// (Q8_0, Q4_0) equal the folder's model with its weights quantised and dequantised the same way.
+// Bad files are clear errors naming the file and the tensor or key.
+#include "model/gguf_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "gguf_test_writer.h"
+#include "io/chat_prompt.h"
+#include "io/gguf.h"
+#include "io/tokenizer.h"
+#include "model/family.h"
+#include "model/presets.h"
+#include "model/reference_forward.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+#include "test_util.h"
+#include "tiny_model_cases.h"
+
+namespace sluice {
+namespace {
+
+using testing::convert_to_gguf;
+using testing::GgufImageWriter;
+using testing::GgufWeights;
+using testing::TempDir;
+
+std::vector<float> logits_of(const Model& m) {
+  std::vector<int> tokens;
+  for (int i = 0; i < 9; ++i) tokens.push_back((i * 37 + 5) % m.config.vocab_size);
+  ReferenceForward f(m);
+  return f.forward(tokens);
+}
+
+// The HF folder of `c` with weights of seed 5, and its tokenizer.
+void write_folder(const ModelConfig& c, const std::filesystem::path& dir) {
+  write_random_checkpoint(c, dir, 5);
+  write_synthetic_tokenizer(c, dir);
+}
+
+void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(config_to_json(a).dump(), config_to_json(b).dump());
+}
+
+// Every family with a GGUF naming, and the features its description switches on.
+std::vector<testing::TinyModelCase> gguf_cases() {
+  std::vector<testing::TinyModelCase> out;
+  for (auto& c : testing::family_cases()) {
+    ModelConfig config = preset_config("tiny-mixtral");
+    c.edit(config);
+    if (family_spec(config.family).gguf) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(GgufModel, EveryFamilyGivesTheFolderLogitsInF32AndBF16) {
+  const auto cases = gguf_cases();
+  std::set<Family> families;
+  for (const auto& tc : cases) {
+    ModelConfig c = preset_config("tiny-mixtral");
+    tc.edit(c);
+    families.insert(c.family);
+    TempDir dir;
+    write_folder(c, dir / "hf");
+    const Model hf = load_model(dir / "hf");
+    const std::vector<float> want = logits_of(hf);
+    for (GgufWeights w : {GgufWeights::kF32, GgufWeights::kBF16}) {
+      SCOPED_TRACE(std::string(tc.name) + " " + testing::gguf_weights_name(w));
+      const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", w);
+      const Model g = load_model(path);
+      expect_same_config(g.config, hf.config);
+      EXPECT_EQ(g.weights.layers[0].wq.dtype, w == GgufWeights::kF32 ? DType::F32 : DType::BF16);
+      // The same values in fp32 arithmetic: the same logits, bit for bit.
+      EXPECT_EQ(logits_of(g), want);
+    }
+  }
+  // Mixtral, Qwen3-MoE, OLMoE and Qwen2-MoE.
+  EXPECT_EQ(families.size(), 4u);
+}
+
+TEST(GgufModel, QuantizedFilesEqualTheRoundTrippedWeights) {
+  // Rows of 64 and 96 values: every matrix is stored quantised (the Qwen2-MoE case's shared expert
+  // of 72 stays BF16, as llama.cpp falls back for rows that are not whole blocks).
+  for (const char* preset : {"tiny-mixtral", "tiny-qwen2-moe"}) {
+    const ModelConfig c = preset_config(preset);
+    TempDir dir;
+    write_folder(c, dir / "hf");
+    for (GgufWeights w : {GgufWeights::kQ8_0, GgufWeights::kQ4_0}) {
+      SCOPED_TRACE(std::string(preset) + " " + testing::gguf_weights_name(w));
+      Model want = load_model(dir / "hf");
+      testing::round_trip_quantized(want, w);
+      const Model g = load_model(convert_to_gguf(dir / "hf", dir / "q.gguf", w));
+      const Tensor& a = g.weights.layers[1].expert_down;
+      const Tensor& b = want.weights.layers[1].expert_down;
+      EXPECT_EQ(a.dtype, DType::BF16);
+      ASSERT_EQ(a.shape, b.shape);
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0);
+      EXPECT_EQ(logits_of(g), logits_of(want));
+      // And quantisation changed the model: the check is not vacuous.
+      EXPECT_NE(logits_of(g), logits_of(load_model(dir / "hf")));
+    }
+  }
+}
+
+TEST(GgufModel, SplitFilesLoadAsOneModel) {
+  const ModelConfig c = preset_config("tiny-qwen3-moe");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto first = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16, 3);
+  EXPECT_EQ(first.filename(), "m-00001-of-00003.gguf");
+  EXPECT_TRUE(std::filesystem::exists(dir / "m-00003-of-00003.gguf"));
+  EXPECT_EQ(logits_of(load_model(first)), logits_of(load_model(dir / "hf")));
+}
+
+TEST(GgufModel, LlamaCppNamesDimsAndRowPermutation) {
+  const ModelConfig c = preset_config("tiny-mixtral");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const GgufFile g = GgufFile::open(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size, E = c.num_experts;
+  // Names and dims (fastest first) as llama.cpp's Mixtral files have them.
+  EXPECT_EQ(g.find_tensor("blk.1.ffn_gate_exps.weight")->dims, (Shape{H, I, E}));
+  EXPECT_EQ(g.find_tensor("blk.1.ffn_down_exps.weight")->dims, (Shape{I, H, E}));
+  EXPECT_EQ(g.find_tensor("blk.0.ffn_gate_inp.weight")->dims, (Shape{H, E}));
+  EXPECT_EQ(g.find_tensor("blk.0.attn_k.weight")->dims, (Shape{H, c.kv_dim()}));
+  EXPECT_EQ(g.find_tensor("token_embd.weight")->dims, (Shape{H, c.vocab_size}));
+  for (const char* name : {"output_norm.weight", "output.weight", "blk.0.attn_norm.weight",
+                           "blk.0.ffn_norm.weight", "blk.0.attn_output.weight"})
+    EXPECT_NE(g.find_tensor(name), nullptr) << name;
+  EXPECT_EQ(g.integer("llama.expert_count"), E);
+  EXPECT_EQ(g.integer("llama.feed_forward_length"), I);
+
+  // LlamaModel.permute on one head of 4 rows: reshape(1, 2, 2).swapaxes(1, 2) stores rows
+  // 0, 2, 1, 3; sluice's loader puts them back.
+  const float rows[4] = {10, 11, 12, 13};
+  const auto stored = testing::permute_qk_rows(rows, 1, 4, 4);
+  float got[4];
+  std::memcpy(got, stored.data(), 16);
+  EXPECT_EQ(std::vector<float>(got, got + 4), (std::vector<float>{10, 12, 11, 13}));
+  float back[4];
+  unpermute_qk_rows(got, back, 1, 4, 4);
+  EXPECT_EQ(std::vector<float>(back, back + 4), (std::vector<float>{10, 11, 12, 13}));
+  // In the file, q's rows are permuted: blk.0.attn_q row 1 is checkpoint row head_dim / 2.
+  const Model hf = load_model(dir / "hf");
+  const float* q = reinterpret_cast<const float*>(g.find_tensor("blk.0.attn_q.weight")->data());
+  std::vector<float> want_row(static_cast<size_t>(H));
+  to_f32(hf.weights.layers[0].wq.dtype,
+         static_cast<const char*>(hf.weights.layers[0].wq.data) +
+             size_t(c.head_dim / 2) * size_t(H) * dtype_size(hf.weights.layers[0].wq.dtype),
+         want_row.data(), size_t(H));
+  EXPECT_EQ(std::vector<float>(q + H, q + 2 * H), want_row);
+}
+
+TEST(GgufModel, TokenizerAndChatTemplateComeFromTheFile) {
+  for (const char* preset : {"tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe"}) {
+    SCOPED_TRACE(preset);
+    const ModelConfig c = preset_config(preset);
+    TempDir dir;
+    write_folder(c, dir / "hf");
+    const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
+    const auto from_gguf = Tokenizer::load(path);
+    const auto from_folder = Tokenizer::load(dir / "hf");
+    const std::string text = "The quick brown fox, 42 experts! Hello  world.";
+    EXPECT_EQ(from_gguf->encode(text, true), from_folder->encode(text, true));
+    EXPECT_EQ(from_gguf->eos_id(), from_folder->eos_id());
+    const auto messages = single_user_message("What is the answer?");
+    // A tokenizer_config.json beside the file is not the GGUF's template: the file's is used.
+    testing::write_file(dir / "tokenizer_config.json", R"({"chat_template": "WRONG"})");
+    const ChatPrompter gguf_chat = ChatPrompter::load(path, *from_gguf);
+    const ChatPrompter folder_chat = ChatPrompter::load(dir / "hf", *from_folder);
+    EXPECT_EQ(gguf_chat.render(messages), folder_chat.render(messages));
+    EXPECT_EQ(gguf_chat.encode(messages), folder_chat.encode(messages));
+  }
+}
+
+TEST(GgufModel, MetadataDisagreeingWithATensorShapeNamesBoth) {
+  const ModelConfig c = preset_config("tiny-qwen3-moe");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto path =
+      convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+        w.replace("qwen3moe.expert_feed_forward_length", GgufType::kU32, 48);
+      });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "tensor 'blk.0.ffn_gate_exps.weight'",
+                        "expected shape [8, 48, 64]", "got [8, 40, 64]");
+}
+
+TEST(GgufModel, MissingTensorAndMissingKeyAreNamed) {
+  const ModelConfig c = preset_config("tiny-olmoe");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  auto path = convert_to_gguf(dir / "hf", dir / "a.gguf", GgufWeights::kF32, 1,
+                              [](GgufImageWriter& w) { w.remove("olmoe.expert_count"); });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'olmoe.expert_count' is missing");
+  path = convert_to_gguf(dir / "hf", dir / "b.gguf", GgufWeights::kF32, 1,
+                         [](GgufImageWriter& w) { w.remove_tensor("blk.1.attn_k_norm.weight"); });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(),
+                        "tensor 'blk.1.attn_k_norm.weight' is missing");
+  // A tensor no family table has is refused, not ignored.
+  path = convert_to_gguf(dir / "hf", dir / "c.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+    w.add_tensor("blk.0.mystery.weight", uint32_t(GgmlType::F32), {4}, std::vector<uint8_t>(16));
+  });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "unexpected tensor 'blk.0.mystery.weight'");
+}
+
+TEST(GgufModel, TypesThatAreNotLoadedAreNamed) {
+  // Q4_1 is a type the reader can size but sluice does not dequantise: the tensor is named.
+  const ModelConfig c = preset_config("tiny-mixtral");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto path =
+      convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ8_0, 1, [](GgufImageWriter& w) {
+        // Q8_0's 34-byte blocks hold more bytes than Q4_1's 20: the data stays in range.
+        w.retype_tensor("blk.1.ffn_up_exps.weight", uint32_t(GgmlType::Q4_1));
+      });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "tensor 'blk.1.ffn_up_exps.weight'",
+                        "Q4_1 is not supported");
+}
+
+TEST(GgufModel, DequantizationIsAnnouncedOnce) {
+  const ModelConfig c = preset_config("tiny-mixtral");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ4_0);
+  ::testing::internal::CaptureStderr();
+  load_model(path);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("dequantizing"), std::string::npos) << err;
+  EXPECT_NE(err.find("Q4_0 tensors"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+TEST(GgufModel, ArchitecturesWithoutAGgufNamingAreRefusedByName) {
+  TempDir dir;
+  for (const char* arch : {"dbrx", "deepseek2", "gemma"}) {
+    GgufImageWriter w;
+    w.add("general.architecture", GgufType::kString, arch);
+    const auto path = dir / (std::string(arch) + ".gguf");
+    w.write(path);
+    const std::string refused = std::string("'") + arch + "' is not supported";
+    EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "general.architecture", refused.c_str(),
+                          "llama (mixtral)");
+  }
+  // A dense llama (no experts) needs the expert count it does not have.
+  GgufImageWriter w;
+  w.add("general.architecture", GgufType::kString, "llama");
+  w.add("llama.embedding_length", GgufType::kU32, 64);
+  w.add("llama.block_count", GgufType::kU32, 1);
+  w.add("llama.attention.head_count", GgufType::kU32, 4);
+  w.add("llama.feed_forward_length", GgufType::kU32, 128);
+  w.write(dir / "dense.gguf");
+  EXPECT_ERROR_MENTIONS(load_model(dir / "dense.gguf"), "key 'llama.expert_count' is missing");
+}
+
+TEST(GgufModel, InspectShowsTheGgufMetadata) {
+  const ModelConfig c = preset_config("tiny-mixtral");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ8_0);
+  const auto r =
+      testing::run_command(testing::sluice_binary() + " inspect --model " + path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("architecture llama"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gguf Q8_0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gguf F32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("family       mixtral"), std::string::npos) << r.output;
+}
+
+// Through the engine, end to end: the GGUF file (weights, tokenizer, chat template) generates the
+// folder's text, greedy.
+TEST(GgufModel, GenerateWithTheGgufFileEqualsTheFolder) {
+  const ModelConfig c = preset_config("tiny-qwen3-moe");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
+  auto generate = [&](const std::filesystem::path& model) {
+    const auto r =
+        testing::run_command(testing::sluice_command("generate --chat --model " + model.string() +
+                                                     " --prompt 'Hello world' --max-new-tokens 8"),
+                             /*with_stderr=*/false);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return r.output;
+  };
+  const std::string from_gguf = generate(path);
+  EXPECT_FALSE(from_gguf.empty());
+  EXPECT_EQ(from_gguf, generate(dir / "hf"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -22,13 +22,9 @@ ModelStats model_stats(const Model& m) {
   add(w.embed, 1.0 / c.vocab_size);  // a token reads one row
   const double expert_fraction = double(c.experts_per_token) / c.num_experts;
   for (const LayerWeights& L : w.layers) {
-    for (const Tensor* t :
-         {&L.attn_norm, &L.wq,          &L.wk,       &L.wv,     &L.wo,        &L.bq,
-          &L.bk,        &L.bv,          &L.bo,       &L.q_norm, &L.k_norm,    &L.ffn_norm,
-          &L.router,    &L.router_bias, &L.mlp_gate, &L.mlp_up, &L.mlp_down,  &L.mlp_scale,
-          &L.q_a,       &L.q_a_norm,    &L.q_b,      &L.kv_a,   &L.kv_a_norm, &L.kv_b})
+    for (const Tensor* t : layer_tensors_but_experts(L))
       add(*t, 1.0);  // absent ones (empty) add nothing
-    for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
+    for (const Tensor* t : layer_expert_tensors(L)) {
       add(*t, expert_fraction);
       s.expert_bytes += t->nbytes();
     }

@@ -8,8 +8,8 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/expert_quant.h"
-#include "model/quantized_checkpoint.h"
 #include "model/gguf_model.h"
+#include "model/quantized_checkpoint.h"
 #include "model/tensor_table.h"
 
 namespace sluice {
@@ -113,6 +113,17 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
   return is_gguf_file(dir) ? load_gguf_config(dir) : load_config(dir / "config.json");
 }
 
+std::array<const Tensor*, 24> layer_tensors_but_experts(const LayerWeights& L) {
+  return {&L.attn_norm, &L.wq,          &L.wk,       &L.wv,        &L.wo,       &L.bq,
+          &L.bk,        &L.bv,          &L.bo,       &L.q_norm,    &L.k_norm,   &L.q_a,
+          &L.q_a_norm,  &L.q_b,         &L.kv_a,     &L.kv_a_norm, &L.kv_b,     &L.ffn_norm,
+          &L.router,    &L.router_bias, &L.mlp_gate, &L.mlp_up,    &L.mlp_down, &L.mlp_scale};
+}
+
+std::array<const Tensor*, 3> layer_expert_tensors(const LayerWeights& L) {
+  return {&L.expert_gate, &L.expert_up, &L.expert_down};
+}
+
 std::vector<const Tensor*> weight_tensors(const ModelWeights& w) {
   std::vector<const Tensor*> all;
   std::set<const void*> seen;
@@ -121,11 +132,8 @@ std::vector<const Tensor*> weight_tensors(const ModelWeights& w) {
   };
   add(w.embed);
   for (const LayerWeights& L : w.layers) {
-    for (const Tensor* t : {&L.attn_norm,   &L.wq,       &L.wk,     &L.wv,          &L.wo,
-                            &L.bq,          &L.bk,       &L.bv,     &L.bo,          &L.q_norm,
-                            &L.k_norm,      &L.ffn_norm, &L.router, &L.expert_gate, &L.expert_up,
-                            &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down,    &L.mlp_scale})
-      add(*t);
+    for (const Tensor* t : layer_tensors_but_experts(L)) add(*t);
+    for (const Tensor* t : layer_expert_tensors(L)) add(*t);
   }
   add(w.final_norm);
   add(w.lm_head);

@@ -5,6 +5,7 @@
 // presence.
 #pragma once
 
+#include <array>
 #include <filesystem>
 #include <vector>
 
@@ -70,6 +71,10 @@ ModelConfig load_model_config(const std::filesystem::path& dir);
 
 // Every tensor of the weight set that is present, each once (a tied lm_head is the embedding).
 std::vector<const Tensor*> weight_tensors(const ModelWeights& weights);
+// A layer's tensors (the absent ones empty): every one but the routed experts', and those three.
+// The one list of LayerWeights' fields that weight_tensors and model_stats walk.
+std::array<const Tensor*, 24> layer_tensors_but_experts(const LayerWeights& L);
+std::array<const Tensor*, 3> layer_expert_tensors(const LayerWeights& L);
 
 // Reads every weight of a loaded model into memory (read_into_memory) and returns the bytes.
 // Weights are mapped lazily: without this the first step of a run pays for reading them from the

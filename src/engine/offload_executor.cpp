@@ -845,11 +845,6 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       mats[m] = j >= 0 ? reinterpret_cast<const uint16_t*>(resident_experts +
                                                            resident_expert_offset(c, j, m, e))
                        : static_cast<const uint16_t*>(p[size_t(m)]);
-    if (c.expert_quant.quantized()) {
-      gpu_quantized_expert(s, e, mats);
-      return;
-    }
-    const uint16_t *wg = mats[0], *wu = mats[1], *wd = mats[2];
     const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
     const float* weights =
         at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
@@ -857,21 +852,41 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const float* h = at<float>(buf.h);
     for (int begin = 0; begin < list_count[size_t(e)]; begin += sh.be) {
       const int m = std::min(list_count[size_t(e)] - begin, sh.be);
-      if (sh.f32) {
-        float* ex = at<float>(buf.ex);
-        math.gather_rows_f32(s, h, H, rows + begin, m, ex);
-        math.gemm_f32(s, {m, I, H}, ex, wg, gate, 0);
-        math.gemm_f32(s, {m, I, H}, ex, wu, up, 0);
-      } else {
-        uint16_t* ex = at<uint16_t>(buf.ex);
-        math.gather_rows_bf16(s, h, H, rows + begin, m, ex);
-        math.gemm_bf16(s, {m, I, H}, ex, wg, gate, 0);
-        math.gemm_bf16(s, {m, I, H}, ex, wu, up, 0);
-      }
+      if (sh.f32)
+        math.gather_rows_f32(s, h, H, rows + begin, m, at<float>(buf.ex));
+      else
+        math.gather_rows_bf16(s, h, H, rows + begin, m, at<uint16_t>(buf.ex));
+      expert_gate_up(s, mats, m, gate, up);
       math.silu_mul(s, gate, up, gate, int64_t(m) * I);
-      gemm(s, m, H, I, gate, wd, down, 0, at<uint16_t>(buf.actb));
+      expert_down(s, mats[2], m, gate, down);
       math.scatter_add_rows(s, down, H, rows + begin, weights + begin, m, at<float>(buf.x));
     }
+  }
+
+  // gate = ex · w1ᵀ and up = ex · w3ᵀ for the m gathered rows in buf.ex, on the weights' form:
+  // bf16 (activations in bf16, or fp32 at f32 precision), or packed quantized, where the device
+  // GEMM quantizes the activations as the CPU engine's gemm_int8 does.
+  void expert_gate_up(void* s, const uint16_t* const (&mats)[3], int m, float* gate, float* up) {
+    const int H = sh.H, I = sh.I;
+    if (c.expert_quant.quantized()) {
+      const void* ex = at<char>(buf.ex);
+      math.gemm_quant(s, device_matrix(mats[0], I, H), m, ex, !sh.f32, gate, 0);
+      math.gemm_quant(s, device_matrix(mats[1], I, H), m, ex, !sh.f32, up, 0);
+    } else if (sh.f32) {
+      math.gemm_f32(s, {m, I, H}, at<float>(buf.ex), mats[0], gate, 0);
+      math.gemm_f32(s, {m, I, H}, at<float>(buf.ex), mats[1], up, 0);
+    } else {
+      math.gemm_bf16(s, {m, I, H}, at<uint16_t>(buf.ex), mats[0], gate, 0);
+      math.gemm_bf16(s, {m, I, H}, at<uint16_t>(buf.ex), mats[1], up, 0);
+    }
+  }
+
+  // down = silu-product · w2ᵀ (fp32 activations into the quantized GEMM).
+  void expert_down(void* s, const uint16_t* wd, int m, float* gate, float* down) {
+    if (c.expert_quant.quantized())
+      math.gemm_quant(s, device_matrix(wd, sh.H, sh.I), m, gate, false, down, 0);
+    else
+      gemm(s, m, sh.H, sh.I, gate, wd, down, 0, at<uint16_t>(buf.actb));
   }
 
   // Bytes of an expert's matrix m (0 gate, 1 up, 2 down): 2·I·H in bf16, else packed.
@@ -887,33 +902,6 @@ struct OffloadExecutor::Impl final : offload::StepOps {
             .k = k,
             .group_size = c.expert_quant.group_size,
             .data = static_cast<const uint8_t*>(data)};
-  }
-
-  // gpu_expert with quantized weights: the device GEMM reads the packed bytes (a page or the
-  // resident copy) and quantizes the activations as the CPU engine's gemm_int8 does: the
-  // gathered rows in bf16 (or fp32), the SiLU product in fp32.
-  void gpu_quantized_expert(void* s, int e, const uint16_t* const (&mats)[3]) {
-    const int T = mb_row.back(), H = sh.H, I = sh.I;
-    const cpu::QuantView wg = device_matrix(mats[0], I, H), wu = device_matrix(mats[1], I, H),
-                         wd = device_matrix(mats[2], H, I);
-    const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
-    const float* weights =
-        at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
-    float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
-    const float* h = at<float>(buf.h);
-    for (int begin = 0; begin < list_count[size_t(e)]; begin += sh.be) {
-      const int m = std::min(list_count[size_t(e)] - begin, sh.be);
-      const void* ex = at<char>(buf.ex);
-      if (sh.f32)
-        math.gather_rows_f32(s, h, H, rows + begin, m, at<float>(buf.ex));
-      else
-        math.gather_rows_bf16(s, h, H, rows + begin, m, at<uint16_t>(buf.ex));
-      math.gemm_quant(s, wg, m, ex, !sh.f32, gate, 0);
-      math.gemm_quant(s, wu, m, ex, !sh.f32, up, 0);
-      math.silu_mul(s, gate, up, gate, int64_t(m) * I);
-      math.gemm_quant(s, wd, m, gate, false, down, 0);
-      math.scatter_add_rows(s, down, H, rows + begin, weights + begin, m, at<float>(buf.x));
-    }
   }
 
   // The same expert on the host's kernels and weights, into the host block added on the device.

@@ -40,11 +40,12 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
 
 TEST(GemmInt4, EveryInstructionAndLevelMatchesTheScalarReferenceBitwise) {
   // m: one row, a partial 4-row tile, several tiles, more than one 128-row pass over W.
-  // n: one column, a partial 16-column block, three blocks. k: the smallest group (8), one
-  // group, several, and a k spanning two 1024-k sweeps with the second partial.
+  // n: one column, a partial 16-column block, three blocks, seven (a tile of 4 blocks, then one
+  // of 3 with the last partial). k: the smallest group (8), one group, several, and a k spanning
+  // two 1024-k sweeps with the second partial.
   std::vector<Shape> shapes;
   for (int64_t m : {1, 3, 17, 65})
-    for (int64_t n : {1, 7, 33})
+    for (int64_t n : {1, 7, 33, 100})
       for (auto [k, group] : {std::pair<int64_t, int64_t>{32, 32}, {96, 32}, {256, 128}, {24, 8}})
         shapes.push_back({m, n, k, group});
   shapes.push_back({130, 18, 64, 32});

@@ -39,11 +39,12 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
 
 TEST(GemmInt8, EveryInstructionAndLevelMatchesTheScalarReferenceBitwise) {
   // m: one row, a partial 4-row tile, several tiles, and more than one 128-row pass over W.
-  // n: one column, a partial 16-column block, three blocks. k: one group, several, and a k that
+  // n: one column, a partial 16-column block, three blocks, and seven (a tile of four blocks, then
+  // one of three with the last partial). k: one group, several, and a k that
   // spans two 1024-byte sweeps with the second one partial.
   std::vector<Shape> shapes;
   for (int64_t m : {1, 3, 17, 65})
-    for (int64_t n : {1, 7, 33})
+    for (int64_t n : {1, 7, 33, 100})
       for (auto [k, group] : {std::pair<int64_t, int64_t>{32, 32}, {96, 32}, {256, 128}, {12, 4}})
         shapes.push_back({m, n, k, group});
   shapes.push_back({130, 18, 64, 32});

@@ -21,8 +21,8 @@ using int8::Tile;
 // 8 KB) stay in L1, and the quantized rows (rows × k × 2 bytes = 1 MB at k = 4096) in L2/L3, so
 // W is read from DRAM once per 128 rows: at m ≥ 128 the kernel is compute bound by ~100×.
 constexpr int64_t kRowsPerPass = 128;
-// k per sweep over the row tiles: 16 rows × 1024 bytes of W = 16 KB, reused from L1 by every
-// tile of 4 rows.
+// k per sweep over the row tiles, times the blocks of a tile: 16 rows × 1024 bytes of W = 16 KB,
+// reused from L1 by every tile of 4 rows.
 constexpr int64_t kBytesPerSweep = 1024;
 // Below this many multiply-adds a call runs on one thread (the fork costs ~µs).
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
@@ -116,7 +116,7 @@ void tile_scalar(const Tile& t, int64_t rows) {
         for (int64_t r = 0; r < kInt8BlockRows; ++r)
           for (int64_t b = 0; b < 4; ++b)
             d[r] += int32_t(xq[quad * 4 + b]) * wg[(quad * kInt8BlockRows + r) * 4 + b];
-      fold_scalar(x, t.row + i, g, d, sw, t.acc + i * kInt8BlockRows);
+      fold_scalar(x, t.row + i, g, d, sw, t.acc + i * t.ldacc);
     }
   }
 }
@@ -138,7 +138,7 @@ void tile4_scalar(const Tile& t, int64_t rows) {
             d[r] += int32_t(xq[octet * 8 + b]) * ((u & 15) - 8) +
                     int32_t(xq[octet * 8 + 4 + b]) * ((u >> 4) - 8);
           }
-      fold_scalar(x, t.row + i, g, d, sw, t.acc + i * kInt8BlockRows);
+      fold_scalar(x, t.row + i, g, d, sw, t.acc + i * t.ldacc);
     }
   }
 }
@@ -153,10 +153,11 @@ void tile4_scalar_rows(const Tile& t) {
   tile4_scalar(t, kRows);
 }
 
-void store_scalar(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy, float beta) {
+void store_scalar(const float* acc, int64_t ldacc, int64_t rows, int64_t cols, float* y,
+                  int64_t ldy, float beta) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t c = 0; c < cols; ++c) {
-      const float v = acc[i * kInt8BlockRows + c];
+      const float v = acc[i * ldacc + c];
       float& out = y[i * ldy + c];
       out = beta == 0.0f ? v : std::fma(beta, out, v);
     }
@@ -187,27 +188,36 @@ struct Pass {
   int64_t row0, rows;  // rows of X in this pass over W
 };
 
-// All rows of a pass against one block of 16 columns: sweeps of k (so the W of a sweep stays in
-// L1), and within a sweep tiles of up to 4 rows, then the store.
-void run_block(const Pass& p, int64_t block, float* acc) {
+// All rows of a pass against blocks [block, block + blocks) of 16 columns: sweeps of k (so the W
+// of a sweep, ≤ kBytesPerSweep per row of W, stays in L1), within a sweep tiles of up to 4 rows,
+// then the store of each block.
+void run_blocks(const Pass& p, int64_t block, int64_t blocks, float* acc) {
   const QuantView& w = *p.args->w;
   const int8::TileFn* tiles = w.format == QuantFormat::kInt4 ? p.kernels->tile4 : p.kernels->tile;
-  std::fill(acc, acc + p.rows * kInt8BlockRows, 0.0f);
-  const int64_t groups_per_sweep = std::max<int64_t>(1, kBytesPerSweep / w.group_size);
+  const int64_t ldacc = blocks * kInt8BlockRows;
+  std::fill(acc, acc + p.rows * ldacc, 0.0f);
+  const int64_t groups_per_sweep =
+      std::max<int64_t>(1, kBytesPerSweep / (w.group_size * blocks));
   for (int64_t g0 = 0; g0 < w.groups(); g0 += groups_per_sweep)
     for (int64_t i = 0; i < p.rows; i += int8::kMaxTileRows) {
       const int64_t rows = std::min<int64_t>(int8::kMaxTileRows, p.rows - i);
       tiles[rows - 1]({.x = p.x,
-                                 .w = &w,
-                                 .row = p.row0 + i,
-                                 .block = block,
-                                 .g0 = g0,
-                                 .g1 = std::min(w.groups(), g0 + groups_per_sweep),
-                                 .acc = acc + i * kInt8BlockRows});
+                       .w = &w,
+                       .row = p.row0 + i,
+                       .block = block,
+                       .blocks = blocks,
+                       .g0 = g0,
+                       .g1 = std::min(w.groups(), g0 + groups_per_sweep),
+                       .acc = acc + i * ldacc,
+                       .ldacc = ldacc});
     }
-  const int64_t ldy = p.args->ldy ? p.args->ldy : w.n, col0 = block * kInt8BlockRows;
-  p.kernels->store(acc, p.rows, std::min(kInt8BlockRows, w.n - col0),
-                   p.args->y + p.row0 * ldy + col0, ldy, p.args->beta);
+  const int64_t ldy = p.args->ldy ? p.args->ldy : w.n;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t col0 = (block + b) * kInt8BlockRows;
+    p.kernels->store(acc + b * kInt8BlockRows, ldacc, p.rows,
+                     std::min(kInt8BlockRows, w.n - col0), p.args->y + p.row0 * ldy + col0, ldy,
+                     p.args->beta);
+  }
 }
 
 }  // namespace
@@ -266,7 +276,7 @@ void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
 #pragma omp parallel if (args.m * w.n * w.k >= kParallelMacs)
   {
     std::vector<float> row(size_t(w.k));
-    std::vector<float> acc(size_t(kRowsPerPass * kInt8BlockRows));
+    std::vector<float> acc(size_t(kRowsPerPass * kernels.max_blocks * kInt8BlockRows));
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < args.m; ++i)
       quantize_activation_row(args, w.k, w.group_size, i, row.data(), xb);
@@ -276,8 +286,12 @@ void gemm_int8_using(Int8Dot dot, const GemmInt8Args& args) {
                       .args = &args,
                       .row0 = row0,
                       .rows = std::min(kRowsPerPass, args.m - row0)};
-#pragma omp for schedule(static) nowait
-      for (int64_t block = 0; block < w.blocks(); ++block) run_block(pass, block, acc.data());
+      // Dynamic: on a shared VM one core can lose a share of its time to a neighbour, and a static
+      // split then leaves the other waiting at the end of the call.
+      const int64_t span = kernels.max_blocks, spans = (w.blocks() + span - 1) / span;
+#pragma omp for schedule(dynamic) nowait
+      for (int64_t s = 0; s < spans; ++s)
+        run_blocks(pass, s * span, std::min(span, w.blocks() - s * span), acc.data());
     }
   }
 }

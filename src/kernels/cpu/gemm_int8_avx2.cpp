@@ -26,7 +26,7 @@ SLUICE_AVX2 inline void fold_group(const Tile& t, int64_t g, const __m256i (&d)[
   const __m256 sw0 = _mm256_loadu_ps(sw), sw1 = _mm256_loadu_ps(sw + 8);
   for (int i = 0; i < kRows; ++i) {
     const __m256 sx = _mm256_set1_ps(t.x->scale[(t.row + i) * t.x->groups + g]);
-    float* acc = t.acc + i * kInt8BlockRows;
+    float* acc = t.acc + i * t.ldacc;
     _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(sx, sw0),
                                           _mm256_loadu_ps(acc)));
     _mm256_storeu_ps(acc + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]), _mm256_mul_ps(sx, sw1),
@@ -163,10 +163,10 @@ SLUICE_AVX2_VNNI void tile4_avx_vnni(const Tile& t) {
   }
 }
 
-SLUICE_AVX2 void store_avx2(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy,
-                            float beta) {
+SLUICE_AVX2 void store_avx2(const float* acc, int64_t ldacc, int64_t rows, int64_t cols, float* y,
+                            int64_t ldy, float beta) {
   const __m256 b = _mm256_set1_ps(beta);
-  for (int64_t i = 0; i < rows; ++i, acc += kInt8BlockRows, y += ldy) {
+  for (int64_t i = 0; i < rows; ++i, acc += ldacc, y += ldy) {
     int64_t c = 0;
     for (; c + 8 <= cols; c += 8) {
       const __m256 v = _mm256_loadu_ps(acc + c);

@@ -11,6 +11,10 @@ namespace sluice::cpu::int8 {
 // Rows of X one tile call computes at once: MR int32 accumulators per 16 columns; at 4 rows the
 // AVX2 kernel uses 15 of its 16 ymm registers.
 constexpr int kMaxTileRows = 4;
+// Blocks of 16 columns one tile call may take (Kernels::max_blocks of its level): the AVX512-VNNI
+// tile takes 4, so 16 int32 accumulators hide vpdpbusd's latency and each broadcast of X meets 4
+// lines of W.
+constexpr int kMaxTileBlocks = 4;
 
 // X quantized per row and group (see gemm_int8.h), in the forms the instructions want.
 struct Activations {
@@ -22,24 +26,28 @@ struct Activations {
   const int32_t* offset_sum4 = nullptr;  // [m, groups] -8·Σq: corrects int4's nibble q + 8
 };
 
-// Rows [row, row + rows) of X (rows ≤ kMaxTileRows) against packed block `block` of W, groups
-// [g0, g1): acc[r][c] = fma(float(d), sx·sw, acc[r][c]) for each group in order (16 columns).
+// Rows [row, row + rows) of X (rows ≤ kMaxTileRows) against packed blocks [block, block + blocks)
+// of W (blocks ≤ the level's max_blocks), groups [g0, g1): acc[r][c] = fma(float(d), sx·sw,
+// acc[r][c]) for each group in order (16 columns a block).
 struct Tile {
   const Activations* x = nullptr;
   const QuantView* w = nullptr;
-  int64_t row = 0, block = 0, g0 = 0, g1 = 0;
-  float* acc = nullptr;  // [rows][16], row stride 16
+  int64_t row = 0, block = 0, blocks = 1, g0 = 0, g1 = 0;
+  float* acc = nullptr;  // [rows][blocks · 16], row stride ldacc
+  int64_t ldacc = kInt8BlockRows;
 };
 using TileFn = void (*)(const Tile&);
 
-// y[r][c] = beta == 0 ? acc[r][c] : fma(beta, y[r][c], acc[r][c]) for r < rows, c < cols ≤ 16.
-using StoreFn = void (*)(const float* acc, int64_t rows, int64_t cols, float* y, int64_t ldy,
-                         float beta);
+// y[r][c] = beta == 0 ? acc[r][c] : fma(beta, y[r][c], acc[r][c]) for r < rows, c < cols ≤ 16;
+// acc's row stride is ldacc.
+using StoreFn = void (*)(const float* acc, int64_t ldacc, int64_t rows, int64_t cols, float* y,
+                         int64_t ldy, float beta);
 
 struct Kernels {
   TileFn tile[kMaxTileRows] = {};   // tile[rows - 1], int8 weights
   TileFn tile4[kMaxTileRows] = {};  // tile4[rows - 1], int4 weights
   StoreFn store = nullptr;
+  int64_t max_blocks = 1;  // blocks of 16 columns a tile call takes
 };
 
 Kernels kernels_scalar();

@@ -14,52 +14,13 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/peaks.h"
+#include "kernels/cpu/stream_read.h"
 
 namespace sluice {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-SLUICE_AVX512 double sum_avx512(const float* p, size_t n) {
-  // Four independent accumulators so the loop is bound by loads, not by add latency.
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-  }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  double s = 0;
-  for (float v : lanes) s += v;
-  return s;
-}
-
-SLUICE_AVX2 double sum_avx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  double s = 0;
-  for (float v : lanes) s += v;
-  return s;
-}
-
-double sum_plain(const float* p, size_t n) {
-  float a[8] = {};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
-  double s = 0;
-  for (float v : a) s += v;
-  return s;
 }
 
 }  // namespace
@@ -95,28 +56,14 @@ double measure_dram_bandwidth() {
   std::unique_ptr<float, decltype(&std::free)> buffer(
       static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
   float* p = buffer.get();
-  // The widest loads of the level in force: a plain loop does not keep a core's share of DRAM
-  // busy on every CPU.
-  auto sum = cpu::isa_at_least(cpu::IsaLevel::kAvx512) ? sum_avx512
-             : cpu::isa_at_least(cpu::IsaLevel::kAvx2) ? sum_avx2
-                                                       : sum_plain;
-  // First touch by the threads that will read it, in the same static partition.
+  // First touch by the threads that will read it, in read_stream's static partition.
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i += 1024) std::fill(p + i, p + std::min(n, i + 1024), 1.0f);
   double best = 1e30, sink = 0;
   for (int rep = 0; rep < 3; ++rep) {
     auto start = std::chrono::steady_clock::now();
-    double total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      const size_t threads = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
-      const size_t chunk = (n / threads) & ~size_t(63);
-      const float* begin = p + t * chunk;
-      const size_t count = t + 1 == threads ? n - t * chunk : chunk;
-      total += sum(begin, count);
-    }
+    sink += cpu::read_stream(p, bytes);
     best = std::min(best, seconds_since(start));
-    sink += total;
   }
   // The sum is used so the reads cannot be optimised away.
   if (sink == -1.0) return 0;

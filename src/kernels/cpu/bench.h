@@ -16,8 +16,15 @@ struct KernelTiming {
   double seconds = 0;  // best wall time of one call
   double flops = 0;    // arithmetic of one call
   double bytes = 0;    // compulsory memory traffic of one call (each operand once)
+  // The GEMM benchmarks also time a plain read (read_stream) of another copy of the weights
+  // right after each call: its best time and the bytes it read. On a shared VM the DRAM
+  // bandwidth moves by 2× within minutes, so the weight bandwidth is compared with this read of
+  // the same bytes in the same seconds rather than with a probe taken earlier.
+  double read_seconds = 0;
+  double read_bytes = 0;
   double flop_rate() const { return flops / seconds; }
   double byte_rate() const { return bytes / seconds; }
+  double read_rate() const { return read_bytes / read_seconds; }
 };
 
 // Y[m,n] = X[m,k]·Wᵀ with W bf16 [n,k]. Bytes: W once (2·n·k), X once, Y written once (4·m·n).

@@ -47,10 +47,12 @@ struct TileJob {
 // How far ahead a streaming tile prefetches W, in k-values, and how many k-values it runs between
 // two rounds of prefetches. A tile reads NR short streams (one W row each, 8 KB at k = 4096), too
 // short for the hardware prefetchers to ramp up on; measured on 2 Zen 5 cores at the avx2 level
-// (n = 14336, k = 4096), the prefetches took m = 1 from 34 to 42 GB/s and m = 4 from 26 to 35 GB/s,
-// with 2048 ahead a little better than 1024 and 512.
-constexpr int64_t kPrefetchAhead = 2048;
-constexpr int64_t kPrefetchChunk = 512;
+// (n = 14336, k = 4096), the prefetches took m = 1 from 34 to 42 GB/s and m = 4 from 26 to 35 GB/s.
+// Rounds of 256 values 1024 ahead beat 512 values 2048 ahead (three runs of each, interleaved,
+// 2026-12-02: m = 4 33.6–36.2 GB/s against 30.1–32.6, m = 1 46.6–48.2 against 44.9–45.7; 4096 and
+// 8192 ahead, and prefetcht2, were no better than 2048).
+constexpr int64_t kPrefetchAhead = 1024;
+constexpr int64_t kPrefetchChunk = 256;
 
 // Prefetches W at k-values [from, from + kPrefetchChunk) of each of the NR rows of the job's
 // tile; values at or past k fall on the same row of the next tile (prefetches never fault, so a

@@ -10,75 +10,21 @@
 
 #include "core/error.h"
 #include "kernel_test_util.h"
+#include "quant_gemm_check.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
 
 namespace sluice::cpu {
 namespace {
 
+using test_quant::describe;
+using test_quant::expect_same_bits;
+using test_quant::Shape;
+
 constexpr QuantFormat kInt4 = QuantFormat::kInt4;
 
-struct Shape {
-  int64_t m, n, k, group;
-};
-
-std::string describe(const Shape& s) {
-  return "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
-         " group=" + std::to_string(s.group);
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::string& what) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    uint32_t x, y;
-    std::memcpy(&x, &a[i], 4);
-    std::memcpy(&y, &b[i], 4);
-    ASSERT_EQ(x, y) << what << " at " << i << ": " << a[i] << " vs " << b[i];
-  }
-}
-
 TEST(GemmInt4, EveryInstructionAndLevelMatchesTheScalarReferenceBitwise) {
-  // m: one row, a partial 4-row tile, several tiles, more than one 128-row pass over W.
-  // n: one column, a partial 16-column block, three blocks, seven (a tile of 4 blocks, then one
-  // of 3 with the last partial). k: the smallest group (8), one group, several, and a k spanning
-  // two 1024-k sweeps with the second partial.
-  std::vector<Shape> shapes;
-  for (int64_t m : {1, 3, 17, 65})
-    for (int64_t n : {1, 7, 33, 100})
-      for (auto [k, group] : {std::pair<int64_t, int64_t>{32, 32}, {96, 32}, {256, 128}, {24, 8}})
-        shapes.push_back({m, n, k, group});
-  shapes.push_back({130, 18, 64, 32});
-  shapes.push_back({5, 17, 1088, 32});
-  for (const Shape& s : shapes) {
-    const auto seed = uint32_t(s.m * 1000 + s.n * 10 + s.k);
-    const auto w = quantize_weights(
-        kInt4, test::random_bf16(size_t(s.n * s.k), seed).data(), s.n, s.k, s.group);
-    auto x = test::random_floats(size_t(s.m * s.k), seed + 1, 2.0f);
-    std::fill(x.begin(), x.begin() + s.group, 0.0f);  // a group of zeros: scale 0
-    const auto y0 = test::random_floats(size_t(s.m * s.n), seed + 2);
-    for (float beta : {0.0f, 0.75f}) {
-      const GemmInt8Args args{.m = s.m, .x = x.data(), .w = &w, .beta = beta};
-      std::vector<float> ref = y0;
-      GemmInt8Args ref_args = args;
-      ref_args.y = ref.data();
-      gemm_int8_reference(ref_args);
-      const std::string what = describe(s) + " beta=" + std::to_string(beta);
-      for (IsaLevel level : isa_levels_up_to_current()) {
-        ScopedIsaLevel at(level);
-        std::vector<float> y = y0;
-        GemmInt8Args a = args;
-        a.y = y.data();
-        gemm_int8(a);
-        expect_same_bits(y, ref, what + " level " + isa_name(level));
-        for (Int8Dot dot : gemm_int8_dots_available()) {
-          y = y0;
-          gemm_int8_using(dot, a);
-          expect_same_bits(y, ref, what + " " + int8_dot_name(dot));
-        }
-      }
-    }
-  }
+  test_quant::expect_every_level_matches_the_reference(QuantFormat::kInt4, 8);
 }
 
 // Integer weights whose every group reaches ±7 quantize with scale exactly 1, and integer

@@ -42,6 +42,43 @@ SLUICE_AVX512 inline void start_group(const Tile& t, int64_t g, const int32_t* o
   }
 }
 
+// The hand-laid tiles' 16 int32 sums: loaded from the array `d` into zmm0-15 before the loop,
+// stored back after it.
+#define SLUICE_LOAD_SUMS \
+  "vmovdqa64 0(%[d]), %%zmm0\n\t" \
+  "vmovdqa64 64(%[d]), %%zmm1\n\t" \
+  "vmovdqa64 128(%[d]), %%zmm2\n\t" \
+  "vmovdqa64 192(%[d]), %%zmm3\n\t" \
+  "vmovdqa64 256(%[d]), %%zmm4\n\t" \
+  "vmovdqa64 320(%[d]), %%zmm5\n\t" \
+  "vmovdqa64 384(%[d]), %%zmm6\n\t" \
+  "vmovdqa64 448(%[d]), %%zmm7\n\t" \
+  "vmovdqa64 512(%[d]), %%zmm8\n\t" \
+  "vmovdqa64 576(%[d]), %%zmm9\n\t" \
+  "vmovdqa64 640(%[d]), %%zmm10\n\t" \
+  "vmovdqa64 704(%[d]), %%zmm11\n\t" \
+  "vmovdqa64 768(%[d]), %%zmm12\n\t" \
+  "vmovdqa64 832(%[d]), %%zmm13\n\t" \
+  "vmovdqa64 896(%[d]), %%zmm14\n\t" \
+  "vmovdqa64 960(%[d]), %%zmm15\n\t"
+#define SLUICE_STORE_SUMS \
+  "vmovdqa64 %%zmm0, 0(%[d])\n\t" \
+  "vmovdqa64 %%zmm1, 64(%[d])\n\t" \
+  "vmovdqa64 %%zmm2, 128(%[d])\n\t" \
+  "vmovdqa64 %%zmm3, 192(%[d])\n\t" \
+  "vmovdqa64 %%zmm4, 256(%[d])\n\t" \
+  "vmovdqa64 %%zmm5, 320(%[d])\n\t" \
+  "vmovdqa64 %%zmm6, 384(%[d])\n\t" \
+  "vmovdqa64 %%zmm7, 448(%[d])\n\t" \
+  "vmovdqa64 %%zmm8, 512(%[d])\n\t" \
+  "vmovdqa64 %%zmm9, 576(%[d])\n\t" \
+  "vmovdqa64 %%zmm10, 640(%[d])\n\t" \
+  "vmovdqa64 %%zmm11, 704(%[d])\n\t" \
+  "vmovdqa64 %%zmm12, 768(%[d])\n\t" \
+  "vmovdqa64 %%zmm13, 832(%[d])\n\t" \
+  "vmovdqa64 %%zmm14, 896(%[d])\n\t" \
+  "vmovdqa64 %%zmm15, 960(%[d])\n\t"
+
 // One group's k-quads for the full 4 × 4 tile, registers laid out by hand: the 16 int32 sums in
 // zmm0-15 (loaded from and stored back to `d`), W's 4 lines in zmm16-19, the broadcast of X in
 // zmm20, the xor bias in zmm21. GCC, given the same loop as intrinsics, keeps the 4 × 4 array of
@@ -51,22 +88,7 @@ SLUICE_AVX512_VNNI void quads_4x4(__m512i (&d)[4][4], const int8_t* w, int64_t b
                                   const int8_t* x, int64_t ldx, int64_t quads) {
   const int64_t block3 = 3 * block_bytes, ldx3 = 3 * ldx;
   __asm__ volatile(
-      "vmovdqa64 0(%[d]), %%zmm0\n\t"
-      "vmovdqa64 64(%[d]), %%zmm1\n\t"
-      "vmovdqa64 128(%[d]), %%zmm2\n\t"
-      "vmovdqa64 192(%[d]), %%zmm3\n\t"
-      "vmovdqa64 256(%[d]), %%zmm4\n\t"
-      "vmovdqa64 320(%[d]), %%zmm5\n\t"
-      "vmovdqa64 384(%[d]), %%zmm6\n\t"
-      "vmovdqa64 448(%[d]), %%zmm7\n\t"
-      "vmovdqa64 512(%[d]), %%zmm8\n\t"
-      "vmovdqa64 576(%[d]), %%zmm9\n\t"
-      "vmovdqa64 640(%[d]), %%zmm10\n\t"
-      "vmovdqa64 704(%[d]), %%zmm11\n\t"
-      "vmovdqa64 768(%[d]), %%zmm12\n\t"
-      "vmovdqa64 832(%[d]), %%zmm13\n\t"
-      "vmovdqa64 896(%[d]), %%zmm14\n\t"
-      "vmovdqa64 960(%[d]), %%zmm15\n\t"
+      SLUICE_LOAD_SUMS
       "mov $0x80808080, %%eax\n\t"
       "vpbroadcastd %%eax, %%zmm21\n\t"
       "1:\n\t"
@@ -98,22 +120,7 @@ SLUICE_AVX512_VNNI void quads_4x4(__m512i (&d)[4][4], const int8_t* w, int64_t b
       "add $4, %[x]\n\t"
       "dec %[n]\n\t"
       "jnz 1b\n\t"
-      "vmovdqa64 %%zmm0, 0(%[d])\n\t"
-      "vmovdqa64 %%zmm1, 64(%[d])\n\t"
-      "vmovdqa64 %%zmm2, 128(%[d])\n\t"
-      "vmovdqa64 %%zmm3, 192(%[d])\n\t"
-      "vmovdqa64 %%zmm4, 256(%[d])\n\t"
-      "vmovdqa64 %%zmm5, 320(%[d])\n\t"
-      "vmovdqa64 %%zmm6, 384(%[d])\n\t"
-      "vmovdqa64 %%zmm7, 448(%[d])\n\t"
-      "vmovdqa64 %%zmm8, 512(%[d])\n\t"
-      "vmovdqa64 %%zmm9, 576(%[d])\n\t"
-      "vmovdqa64 %%zmm10, 640(%[d])\n\t"
-      "vmovdqa64 %%zmm11, 704(%[d])\n\t"
-      "vmovdqa64 %%zmm12, 768(%[d])\n\t"
-      "vmovdqa64 %%zmm13, 832(%[d])\n\t"
-      "vmovdqa64 %%zmm14, 896(%[d])\n\t"
-      "vmovdqa64 %%zmm15, 960(%[d])\n\t"
+      SLUICE_STORE_SUMS
       : [w] "+r"(w), [x] "+r"(x), [n] "+r"(quads)
       : [d] "r"(&d[0][0]), [bb] "r"(block_bytes), [bb3] "r"(block3), [ldx] "r"(ldx),
         [ldx3] "r"(ldx3)
@@ -129,22 +136,7 @@ SLUICE_AVX512_VNNI void octets_4x4(__m512i (&d)[4][4], const uint8_t* w, int64_t
                                    const int8_t* x, int64_t ldx, int64_t octets) {
   const int64_t block3 = 3 * block_bytes, ldx3 = 3 * ldx;
   __asm__ volatile(
-      "vmovdqa64 0(%[d]), %%zmm0\n\t"
-      "vmovdqa64 64(%[d]), %%zmm1\n\t"
-      "vmovdqa64 128(%[d]), %%zmm2\n\t"
-      "vmovdqa64 192(%[d]), %%zmm3\n\t"
-      "vmovdqa64 256(%[d]), %%zmm4\n\t"
-      "vmovdqa64 320(%[d]), %%zmm5\n\t"
-      "vmovdqa64 384(%[d]), %%zmm6\n\t"
-      "vmovdqa64 448(%[d]), %%zmm7\n\t"
-      "vmovdqa64 512(%[d]), %%zmm8\n\t"
-      "vmovdqa64 576(%[d]), %%zmm9\n\t"
-      "vmovdqa64 640(%[d]), %%zmm10\n\t"
-      "vmovdqa64 704(%[d]), %%zmm11\n\t"
-      "vmovdqa64 768(%[d]), %%zmm12\n\t"
-      "vmovdqa64 832(%[d]), %%zmm13\n\t"
-      "vmovdqa64 896(%[d]), %%zmm14\n\t"
-      "vmovdqa64 960(%[d]), %%zmm15\n\t"
+      SLUICE_LOAD_SUMS
       "mov $0x0f0f0f0f, %%eax\n\t"
       "vpbroadcastd %%eax, %%zmm26\n\t"
       "1:\n\t"
@@ -208,22 +200,7 @@ SLUICE_AVX512_VNNI void octets_4x4(__m512i (&d)[4][4], const uint8_t* w, int64_t
       "add $8, %[x]\n\t"
       "dec %[n]\n\t"
       "jnz 1b\n\t"
-      "vmovdqa64 %%zmm0, 0(%[d])\n\t"
-      "vmovdqa64 %%zmm1, 64(%[d])\n\t"
-      "vmovdqa64 %%zmm2, 128(%[d])\n\t"
-      "vmovdqa64 %%zmm3, 192(%[d])\n\t"
-      "vmovdqa64 %%zmm4, 256(%[d])\n\t"
-      "vmovdqa64 %%zmm5, 320(%[d])\n\t"
-      "vmovdqa64 %%zmm6, 384(%[d])\n\t"
-      "vmovdqa64 %%zmm7, 448(%[d])\n\t"
-      "vmovdqa64 %%zmm8, 512(%[d])\n\t"
-      "vmovdqa64 %%zmm9, 576(%[d])\n\t"
-      "vmovdqa64 %%zmm10, 640(%[d])\n\t"
-      "vmovdqa64 %%zmm11, 704(%[d])\n\t"
-      "vmovdqa64 %%zmm12, 768(%[d])\n\t"
-      "vmovdqa64 %%zmm13, 832(%[d])\n\t"
-      "vmovdqa64 %%zmm14, 896(%[d])\n\t"
-      "vmovdqa64 %%zmm15, 960(%[d])\n\t"
+      SLUICE_STORE_SUMS
       : [w] "+r"(w), [x] "+r"(x), [n] "+r"(octets)
       : [d] "r"(&d[0][0]), [bb] "r"(block_bytes), [bb3] "r"(block3), [ldx] "r"(ldx),
         [ldx3] "r"(ldx3)

@@ -50,7 +50,7 @@ RegisterCommand reg(
            ->capture_default_str()
            ->check(CLI::PositiveNumber);
        sub.add_option("--prompt-len", o->plan_prompt_len,
-                      "...of this many prompt tokens (0: a quarter of the context)")
+                      "...of this many prompt tokens (0: a quarter of the context, at most 256)")
            ->check(CLI::NonNegativeNumber);
        sub.add_option("--gen-len", o->plan_gen_len,
                       "...and this many new tokens (0: --max-tokens-default within the context)")

@@ -27,7 +27,7 @@ std::string model_name(const std::filesystem::path& dir) {
 
 EnginePlan plan_for_serving(const ServeOptions& o, const ModelConfig& c, DeviceOptions& device) {
   const int context = c.max_position_embeddings;
-  const int prompt = o.plan_prompt_len > 0 ? o.plan_prompt_len : std::max(1, context / 4);
+  const int prompt = o.plan_prompt_len > 0 ? o.plan_prompt_len : std::clamp(context / 4, 1, 256);
   const int gen = o.plan_gen_len > 0 ? o.plan_gen_len
                                      : std::max(1, std::min(o.server.max_tokens_default,
                                                             context - prompt));

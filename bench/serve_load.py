@@ -75,6 +75,8 @@ def stream_one(port, i, max_tokens, out):
             done = True
             break
         chunk = json.loads(data)
+        if "error" in chunk:  # failed by the server (e.g. waiting when SIGTERM came)
+            break
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
         if first is None and chunk["choices"] and (
@@ -107,7 +109,8 @@ def pct(values, p):
 
 
 def load(args, flags, work):
-    proc, port = start_server(args.sluice, args.model, flags, os.path.join(work, "load.log"))
+    proc, port = start_server(args.sluice, args.model, flags + args.serve_flags.split(),
+                              os.path.join(work, "load.log"))
     watch = HealthWatch(port)
     watch.start()
     before = metrics(port)
@@ -143,6 +146,8 @@ def load(args, flags, work):
                           os.path.join(work, "out.jsonl")] + flags,
                          capture_output=True, text=True)
     m = re.search(r"(\d+) generated tokens, ([0-9.]+) tokens/s generated", run.stderr)
+    if not m:
+        sys.exit(f"sluice run failed:\n{run.stderr}")
     run_tokens, run_rate = int(m.group(1)), float(m.group(2))
     rate = tokens / wall
     print(f"load: {ok}/{args.clients} streaming clients completed; {tokens} tokens in {wall:.2f} s "
@@ -168,7 +173,7 @@ def killed_mid_stream(port, n):
 
 
 def faults(args, flags, work):
-    proc, port = start_server(args.sluice, args.model, flags + ["--max-queue", "16",
+    proc, port = start_server(args.sluice, args.model, flags + args.serve_flags.split() + ["--max-queue", "16",
                               "--max-body-bytes", "65536"], os.path.join(work, "faults.log"))
     watch = HealthWatch(port)
     watch.start()
@@ -226,6 +231,7 @@ def main():
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--flags", default="", help="policy flags for both serve and run")
+    ap.add_argument("--serve-flags", default="", help="flags for serve alone (--prompt-len ...)")
     args = ap.parse_args()
     flags = args.flags.split()
     with tempfile.TemporaryDirectory() as work:

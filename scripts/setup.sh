@@ -12,7 +12,10 @@ packages=(
   python3 python3-torch
   wamerican  # /usr/share/dict/words: the shipped model's test checks its words against it
   librsvg2-bin  # rsvg-convert: `sluice plan --svg` also writes a PNG
+  nodejs  # the official OpenAI SDK's test of `sluice serve` (tests/server/openai_client.mjs)
 )
+# npm too, unless a nodejs from elsewhere (NodeSource) brings its own, which Debian's would clash with.
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,3 +32,18 @@ jobs="${JOBS:-$(nproc)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"
 echo "setup: built ./build/sluice"
+
+# The official OpenAI SDK, pinned, into tests/server/node_modules (gitignored) for the server's
+# client test; without npm or its registry the test is skipped, and setup still succeeds.
+openai_sdk=openai@5.23.2
+if [ -f tests/server/node_modules/openai/package.json ] &&
+  grep -q "\"version\": \"${openai_sdk#openai@}\"" tests/server/node_modules/openai/package.json; then
+  :
+elif command -v npm >/dev/null &&
+  timeout 300 npm install --prefix tests/server --no-save --no-audit --no-fund --silent \
+    "$openai_sdk"; then
+  echo "setup: installed the npm package $openai_sdk for the server's client test"
+else
+  echo "setup: could not install the npm package $openai_sdk (no npm, or its registry is" \
+    "unreachable); the OpenAI SDK test of sluice serve will be skipped"
+fi

@@ -588,54 +588,66 @@ const EngineStats& BatchEngine::stats() const {
   return impl_->stats;
 }
 
+std::unique_ptr<Scheduler> BatchEngine::make_scheduler() {
+  Impl& m = *impl_;
+  return std::make_unique<Scheduler>(m.policy, m.kv, m.c.max_position_embeddings,
+                                     DeviceKvPool{m.device_kv.get(), m.cpu_share});
+}
+
+std::vector<Completion> BatchEngine::step(Scheduler& sched) {
+  Impl& m = *impl_;
+  const int64_t turns_before = sched.device_turns_to_host();
+  auto t0 = Clock::now();
+  StepPlan plan = sched.plan_step();
+  m.stats.scheduling_seconds += seconds_since(t0);
+  if (plan.empty()) fail("engine: the scheduler has work left but planned an empty step");
+  m.stats.peak_kv_usage = std::max(m.stats.peak_kv_usage, sched.kv_usage());
+  auto t_step = Clock::now();
+  const EngineStats before = m.stats;
+  std::vector<int> sampled = m.execute(plan, sched);
+  const double step_seconds = seconds_since(t_step);
+  if (plan.prefill_tokens == 0) {
+    ++m.stats.decode_only_steps;
+    m.stats.decode_only_tokens += plan.decode_tokens;
+    m.stats.decode_only_seconds += step_seconds;
+    m.stats.decode_only_device_weight_bytes +=
+        m.stats.device_weight_bytes - before.device_weight_bytes;
+    m.stats.decode_only_flops += m.stats.flops - before.flops;
+    m.stats.decode_only_bytes +=
+        m.stats.weight_bytes + m.stats.kv_bytes - before.weight_bytes - before.kv_bytes;
+  }
+  m.stats.prefill_seconds += step_seconds * plan.prefill_tokens / plan.tokens;
+  m.stats.decode_seconds += step_seconds * plan.decode_tokens / plan.tokens;
+  m.stats.prefill_tokens += plan.prefill_tokens;
+  m.stats.decode_tokens += plan.decode_tokens;
+  ++m.stats.steps;
+  t0 = Clock::now();
+  std::vector<Completion> done = sched.complete_step(plan, sampled);
+  m.stats.scheduling_seconds += seconds_since(t0);
+  m.stats.device_gpu_share_full += sched.device_turns_to_host() - turns_before;
+  m.stats.kv_stored_bytes = m.kv.stored_bytes();
+  m.stats.kv_stored_token_layers = m.kv.stored_token_layers();
+  return done;
+}
+
 void BatchEngine::run(std::vector<Request> requests,
                       const std::function<void(Completion&&)>& on_finished) {
   Impl& m = *impl_;
-  Scheduler sched(m.policy, m.kv, m.c.max_position_embeddings, {m.device_kv.get(), m.cpu_share});
+  std::unique_ptr<Scheduler> sched = make_scheduler();
   int64_t finished = 0;
-  const int64_t share_full_before = m.stats.device_gpu_share_full;
   // A request that can never run fails alone, reported before the others finish.
   for (Request& r : requests)
-    if (std::optional<Completion> failed = sched.submit(std::move(r))) {
+    if (std::optional<Completion> failed = sched->submit(std::move(r))) {
       ++finished;
       on_finished(std::move(*failed));
     }
-  while (!sched.done()) {
-    auto t0 = Clock::now();
-    StepPlan plan = sched.plan_step();
-    m.stats.scheduling_seconds += seconds_since(t0);
-    if (plan.empty()) fail("engine: the scheduler has work left but planned an empty step");
-    m.stats.peak_kv_usage = std::max(m.stats.peak_kv_usage, sched.kv_usage());
-    auto t_step = Clock::now();
-    const EngineStats before = m.stats;
-    std::vector<int> sampled = m.execute(plan, sched);
-    const double step_seconds = seconds_since(t_step);
-    if (plan.prefill_tokens == 0) {
-      ++m.stats.decode_only_steps;
-      m.stats.decode_only_tokens += plan.decode_tokens;
-      m.stats.decode_only_seconds += step_seconds;
-      m.stats.decode_only_device_weight_bytes +=
-          m.stats.device_weight_bytes - before.device_weight_bytes;
-      m.stats.decode_only_flops += m.stats.flops - before.flops;
-      m.stats.decode_only_bytes +=
-          m.stats.weight_bytes + m.stats.kv_bytes - before.weight_bytes - before.kv_bytes;
-    }
-    m.stats.prefill_seconds += step_seconds * plan.prefill_tokens / plan.tokens;
-    m.stats.decode_seconds += step_seconds * plan.decode_tokens / plan.tokens;
-    m.stats.prefill_tokens += plan.prefill_tokens;
-    m.stats.decode_tokens += plan.decode_tokens;
-    ++m.stats.steps;
-    t0 = Clock::now();
-    std::vector<Completion> done = sched.complete_step(plan, sampled);
-    m.stats.scheduling_seconds += seconds_since(t0);
-    m.stats.device_gpu_share_full = share_full_before + sched.device_turns_to_host();
-    m.stats.kv_stored_bytes = m.kv.stored_bytes();
-    m.stats.kv_stored_token_layers = m.kv.stored_token_layers();
+  while (!sched->done()) {
+    std::vector<Completion> done = step(*sched);
     finished += int64_t(done.size());
     for (Completion& c : done) on_finished(std::move(c));
     if (m.observe_step)
       m.observe_step(m.stats,
-                     {finished, sched.active(), int64_t(sched.waiting()), sched.kv_usage()});
+                     {finished, sched->active(), int64_t(sched->waiting()), sched->kv_usage()});
   }
 }
 

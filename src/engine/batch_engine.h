@@ -20,6 +20,7 @@
 #include "model/weights.h"
 #include "runtime/policy.h"
 #include "runtime/request.h"
+#include "runtime/scheduler.h"
 
 namespace sluice {
 
@@ -80,6 +81,12 @@ class BatchEngine {
   // never run (its prompt fills the context, or its sequence needs more KV blocks than a KV pool
   // has) fails alone: its Completion, FinishReason::kError with the reason, comes first.
   void run(std::vector<Request> requests, const std::function<void(Completion&&)>& on_finished);
+
+  // For callers that drive the steps themselves (engine/online_session.h): a scheduler over
+  // the engine's KV cache (one at a time), and one step of it, which must have work; returns
+  // the sequences that finished in it.
+  std::unique_ptr<Scheduler> make_scheduler();
+  std::vector<Completion> step(Scheduler& sched);
 
   // Called with the logits row of every sampled position (tests and debugging).
   using LogitsObserver =

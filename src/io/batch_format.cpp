@@ -229,6 +229,27 @@ BatchLine parse_batch_line(std::string_view text, int line_number) {
   return line;
 }
 
+BatchLine parse_request_body(const nlohmann::ordered_json& body, BatchEndpoint endpoint,
+                             const std::set<std::string>& handled_elsewhere) {
+  BatchLine line;
+  BatchRequest r;
+  r.endpoint = endpoint;
+  try {
+    if (!body.is_object()) reject("body", "a JSON object", body);
+    require_prompt(r, body, "");
+    Json fields = body;
+    for (const std::string& key : handled_elsewhere) fields.erase(key);
+    read_fields(fields, "",
+                {endpoint == BatchEndpoint::kChatCompletions ? "messages" : "prompt"}, line, r);
+  } catch (const LineError& e) {
+    line.error_code = e.code;
+    line.error_message = e.message;
+    return line;
+  }
+  line.request = std::move(r);
+  return line;
+}
+
 std::string format_batch_result(const BatchResult& r) {
   const bool chat = r.endpoint == BatchEndpoint::kChatCompletions;
   const std::string hash = hex_id(r.custom_id);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,13 @@ struct BatchLine {
 };
 
 BatchLine parse_batch_line(std::string_view line, int line_number);
+
+// The body of one OpenAI API request to `endpoint` (what the Batch shape has in "body"), as an
+// HTTP server receives it; the fields in `handled_elsewhere` ("stream", ...) are left to the
+// caller. Errors as for a line (error_code, error_message naming the field); custom_id and
+// line_number are left empty.
+BatchLine parse_request_body(const nlohmann::ordered_json& body, BatchEndpoint endpoint,
+                             const std::set<std::string>& handled_elsewhere);
 
 // What the output line of a finished request says.
 struct BatchResult {

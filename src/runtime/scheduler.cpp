@@ -244,14 +244,39 @@ std::vector<Completion> Scheduler::complete_step(const StepPlan& plan,
     c.tokens.assign(s.tokens.begin() + c.prompt_tokens, s.tokens.end());
     c.reason = stop ? FinishReason::kStop : FinishReason::kLength;
     finished.push_back(std::move(c));
-    Pool& p = pool(s.pool);
-    p.reserved -= s.reserved_blocks;
-    --p.live;
-    p.kv->release(item.slot);
-    slots_[item.slot].reset();
-    --active_count_;
+    retire(item.slot);
   }
   return finished;
+}
+
+void Scheduler::retire(int slot) {
+  ActiveSequence& s = *slots_[size_t(slot)];
+  Pool& p = pool(s.pool);
+  p.reserved -= s.reserved_blocks;
+  --p.live;
+  p.kv->release(slot);
+  slots_[size_t(slot)].reset();
+  --active_count_;
+}
+
+bool Scheduler::is_running(int64_t id) const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [&](const auto& s) { return s && s->request.id == id; });
+}
+
+bool Scheduler::cancel(int64_t id) {
+  auto queued = std::find_if(queue_.begin(), queue_.end(),
+                             [&](const Request& r) { return r.id == id; });
+  if (queued != queue_.end()) {
+    queue_.erase(queued);
+    return true;
+  }
+  for (size_t slot = 0; slot < slots_.size(); ++slot)
+    if (slots_[slot] && slots_[slot]->request.id == id) {
+      retire(int(slot));
+      return true;
+    }
+  return false;
 }
 
 }  // namespace sluice

@@ -85,6 +85,11 @@ class Scheduler {
   size_t waiting() const { return queue_.size(); }
   int active() const { return active_count_; }
 
+  // Drops request `id`, queued or running (its KV blocks and slot freed now); false when the
+  // scheduler does not hold it. Between steps only (an online client went away).
+  bool cancel(int64_t id);
+  bool is_running(int64_t id) const;
+
   StepPlan plan_step();
   // `sampled[i]` is the token chosen for the i-th sampling item of `plan`. Returns the finished.
   std::vector<Completion> complete_step(const StepPlan& plan, const std::vector<int>& sampled);
@@ -110,6 +115,7 @@ class Scheduler {
   Pool& pool(KvPool p) { return pools_[p == KvPool::kDevice]; }
   std::optional<KvPool> place(int blocks);
   void admit();
+  void retire(int slot);
   int blocks_for(int tokens) const;
   void balance(StepPlan& plan) const;
 

@@ -1,0 +1,415 @@
+#include "server/openai_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/stop_strings.h"
+#include "io/batch_format.h"
+#include "server/request_state.h"
+
+namespace sluice::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// OpenAI's error body; `type` as OpenAI spells it ("invalid_request_error", ...).
+void send_error(httplib::Response& res, int status, const std::string& message, const char* type,
+                Json param = nullptr, Json code = nullptr) {
+  Json body = {{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", code}}}};
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void send_json(httplib::Response& res, const Json& body) {
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+// The field a parse error message names ("field 'top_p': ..."), for the error's `param`.
+Json param_of(const std::string& message) {
+  const std::string marker = "field '";
+  const size_t at = message.find(marker);
+  if (at == std::string::npos) return nullptr;
+  const size_t end = message.find('\'', at + marker.size());
+  if (end == std::string::npos) return nullptr;
+  return message.substr(at + marker.size(), end - at - marker.size());
+}
+
+// True when `v` asks for log probabilities (a number > 0, or true).
+bool asks_for(const Json& v) {
+  return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v == 0));
+}
+
+Json usage_json(const RequestState& s) {
+  return {{"prompt_tokens", s.prompt_tokens()},
+          {"completion_tokens", s.completion_tokens()},
+          {"total_tokens", s.prompt_tokens() + s.completion_tokens()}};
+}
+
+// One streamed event: "data: <json>\n\n".
+bool write_event(httplib::DataSink& sink, const std::string& data) {
+  const std::string event = "data: " + data + "\n\n";
+  return sink.write(event.data(), event.size());
+}
+
+}  // namespace
+
+// What one completion request asked for, beyond the engine's Request.
+struct CompletionCall {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  std::string id;
+  int64_t created = 0;
+};
+
+struct OpenAiServer::Impl {
+  ServedModel model;
+  OnlineSession& session;
+  ServerOptions o;
+  httplib::Server http;
+  std::atomic<uint64_t> next_seed{1};  // requests without a seed draw different numbers
+
+  Impl(ServedModel m, OnlineSession& s, ServerOptions options)
+      : model(std::move(m)), session(s), o(std::move(options)) {}
+
+  Json choice(const CompletionCall& call, const std::string& text, Json finish) const {
+    Json c = {{"index", 0}};
+    if (call.chat && call.stream)
+      c["delta"] = text.empty() && !finish.is_null() ? Json::object() : Json{{"content", text}};
+    else if (call.chat)
+      c["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+      c["text"] = text;
+    c["logprobs"] = nullptr;
+    c["finish_reason"] = finish;
+    return c;
+  }
+
+  Json envelope(const CompletionCall& call, Json choices) const {
+    const char* object = call.chat ? (call.stream ? "chat.completion.chunk" : "chat.completion")
+                                   : "text_completion";
+    return {{"id", call.id},
+            {"object", object},
+            {"created", call.created},
+            {"model", o.model_name},
+            {"choices", std::move(choices)}};
+  }
+
+  // The engine's Request for a parsed body, or false after sending the error.
+  bool build_request(const BatchRequest& b, Request& r, httplib::Response& res) {
+    const ModelConfig& c = *model.config;
+    if (b.endpoint == BatchEndpoint::kChatCompletions) {
+      if (!model.prompter) {
+        send_error(res, 400, model.prompter_error, "invalid_request_error", "messages");
+        return false;
+      }
+      try {
+        r.prompt = model.prompter->encode(b.messages);
+      } catch (const std::exception& e) {
+        send_error(res, 400, fmt::format("the chat template failed: {}", e.what()),
+                   "invalid_request_error", "messages");
+        return false;
+      }
+    } else if (b.prompt_ids) {
+      r.prompt = *b.prompt_ids;
+      for (int id : r.prompt)
+        if (id >= c.vocab_size) {
+          send_error(res, 400,
+                     fmt::format("token id {} is outside the vocabulary [0, {})", id, c.vocab_size),
+                     "invalid_request_error", "prompt");
+          return false;
+        }
+    } else {
+      std::vector<int32_t> ids = model.tokenizer->encode(b.prompt);
+      r.prompt.assign(ids.begin(), ids.end());
+    }
+    const int prompt = int(r.prompt.size()), context = c.max_position_embeddings;
+    if (prompt == 0) {
+      send_error(res, 400, "the prompt is empty (0 tokens)", "invalid_request_error", "prompt");
+      return false;
+    }
+    if (prompt >= context || (b.max_tokens && prompt + *b.max_tokens > context)) {
+      send_error(res, 400,
+                 fmt::format("this model's context holds {} tokens; the request has {} prompt "
+                             "tokens and asks for {} more",
+                             context, prompt, b.max_tokens.value_or(1)),
+                 "invalid_request_error", "max_tokens", "context_length_exceeded");
+      return false;
+    }
+    r.max_new_tokens = b.max_tokens.value_or(std::min(o.max_tokens_default, context - prompt));
+    r.sampling.temperature = b.temperature.value_or(1.0f);
+    r.sampling.top_p = b.top_p.value_or(1.0f);
+    r.sampling.top_k = b.top_k.value_or(0);
+    r.sampling.seed = b.seed.value_or(next_seed++ * 0x9E3779B97F4A7C15ull);
+    r.stop_token_ids = c.eos_token_ids;
+    r.stop_check = make_stop_check(*model.tokenizer, b.stop);
+    return true;
+  }
+
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  void respond_whole(const CompletionCall& call, RequestState& state, httplib::Response& res);
+  void respond_stream(const CompletionCall& call, std::shared_ptr<RequestState> state,
+                      int64_t id, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void metrics(httplib::Response& res);
+};
+
+void OpenAiServer::Impl::complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  Json body;
+  try {
+    body = Json::parse(req.body);
+  } catch (const Json::parse_error& e) {
+    return send_error(res, 400, fmt::format("the body is not valid JSON ({})", e.what()),
+                      "invalid_request_error");
+  }
+  CompletionCall call;
+  call.chat = chat;
+  if (body.is_object()) {
+    for (const char* field : {"logprobs", "top_logprobs"})
+      if (body.contains(field) && asks_for(body[field]))
+        return send_error(res, 400,
+                          fmt::format("field '{}': log probabilities are not available from this "
+                                      "server (the engine does not return them)",
+                                      field),
+                          "invalid_request_error", field);
+    if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
+      if (!s->is_boolean())
+        return send_error(res, 400, "field 'stream': expected true or false",
+                          "invalid_request_error", "stream");
+      call.stream = s->get<bool>();
+    }
+    if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
+      call.include_usage = so->value("include_usage", false);
+  }
+  const BatchEndpoint endpoint =
+      chat ? BatchEndpoint::kChatCompletions : BatchEndpoint::kCompletions;
+  BatchLine parsed = parse_request_body(
+      body, endpoint, {"stream", "stream_options", "logprobs", "top_logprobs", "user"});
+  if (!parsed.request)
+    return send_error(res, 400, parsed.error_message, "invalid_request_error",
+                      param_of(parsed.error_message));
+  Request r;
+  if (!build_request(*parsed.request, r, res)) return;
+  auto state = std::make_shared<RequestState>(*model.tokenizer, parsed.request->stop);
+  const OnlineSession::Submitted sub = session.submit(std::move(r), state);
+  if (sub.admission == OnlineSession::Admission::kQueueFull)
+    return send_error(res, 429, "the server's request queue is full; retry later", "requests",
+                      nullptr, "queue_full");
+  if (sub.admission == OnlineSession::Admission::kStopping)
+    return send_error(res, 503, "the server is shutting down", "server_error", nullptr,
+                      "shutting_down");
+  call.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", sub.id);
+  call.created = int64_t(std::time(nullptr));
+  if (call.stream) return respond_stream(call, state, sub.id, res);
+  respond_whole(call, *state, res);
+}
+
+void OpenAiServer::Impl::respond_whole(const CompletionCall& call, RequestState& state,
+                                       httplib::Response& res) {
+  const std::string text = state.wait_text();
+  if (state.finish_reason() == "error")
+    return send_error(res, 503, state.error(), "server_error");
+  Json body = envelope(call, Json::array({choice(call, text, state.finish_reason())}));
+  body["usage"] = usage_json(state);
+  send_json(res, body);
+}
+
+void OpenAiServer::Impl::respond_stream(const CompletionCall& call,
+                                        std::shared_ptr<RequestState> state, int64_t id,
+                                        httplib::Response& res) {
+  auto provider = [this, call, state](size_t, httplib::DataSink& sink) {
+    auto event = [&](Json choices, bool with_usage) {
+      Json chunk = envelope(call, std::move(choices));
+      if (call.include_usage) chunk["usage"] = with_usage ? usage_json(*state) : Json();
+      return write_event(sink, chunk.dump(-1, ' ', false, Json::error_handler_t::replace));
+    };
+    if (call.chat) {
+      Json first = choice(call, "", nullptr);
+      first["delta"] = {{"role", "assistant"}, {"content", ""}};
+      if (!event(Json::array({first}), false)) return false;
+    }
+    for (;;) {
+      RequestState::Delta d = state->next_delta(1000);
+      // A comment line when there is nothing to send: a client that went away is noticed.
+      const bool alive = !d.text.empty() ? event(Json::array({choice(call, d.text, nullptr)}),
+                                                 false)
+                                         : sink.write(":\n\n", 3);
+      if (!alive) return false;
+      if (!d.done) continue;
+      if (state->finish_reason() == "error") {
+        Json err = {{"error", {{"message", state->error()}, {"type", "server_error"},
+                               {"param", nullptr}, {"code", nullptr}}}};
+        write_event(sink, err.dump());
+      } else {
+        if (!event(Json::array({choice(call, "", state->finish_reason())}), false)) return false;
+        if (call.include_usage && !event(Json::array(), true)) return false;
+      }
+      write_event(sink, "[DONE]");
+      sink.done();
+      return true;
+    }
+  };
+  // Called once the stream ends; without success the client went away: free its sequence.
+  auto release = [this, id](bool success) {
+    if (!success) session.cancel(id);
+  };
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", provider, release);
+}
+
+void OpenAiServer::Impl::tokenize(const httplib::Request& req, httplib::Response& res) {
+  Json body = Json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
+    return send_error(res, 400, "expected a JSON object {\"prompt\": string}",
+                      "invalid_request_error", "prompt");
+  std::vector<int32_t> ids = model.tokenizer->encode(body["prompt"].get<std::string>());
+  send_json(res, {{"tokens", ids},
+                  {"count", ids.size()},
+                  {"max_model_len", model.config->max_position_embeddings}});
+}
+
+void OpenAiServer::Impl::detokenize(const httplib::Request& req, httplib::Response& res) {
+  Json body = Json::parse(req.body, nullptr, false);
+  const char* expected = "expected a JSON object {\"tokens\": [token ids]}";
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    return send_error(res, 400, expected, "invalid_request_error", "tokens");
+  std::vector<int32_t> ids;
+  for (const Json& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() >= model.config->vocab_size)
+      return send_error(res, 400,
+                        fmt::format("field 'tokens': expected token ids in [0, {}), got {}",
+                                    model.config->vocab_size, t.dump()),
+                        "invalid_request_error", "tokens");
+    ids.push_back(int32_t(t.get<int64_t>()));
+  }
+  send_json(res, {{"prompt", model.tokenizer->decode(ids)}});
+}
+
+void OpenAiServer::Impl::metrics(httplib::Response& res) {
+  const OnlineMetrics m = session.metrics();
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    out += fmt::format("# HELP sluice_{0} {1}\n# TYPE sluice_{0} {2}\nsluice_{0} {3}\n", name, help,
+                       type, value);
+  };
+  metric("requests_accepted_total", "counter", "Completion requests admitted.",
+         double(m.requests_accepted));
+  metric("requests_rejected_total", "counter", "Requests refused because the queue was full.",
+         double(m.requests_rejected));
+  metric("requests_finished_total", "counter", "Requests finished (or failed).",
+         double(m.requests_finished));
+  metric("requests_cancelled_total", "counter", "Requests dropped because the client went away.",
+         double(m.requests_cancelled));
+  metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+         double(m.prompt_tokens));
+  metric("generation_tokens_total", "counter", "Tokens generated for finished requests.",
+         double(m.generated_tokens));
+  metric("steps_total", "counter", "Engine steps run.", double(m.steps));
+  metric("step_seconds_total", "counter", "Seconds spent in engine steps.", m.step_seconds_sum);
+  metric("last_step_seconds", "gauge", "Duration of the latest engine step.", m.last_step_seconds);
+  metric("running_sequences_step_total", "counter",
+         "Running sequences summed over steps (divide by steps_total: the mean batch).",
+         double(m.running_sum));
+  metric("running_sequences", "gauge", "Sequences in the running batch.", double(m.running));
+  metric("queue_depth", "gauge", "Requests waiting for a slot.", double(m.waiting));
+  metric("kv_cache_usage_ratio", "gauge", "KV-cache blocks in use over all blocks.", m.kv_usage);
+  res.set_content(out, "text/plain; version=0.0.4");
+}
+
+OpenAiServer::OpenAiServer(ServedModel model, OnlineSession& session, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(model), session, std::move(options))) {
+  add_routes();
+}
+
+OpenAiServer::~OpenAiServer() = default;
+
+void OpenAiServer::add_routes() {
+  Impl& m = *impl_;
+  const int threads = m.o.http_threads;
+  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  m.http.set_payload_max_length(m.o.max_body_bytes);
+  m.http.set_pre_routing_handler([&m](const httplib::Request& req, httplib::Response& res) {
+    if (m.o.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + m.o.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "missing or wrong API key (expected the header 'Authorization: Bearer "
+                         "<key>' with the server's --api-key)",
+               "invalid_request_error", nullptr, "invalid_api_key");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  m.http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413)
+      return send_error(res, 413, "the request body is larger than the server accepts",
+                        "invalid_request_error");
+    if (res.status == 404)
+      return send_error(res, 404, fmt::format("no endpoint {} {}", req.method, req.path),
+                        "invalid_request_error");
+    send_error(res, res.status, fmt::format("HTTP status {}", res.status), "invalid_request_error");
+  });
+  m.http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          what = x.what();
+        } catch (...) {
+        }
+        send_error(res, 500, what, "server_error");
+      });
+  m.http.Post("/v1/completions", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.complete(req, res, false);
+  });
+  m.http.Post("/v1/chat/completions", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.complete(req, res, true);
+  });
+  m.http.Get("/v1/models", [&m](const httplib::Request&, httplib::Response& res) {
+    Json model = {{"id", m.o.model_name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "sluice"},
+                  {"max_model_len", m.model.config->max_position_embeddings}};
+    send_json(res, {{"object", "list"}, {"data", Json::array({model})}});
+  });
+  m.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"status", "ok"}});
+  });
+  m.http.Get("/metrics", [&m](const httplib::Request&, httplib::Response& res) { m.metrics(res); });
+  m.http.Post("/tokenize", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.tokenize(req, res);
+  });
+  m.http.Post("/detokenize", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.detokenize(req, res);
+  });
+}
+
+void OpenAiServer::bind() {
+  Impl& m = *impl_;
+  if (m.o.port == 0) {
+    port_ = m.http.bind_to_any_port(m.o.host);
+    if (port_ < 0) fail("serve: cannot bind to {} on any port", m.o.host);
+  } else {
+    if (!m.http.bind_to_port(m.o.host, m.o.port))
+      fail("serve: cannot bind to {}:{} (in use, or not an address of this machine)", m.o.host,
+           m.o.port);
+    port_ = m.o.port;
+  }
+}
+
+void OpenAiServer::listen() {
+  impl_->http.listen_after_bind();
+}
+
+void OpenAiServer::stop() {
+  impl_->http.stop();
+}
+
+}  // namespace sluice::server

@@ -3,6 +3,7 @@
 // bytes reach the same kernels); the pool's books add up; a file truncated while the job runs
 // fails with its name and offset; a budget too small for the resident part names the minimum.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -127,9 +128,9 @@ INSTANTIATE_TEST_SUITE_P(
                       DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
                       DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
                       DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0}),
-    [](const auto& info) {
-      std::string name = std::string(info.param.preset) + "_" +
-                         std::string(expert_dtype_name(info.param.dtype));
+    [](const ::testing::TestParamInfo<DiskCase>& case_info) {
+      std::string name = std::string(case_info.param.preset) + "_" +
+                         std::string(expert_dtype_name(case_info.param.dtype));
       for (char& ch : name)
         if (ch == '-') ch = '_';
       return name;
@@ -148,8 +149,8 @@ TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
     for (const ExpertSource& s : layer)
       for (const FileRange& r : s.weights) last = std::max(last, r.offset);
   fs::resize_file(file, last + 1);
-  EXPECT_ERROR_MENTIONS(run_engine(on_disk, 3), file.string().c_str(),
-                        fmt::format("offset {}", last).c_str(), "truncated");
+  const std::string name = file.string(), where = fmt::format("offset {}", last);
+  EXPECT_ERROR_MENTIONS(run_engine(on_disk, 3), name.c_str(), where.c_str(), "truncated");
 }
 
 TEST(DiskTierFaults, ABudgetTooSmallForTheResidentPartNamesTheMinimum) {

@@ -70,15 +70,17 @@ struct DiskCase {
 
 class DiskTier : public ::testing::TestWithParam<DiskCase> {};
 
+// The case's checkpoint in `dir`: the preset's random weights, quantized when the case asks.
+fs::path write_checkpoint(const DiskCase& p, const TempDir& dir, uint64_t seed) {
+  write_random_checkpoint(preset_config(p.preset), dir / "bf16", seed);
+  if (p.dtype == ExpertDtype::kBf16) return dir / "bf16";
+  quantize_checkpoint(dir / "bf16", dir / "q", p.dtype, p.group);
+  return dir / "q";
+}
+
 TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
-  const DiskCase& p = GetParam();
   TempDir dir;
-  fs::path model_dir = dir / "bf16";
-  write_random_checkpoint(preset_config(p.preset), model_dir, 11);
-  if (p.dtype != ExpertDtype::kBf16) {
-    quantize_checkpoint(model_dir, dir / "q", p.dtype, p.group);
-    model_dir = dir / "q";
-  }
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 11);
   const Model in_memory = load_model(model_dir);
   const Model on_disk = load_model_for_run(model_dir, {}, 1);  // 1 byte: nothing fits
   ASSERT_TRUE(on_disk.expert_files);
@@ -98,27 +100,24 @@ TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
   EXPECT_FALSE(got.stats.disk_reads.empty());
   EXPECT_GT(s.demands, 0);
   EXPECT_LE(s.hits, s.demands);
-  // Every demand that missed was read, and so was every guess.
-  EXPECT_EQ(s.experts_read, s.demands - s.hits + s.guesses);
+  // Every demand that missed was read before its GEMMs; guesses still on their way when the run
+  // ended were not.
+  EXPECT_GE(s.experts_read, s.demands - s.hits);
+  EXPECT_LE(s.experts_read, s.demands - s.hits + s.guesses);
   EXPECT_GE(s.bytes_read, double(s.experts_read) * s.expert_bytes);
 }
 
 TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
-  const DiskCase& p = GetParam();
   TempDir dir;
-  fs::path model_dir = dir / "bf16";
-  write_random_checkpoint(preset_config(p.preset), model_dir, 12);
-  if (p.dtype != ExpertDtype::kBf16) {
-    quantize_checkpoint(model_dir, dir / "q", p.dtype, p.group);
-    model_dir = dir / "q";
-  }
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);
   const Model on_disk = load_model_for_run(model_dir, {}, 1);
   const int64_t experts = all_experts(on_disk.config);
   const RunResult got = run_engine(on_disk, int(experts), 6);
   const ExpertPoolStats& s = got.stats.disk;
   EXPECT_LE(s.experts_read, experts);
   EXPECT_GT(s.hits, 0);
-  EXPECT_EQ(s.demands - s.hits + s.guesses, s.experts_read);
+  EXPECT_GE(s.experts_read, s.demands - s.hits);
+  EXPECT_LE(s.experts_read, s.demands - s.hits + s.guesses);
   EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
 }
 

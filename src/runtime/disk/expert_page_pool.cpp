@@ -308,8 +308,9 @@ void ExpertPagePool::load(const std::vector<int>& batch) {
       }
     }
   }
-  double bytes = 0;
-  for (const FileRead& r : reads) bytes += double(direct_buffer_bytes(r.offset, r.bytes));
+  std::vector<double> bytes(batch.size(), 0);  // read per expert, whole blocks
+  for (size_t i = 0; i < reads.size(); ++i)
+    bytes[i / per_expert] += double(direct_buffer_bytes(reads[i].offset, reads[i].bytes));
   const auto t0 = Clock::now();
   std::string pack_error;  // raised once every read has landed
   reader_.read(reads, [&](size_t i) {
@@ -326,13 +327,13 @@ void ExpertPagePool::load(const std::vector<int>& batch) {
       std::lock_guard lock(mutex_);
       s.state = State::kReady;
       ++stats_.experts_read;
+      stats_.bytes_read += bytes[b];
     }
     landed_.notify_all();
   });
   if (!pack_error.empty()) fail("{}", pack_error);
   std::lock_guard lock(mutex_);
   stats_.read_seconds += seconds_since(t0);
-  stats_.bytes_read += bytes;
 }
 
 // A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per

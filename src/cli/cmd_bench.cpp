@@ -19,6 +19,7 @@
 #include "model/expert_quant.h"
 #include "engine/batch_engine.h"
 #include "engine/device_report.h"
+#include "engine/disk_report.h"
 #include "engine/engine_plan.h"
 #include "engine/throughput_report.h"
 #include "engine/weights_in_memory.h"
@@ -68,15 +69,14 @@ struct LoadedModel {
 LoadedModel load_for_bench(const Options& o) {
   auto t_load = std::chrono::steady_clock::now();
   LoadedModel l;
-  l.model = o.preset.empty() ? load_model(o.model_dir)
-                             : make_random_model(preset_config(o.preset, o.layers), o.seed);
-  if (o.preset.empty() && o.layers > 0) {  // the first layers of a model folder
-    if (o.layers > l.model.config.num_layers)
-      fail("--layers {}: the model has {} layers", o.layers, l.model.config.num_layers);
-    l.model.config.num_layers = o.layers;
-    l.model.weights.layers.resize(size_t(o.layers));
+  const ExpertQuant quant{o.policy.expert_dtype, o.policy.expert_group};
+  if (o.preset.empty()) {
+    const ModelConfig c = load_model_config(o.model_dir);
+    l.model = load_model_for_run(o.model_dir, quant, host_memory_bytes(o.host_mem, c), o.layers);
+  } else {
+    l.model = make_random_model(preset_config(o.preset, o.layers), o.seed);
+    quantize_model_experts(l.model, quant);
   }
-  quantize_model_experts(l.model, {o.policy.expert_dtype, o.policy.expert_group});
   l.read_in = read_weights_if_they_fit(l.model);
   l.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
@@ -196,6 +196,8 @@ void print_json(const BenchResult& b) {
   j["profile_dram_bytes_per_s"] = b.hw->dram_bytes_per_s;
   j["peak_resident_bytes"] = b.peak_rss;
   j["weights_bytes"] = b.ms->total_bytes;
+  if (!s.disk_reads.empty())
+    add_disk_report(j, disk_report(s, b.wall, b.hw->disk_bytes_per_s), s);
   if (const auto& backend = b.device->backend) {
     j["device"] = backend->device->name();
     add_device_report(
@@ -256,7 +258,10 @@ void print_prediction_and_share(const BenchResult& b) {
 
 void print_memory(const BenchResult& b) {
   const EngineStats& s = *b.stats;
-  const size_t weights_bytes = b.ms->total_bytes;
+  // With the experts on disk: the resident weights and the page pool.
+  const size_t weights_bytes =
+      b.ms->total_bytes +
+      size_t(b.plan->policy.pool_experts) * expert_slot_bytes(b.loaded->model.config);
   const double memory_bound = double(weights_bytes + s.kv_cache_bytes) * 1.10;
   fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
              human_bytes(double(b.peak_rss)), human_bytes(double(weights_bytes)),
@@ -273,6 +278,9 @@ void print_text(const BenchResult& b) {
   print_report(b.report, *b.stats, *b.ceilings);
   print_prediction_and_share(b);
   print_memory(b);
+  if (!b.stats->disk_reads.empty())
+    print_disk_report(disk_report(*b.stats, b.wall, b.hw->disk_bytes_per_s), *b.stats,
+                      b.plan->policy.pool_experts);
   if (const auto& backend = b.device->backend) {
     fmt::print("device     {}\n", backend->device->name());
     print_device_report(

@@ -12,6 +12,8 @@
 #include "cli/command.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
+#include "core/units.h"
+#include "engine/weights_in_memory.h"
 #include "model/expert_quant.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
@@ -90,8 +92,10 @@ int run(const Options& o) {
   if (o.prompt.empty() == o.input.empty())
     fail("generate: give exactly one of --prompt or --input");
   validate(o.sampling);
-  Model model = load_model(o.model_dir);
-  quantize_model_experts(model, {o.policy.expert_dtype, o.policy.expert_group});
+  // The reference forward reads every weight where it is: the experts stay mapped.
+  const size_t host_mem = o.host_mem.empty() || o.reference ? 0 : parse_bytes(o.host_mem, "--host-mem");
+  Model model =
+      load_model_for_run(o.model_dir, {o.policy.expert_dtype, o.policy.expert_group}, host_mem);
   auto tok = Tokenizer::load(o.model_dir);
   std::optional<ChatPrompter> chat;
   if (o.chat) chat.emplace(ChatPrompter::load(o.model_dir, *tok));

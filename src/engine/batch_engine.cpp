@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/disk_experts.h"
 #include "engine/host_attention.h"
 #include "engine/offload_executor.h"
 #include "engine/offload_layout.h"
@@ -105,6 +106,7 @@ struct BatchEngine::Impl {
   std::vector<uint16_t> expert_x;           // gathered rows [b_e, H], bf16 precision
   std::vector<float> expert_xf;             // gathered rows [b_e, H], fp32 precision
   std::vector<float> gate, up, act, down;   // [b_e, I], [b_e, I], [b_e, I], [b_e, H]
+  std::unique_ptr<DiskExperts> disk;        // the routed experts stay on disk (else null)
 
   // The offload path (null: the layers run here, on the CPU). Declared last: destroyed first.
   std::unique_ptr<OffloadBackend> backend;  // when the engine opened the device itself
@@ -134,6 +136,18 @@ struct BatchEngine::Impl {
     inv_freq = cpu::rope_inv_freq(c.head_dim, c.rope_theta);
     latent_inv_freq = rope_inv_freq(c);
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
+    if (model.expert_files) {
+      if (device.device)
+        fail("engine: the experts stay on disk (--host-mem is smaller than the weights), which "
+             "the CPU engine runs but the offload device does not yet; use --device cpu or give "
+             "--host-mem enough for the whole model");
+      if (p.pool_experts < kMinPoolExperts)
+        fail("engine: policy field 'pool_experts': the experts stay on disk and need a pool of at "
+             "least {} experts, got {}",
+             kMinPoolExperts, p.pool_experts);
+      disk = std::make_unique<DiskExperts>(c, model.expert_files, p.pool_experts);
+      stats.disk_reads = disk->read_note();
+    }
     if (device.device) {
       if (!device.math) fail("engine: field 'math': a device needs its DeviceMath");
       const KvCacheConfig books = device_kv_config(c, policy, device.settings);
@@ -176,18 +190,33 @@ struct BatchEngine::Impl {
     cpu::gemm(a);
   }
 
-  // y = x · Wᵀ for matrix `e` of an expert slot (e = -1: a dense-MLP slot) of n × k: the bf16
+  // Matrix `e` of an expert slot (e = -1: a dense-MLP slot) of rows × cols, as expert_gemm takes
+  // it.
+  const void* slot_matrix(const Tensor& slot, int64_t e, int64_t rows, int64_t cols) const {
+    if (c.expert_quant.quantized()) return quant_matrix(c, slot, rows, cols, e).data;
+    return (e >= 0 ? slot.slice0(e) : slot).data;
+  }
+
+  // y = x · Wᵀ for a rows × cols expert matrix (slot_matrix, or the disk tier's pool): the bf16
   // GEMM, or with quantized experts the int8-dot-product GEMM (x quantized to int8 on the fly).
-  void expert_gemm(const void* xin, DType x_dtype, int m, const Tensor& slot, int64_t e,
-                   int64_t n, int64_t k, float* y) {
+  void expert_gemm(const void* xin, DType x_dtype, int m, const void* matrix, int64_t rows,
+                   int64_t cols, float* y) {
     if (!c.expert_quant.quantized()) {
-      gemm(xin, x_dtype, m, e >= 0 ? slot.slice0(e) : slot, y);
+      Tensor weight;
+      weight.dtype = DType::BF16;
+      weight.shape = {rows, cols};
+      weight.data = const_cast<void*>(matrix);
+      gemm(xin, x_dtype, m, weight, y);
       return;
     }
-    const cpu::QuantView w = quant_matrix(c, slot, n, k, e);
-    stats.weight_bytes += double(w.bytes());
-    stats.flops += 2.0 * m * n * k;
-    cpu::gemm_int8({.m = m, .x = xin, .x_dtype = x_dtype, .w = &w, .y = y});
+    const cpu::QuantView packed{.format = quant_format(c.expert_quant.dtype),
+                                .n = rows,
+                                .k = cols,
+                                .group_size = c.expert_quant.group_size,
+                                .data = static_cast<const uint8_t*>(matrix)};
+    stats.weight_bytes += double(packed.bytes());
+    stats.flops += 2.0 * m * rows * cols;
+    cpu::gemm_int8({.m = m, .x = xin, .x_dtype = x_dtype, .w = &packed, .y = y});
   }
 
   // The elementwise kernels as the offload path's HostMath makes them (one set of calls, so the
@@ -398,8 +427,22 @@ void BatchEngine::Impl::expert_phase(int l) {
   up.resize(size_t(be) * I);
   act.resize(size_t(be) * I);
   down.resize(size_t(be) * H);
-  for (int e = 0; e < c.num_experts; ++e) {
+  std::vector<int> chosen;
+  int step_tokens = 0;
+  for (int e = 0; e < c.num_experts; ++e)
+    if (!routed[e].empty()) {
+      chosen.push_back(e);
+      step_tokens += int(routed[e].size());
+    }
+  if (disk) disk->begin_layer(l, chosen, step_tokens / c.experts_per_token);
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const int e = chosen[i];
     const auto& list = routed[e];
+    const ExpertMatrices mats =
+        disk ? disk->acquire(int(i))
+             : ExpertMatrices{slot_matrix(L.expert_gate, e, I, H),
+                              slot_matrix(L.expert_up, e, I, H),
+                              slot_matrix(L.expert_down, e, H, I)};
     for (size_t begin = 0; begin < list.size(); begin += be) {
       const int m = int(std::min(list.size() - begin, size_t(be)));
       // h still holds every row's post-attention norm: the attention phase wrote each
@@ -414,10 +457,10 @@ void BatchEngine::Impl::expert_phase(int l) {
       auto tg = Clock::now();
       const void* xe = f32 ? static_cast<const void*>(expert_xf.data()) : expert_x.data();
       const DType xe_type = f32 ? DType::F32 : DType::BF16;
-      expert_gemm(xe, xe_type, m, L.expert_gate, e, I, H, gate.data());
-      expert_gemm(xe, xe_type, m, L.expert_up, e, I, H, up.data());
+      expert_gemm(xe, xe_type, m, mats.gate, I, H, gate.data());
+      expert_gemm(xe, xe_type, m, mats.up, I, H, up.data());
       cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-      expert_gemm(act.data(), DType::F32, m, L.expert_down, e, H, I, down.data());
+      expert_gemm(act.data(), DType::F32, m, mats.down, H, I, down.data());
       stats.expert_gemm_seconds += seconds_since(tg);
       stats.expert_flops += 6.0 * m * I * H;
       ++stats.expert_gemm_calls;
@@ -429,8 +472,10 @@ void BatchEngine::Impl::expert_phase(int l) {
         for (int d = 0; d < H; ++d) xr[d] += weight * dr[d];
       }
     }
+    if (disk) disk->release(int(i));
   }
   for (auto& list : routed) list.clear();
+  if (disk) stats.disk = disk->stats();
   stats.expert_seconds += seconds_since(t0);
 }
 
@@ -451,10 +496,10 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
     const void* xe = f32 ? static_cast<const void*>(&h[size_t(begin) * H])
                          : static_cast<const void*>(&moe_in[size_t(begin) * H]);
     const DType xe_type = f32 ? DType::F32 : DType::BF16;
-    expert_gemm(xe, xe_type, m, L.mlp_gate, -1, I, H, gate.data());
-    expert_gemm(xe, xe_type, m, L.mlp_up, -1, I, H, up.data());
+    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_gate, -1, I, H), I, H, gate.data());
+    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_up, -1, I, H), I, H, up.data());
     cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-    expert_gemm(act.data(), DType::F32, m, L.mlp_down, -1, H, I, down.data());
+    expert_gemm(act.data(), DType::F32, m, slot_matrix(L.mlp_down, -1, H, I), H, I, down.data());
     math.add_scaled_rows(nullptr, down.data(), H, &mlp_scale[size_t(begin)], m,
                          &x[size_t(begin) * H]);
   }
@@ -613,6 +658,7 @@ std::vector<Completion> BatchEngine::step(Scheduler& sched) {
     m.stats.decode_only_device_weight_bytes +=
         m.stats.device_weight_bytes - before.device_weight_bytes;
     m.stats.decode_only_flops += m.stats.flops - before.flops;
+    m.stats.decode_only_disk_bytes += m.stats.disk.bytes_read - before.disk.bytes_read;
     m.stats.decode_only_bytes +=
         m.stats.weight_bytes + m.stats.kv_bytes - before.weight_bytes - before.kv_bytes;
   }

@@ -18,6 +18,7 @@
 
 #include "engine/engine_device.h"
 #include "model/weights.h"
+#include "runtime/disk/expert_page_pool.h"
 #include "runtime/policy.h"
 #include "runtime/request.h"
 #include "runtime/scheduler.h"
@@ -63,6 +64,11 @@ struct EngineStats {
   int64_t decode_only_steps = 0, decode_only_tokens = 0;
   double decode_only_seconds = 0, decode_only_device_weight_bytes = 0;
   double decode_only_flops = 0, decode_only_bytes = 0;  // arithmetic, and weight + KV bytes read
+  // The disk tier (the routed experts read from their files into the host page pool): the pool's
+  // books, and how it reads (empty without the disk tier).
+  ExpertPoolStats disk;
+  std::string disk_reads;
+  double decode_only_disk_bytes = 0;  // read from disk in the steps with no prompt tokens
 };
 
 class BatchEngine {

@@ -97,8 +97,8 @@ class Job {
   BatchJobSummary run() {
     const auto t0 = Clock::now();
     const std::vector<InputLine> lines = read_input(o_.input);
-    model_ = load_model(o_.model_dir);
-    quantize_model_experts(model_, {o_.policy.expert_dtype, o_.policy.expert_group});
+    model_ = load_model_for_run(o_.model_dir, {o_.policy.expert_dtype, o_.policy.expert_group},
+                                o_.host_memory_bytes);
     read_weights_if_they_fit(model_);
     tokenizer_ = Tokenizer::load(o_.model_dir);
     ResultsFile results(o_.output);

@@ -220,7 +220,7 @@ EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
 EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,
                              const std::vector<WorkloadRequest>& work, size_t host_memory_bytes) {
-  MemoryLimits limits{host_memory_bytes, 0};
+  MemoryLimits limits{host_memory_bytes, 0, experts_stay_on_disk(c, host_memory_bytes)};
   device.kind = resolve_device_kind(device.kind);
   if (device.settings.resident_expert_layers > c.num_layers)
     fail(

@@ -1,11 +1,72 @@
 #include "engine/weights_in_memory.h"
 
-#include <chrono>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "engine/engine_plan.h"
+#include "model/expert_quant.h"
 #include "model/model_stats.h"
+#include "runtime/planner/planner.h"
 #include "runtime/memory_info.h"
 
 namespace sluice {
+
+namespace {
+
+// Every weight the model holds in its mapped files, copied into memory of its own (a tied
+// lm_head stays the embedding), and the files' pages dropped from the page cache: the resident
+// part of a model whose experts stay on disk is then held once, and a file changed while the job
+// runs cannot touch it (a truncated mapping would fault).
+void copy_resident_weights(Model& model) {
+  std::map<const void*, Tensor> copies;
+  auto own = [&](const Tensor& t) {
+    if (t.empty()) return;
+    auto it = copies.find(t.data);
+    if (it == copies.end()) {
+      Tensor copy = Tensor::allocate(t.dtype, t.shape);
+      std::memcpy(copy.data, t.data, t.nbytes());
+      it = copies.emplace(t.data, std::move(copy)).first;
+    }
+    const_cast<Tensor&>(t) = it->second;
+  };
+  own(model.weights.embed);
+  for (const LayerWeights& L : model.weights.layers)
+    for (const Tensor* t : layer_tensors_but_experts(L)) own(*t);
+  own(model.weights.final_norm);
+  own(model.weights.lm_head);
+  for (const auto& entry : std::filesystem::directory_iterator(model.dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // only a hint to the kernel
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
+                         size_t host_memory_bytes, int layers) {
+  ModelConfig c = load_model_config(dir);
+  if (layers > c.num_layers) fail("--layers {}: the model has {} layers", layers, c.num_layers);
+  if (layers > 0) c.num_layers = layers;
+  if (host_memory_bytes == 0) host_memory_bytes = default_host_memory(c);
+  if (!c.expert_quant.quantized()) c.expert_quant = resolve_expert_quant(c, quant, dir.string());
+  const bool on_disk = experts_stay_on_disk(c, host_memory_bytes);
+  Model model = load_model(dir, {.experts_on_disk = on_disk});
+  if (layers > 0) {  // the first layers of the model
+    model.config.num_layers = layers;
+    model.weights.layers.resize(size_t(layers));
+  }
+  quantize_model_experts(model, quant);
+  if (on_disk) copy_resident_weights(model);
+  return model;
+}
 
 WeightsRead read_weights_if_they_fit(const Model& model) {
   WeightsRead r;

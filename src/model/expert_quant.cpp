@@ -155,6 +155,10 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
   ModelConfig& c = model.config;
   const ExpertQuant q = resolve_expert_quant(c, requested, model.dir.string());
   if (!q.quantized() || c.expert_quant.quantized()) return;
+  if (model.expert_files)
+    fail("{}: the experts stay on disk (the disk tier) and run as the checkpoint stores them; "
+         "to run them {}, write a quantized copy with `sluice quantize` and run that",
+         model.dir.string(), expert_dtype_name(q.dtype));
   const cpu::QuantFormat f = quant_format(q.dtype);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = model.weights.layers[size_t(l)];

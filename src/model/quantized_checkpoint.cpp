@@ -17,12 +17,11 @@ QuantizedCheckpointReader::QuantizedCheckpointReader(const ModelConfig& c, Model
   }
 }
 
-bool QuantizedCheckpointReader::add(const Checkpoint& ckpt, const ExpectedTensor& want,
-                                    const TensorEntry& got) {
+const TensorEntry* QuantizedCheckpointReader::check(const Checkpoint& ckpt,
+                                                    const ExpectedTensor& want,
+                                                    const TensorEntry& got) const {
   const ExpertQuant& q = c_.expert_quant;
-  if (!q.quantized()) return false;
-  const auto layer = layer_of_.find(want.slot);
-  if (layer == layer_of_.end()) return false;
+  if (!q.quantized() || !layer_of_.count(want.slot)) return nullptr;
   const std::string file = got.file->path().string();
   if (want.mapping != TensorMapping::kWhole)
     fail("{}: tensor '{}': quantized experts of {} are not supported (its checkpoint fuses the "
@@ -48,6 +47,14 @@ bool QuantizedCheckpointReader::add(const Checkpoint& ckpt, const ExpectedTensor
          "matrix '{}'), got {} {}",
          scales->file->path().string(), scale_name, shape_str(scale_shape), q.group_size, n, k,
          want.name, dtype_name(scales->dtype), shape_str(scales->shape));
+  return scales;
+}
+
+bool QuantizedCheckpointReader::add(const Checkpoint& ckpt, const ExpectedTensor& want,
+                                    const TensorEntry& got) {
+  const TensorEntry* scales = check(ckpt, want, got);
+  if (!scales) return false;
+  const int64_t n = want.shape[0], k = want.shape[1];
   Slot& slot = slots_[want.slot];
   slot.stacked = want.expert >= 0;
   const size_t index = size_t(std::max(want.expert, 0));

@@ -13,9 +13,13 @@ namespace sluice {
 class QuantizedCheckpointReader {
  public:
   QuantizedCheckpointReader(const ModelConfig& c, ModelWeights& w);
-  // Takes a table entry when the config is quantized and the entry is an expert or dense-MLP
-  // matrix: checks `got` (dtype, shape) and its scale tensor (present, F32, [n, k / group]),
-  // each failure naming the file, the tensor and what was expected. False: not a quantized one.
+  // When the config is quantized and the entry is an expert or dense-MLP matrix: checks `got`
+  // (dtype, shape) and its scale tensor (present, F32, [n, k / group]), each failure naming the
+  // file, the tensor and what was expected, and returns the scale tensor. Null: not a quantized
+  // one.
+  const TensorEntry* check(const Checkpoint& ckpt, const ExpectedTensor& want,
+                           const TensorEntry& got) const;
+  // check, and takes the matrix for pack(). False: not a quantized one.
   bool add(const Checkpoint& ckpt, const ExpectedTensor& want, const TensorEntry& got);
   // Packs every taken matrix into its slot ([E, bytes] or [bytes] U8).
   void pack();

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "model/expert_files.h"
 #include "model/expert_quant.h"
 #include "model/gguf_model.h"
 #include "model/quantized_checkpoint.h"
@@ -49,8 +50,14 @@ Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
 
 }  // namespace
 
-Model load_model(const std::filesystem::path& dir) {
-  if (is_gguf_file(dir)) return load_gguf_model(dir);
+Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir)) {
+    if (options.experts_on_disk)
+      fail("{}: the disk tier reads safetensors folders; a GGUF file's experts must fit in "
+           "--host-mem (or convert the model to a Hugging Face folder)",
+           dir.string());
+    return load_gguf_model(dir);
+  }
   Model m;
   m.dir = dir;
   if (!std::filesystem::exists(dir / "config.json"))
@@ -63,12 +70,20 @@ Model load_model(const std::filesystem::path& dir) {
   std::map<Tensor*, std::vector<const TensorEntry*>> stacks;
   std::map<std::string, bool> used;
   QuantizedCheckpointReader quantized(m.config, m.weights);
+  ExpertFilesBuilder on_disk(m.weights);
   for (const ExpectedTensor& want : table.tensors) {
     const TensorEntry* got = ckpt.find(want.name);
     if (!got)
       fail("{}: tensor '{}' is missing (expected shape {} for {})", dir.string(), want.name,
            shape_str(want.shape), m.config.architecture);
-    if (quantized.add(ckpt, want, *got)) {
+    const bool stays_on_disk = options.experts_on_disk && on_disk.takes(want);
+    if (stays_on_disk) {
+      if (const TensorEntry* scales = quantized.check(ckpt, want, *got)) {
+        on_disk.add(want, *got, scales);
+        used[want.name] = used[scale_tensor_name(want.name)] = true;
+        continue;
+      }
+    } else if (quantized.add(ckpt, want, *got)) {
       used[want.name] = used[scale_tensor_name(want.name)] = true;
       continue;
     }
@@ -82,7 +97,13 @@ Model load_model(const std::filesystem::path& dir) {
       fail("{}: tensor '{}': expected dtype BF16, F16 or F32, got {}", file, want.name,
            dtype_name(got->dtype));
     used[want.name] = true;
-    if (want.mapping != TensorMapping::kWhole) {
+    if (stays_on_disk) {
+      if (got->dtype != DType::BF16)
+        fail("{}: tensor '{}': the disk tier reads experts as stored and runs bf16 ones; this "
+             "one is {} (give --host-mem enough for the whole model)",
+             file, want.name, dtype_name(got->dtype));
+      on_disk.add(want, *got, nullptr);
+    } else if (want.mapping != TensorMapping::kWhole) {
       *want.slot = mapped_slot(want, got->view());
     } else if (want.expert < 0) {
       *want.slot = got->view();
@@ -106,6 +127,7 @@ Model load_model(const std::filesystem::path& dir) {
            m.config.architecture);
   }
   if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
+  if (options.experts_on_disk) m.expert_files = on_disk.finish(m.config, dir.string());
   return m;
 }
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -57,15 +58,27 @@ struct ModelWeights {
   Tensor lm_head;     // [vocab, hidden]; the embedding when tie_word_embeddings
 };
 
+struct ExpertFiles;
+
 struct Model {
   ModelConfig config;
   ModelWeights weights;
   std::filesystem::path dir;  // the folder or .gguf file; empty for a model made in memory
+  // Set when the routed experts stayed on disk (LoadOptions::experts_on_disk): where they are
+  // in the files. Their slots in `weights` are then empty; the disk tier reads them.
+  std::shared_ptr<const ExpertFiles> expert_files;
+};
+
+struct LoadOptions {
+  // Leave the routed experts' weights in their files (the disk tier, model/expert_files.h): each
+  // is checked against the table but neither read nor mapped into a slot. Safetensors folders
+  // only, with bf16 experts or a quantized checkpoint's.
+  bool experts_on_disk = false;
 };
 
 // Loads config.json and the safetensors of a Hugging Face model folder, checking every tensor
 // against the family's table; or a GGUF file (the first part of a split one), model/gguf_model.h.
-Model load_model(const std::filesystem::path& dir);
+Model load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 // The config alone: the folder's config.json, or a GGUF file's metadata.
 ModelConfig load_model_config(const std::filesystem::path& dir);
 

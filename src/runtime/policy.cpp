@@ -20,6 +20,7 @@ std::string Policy::describe() const {
   if (expert_dtype != ExpertDtype::kBf16)
     s += fmt::format(" experts={}{}", expert_dtype_name(expert_dtype),
                      expert_group ? fmt::format("/g{}", expert_group) : "");
+  if (pool_experts > 0) s += fmt::format(" experts on disk, pool of {}", pool_experts);
   return s;
 }
 
@@ -33,7 +34,8 @@ nlohmann::json Policy::to_json() const {
           {"threads", threads},
           {"precision", precision_name(precision)},
           {"expert_dtype", std::string(expert_dtype_name(expert_dtype))},
-          {"expert_group", expert_group}};
+          {"expert_group", expert_group},
+          {"pool_experts", pool_experts}};
 }
 
 size_t kv_bytes_per_token(const ModelConfig& c) {

@@ -36,6 +36,9 @@ struct Policy {
   // quantized checkpoint is used as it is (asking for another dtype is an error).
   ExpertDtype expert_dtype = ExpertDtype::kBf16;
   int expert_group = 0;
+  // The disk tier (the routed experts stay in their files, read into a host page pool): how many
+  // experts the pool holds. 0: every weight is in host memory.
+  int pool_experts = 0;
 
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "runtime/disk/expert_page_pool.h"
 
 namespace sluice {
 
@@ -228,13 +229,28 @@ TaskGraph CpuCostModel::step_graph(const StepShape& step) const {
   const int T = step.tokens(), S = step.sampled;
   const int64_t H = c_.hidden_size;
   g.chain(elementwise_task("embed", "embedding, lm_head, sampling", double(T) * double(H) * 6));
+  int last_reads = -1;
   for (int l = 0; l < c_.num_layers; ++l) {
     for (size_t i = 0; i < step.micro_batches.size(); ++i)
       add_micro_batch(g, l, int(i), step.micro_batches[i]);
+    // The disk reads of a layer's experts run on their own thread, one layer after another, and
+    // the layer's expert GEMMs wait for them.
+    std::optional<Task> reads = c_.is_moe_layer(l) ? disk_read_task(T) : std::nullopt;
+    const int last_compute = int(g.tasks().size()) - 1;
+    if (reads) {
+      reads->name = fmt::format("layer{}.expert_reads", l);
+      if (last_reads >= 0) reads->deps = {last_reads};
+      last_reads = g.add(std::move(*reads));
+    }
     for (int e = 0; c_.is_moe_layer(l) && e < c_.num_experts; ++e)
       for (Task& t : expert_tasks(e, T)) {
         t.name = fmt::format("layer{}.{}", l, t.name);
-        g.chain(std::move(t));
+        if (e == 0 && reads) {
+          t.deps = {last_compute, last_reads};
+          g.add(std::move(t));
+        } else {
+          g.chain(std::move(t));
+        }
       }
     for (Task& t : dense_mlp_tasks(l, T)) g.chain(std::move(t));
   }
@@ -275,7 +291,28 @@ double CpuCostModel::layer_seconds(int layer, const StepShape& step) const {
   if (c_.is_moe_layer(layer)) s += expert_phase_seconds(step.tokens());
   for (const MicroBatchShape& mb : step.micro_batches)
     s += micro_batch_dense_seconds(layer, mb.tokens) + attention_task("", mb).seconds;
+  // The reads of the next layer's experts overlap this layer's compute: the slower one counts.
+  if (const auto reads = c_.is_moe_layer(layer) ? disk_read_task(step.tokens()) : std::nullopt)
+    s = std::max(s, reads->seconds);
   return s;
+}
+
+std::optional<Task> CpuCostModel::disk_read_task(int T) const {
+  if (p_.pool_experts <= 0 || hw_.disk_bytes_per_s <= 0) return std::nullopt;
+  const double E = c_.num_experts, k = c_.experts_per_token;
+  const double used = E * (1 - std::pow(1 - k / E, double(T)));
+  int moe_layers = 0;
+  for (int l = 0; l < c_.num_layers; ++l) moe_layers += c_.is_moe_layer(l) ? 1 : 0;
+  const double kept = std::max(0.0, double(p_.pool_experts) - 2 * used);
+  const double hit = std::min(1.0, kept / (E * std::max(1, moe_layers)));
+  Task t;
+  t.name = "expert_reads";
+  t.group = "expert reads from disk";
+  t.resource = Resource::kDisk;
+  t.bound = Bound::kLink;
+  t.bytes = used * (1 - hit) * double(expert_file_bytes(c_));
+  t.seconds = t.bytes / hw_.disk_bytes_per_s;
+  return t;
 }
 
 double CpuCostModel::expert_phase_seconds(int T) const {

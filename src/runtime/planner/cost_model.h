@@ -27,6 +27,7 @@
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -73,6 +74,11 @@ class CpuCostModel {
                                  int max_tokens = std::numeric_limits<int>::max()) const;
   // P(an expert gets m of T tokens) under uniform top-k routing.
   std::vector<std::pair<int, double>> tokens_per_expert_distribution(int step_tokens) const;
+  // With the experts on disk (policy pool_experts > 0): the expected reads of one MoE layer's
+  // experts over a step of T tokens, the experts it uses, E·(1 - (1 - k/E)^T), less those the pool
+  // keeps from step to step (its slots beyond the two layers it streams through, spread over all
+  // experts), at the profile's O_DIRECT bandwidth. Empty without the disk tier or a measured disk.
+  std::optional<Task> disk_read_task(int step_tokens) const;
 
   const ModelConfig& config() const { return c_; }
   const Policy& policy() const { return p_; }

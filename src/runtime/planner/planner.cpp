@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "runtime/disk/expert_page_pool.h"
 #include "runtime/planner/gpu_kv_blocks.h"
 
 namespace sluice {
@@ -39,11 +40,27 @@ size_t model_weight_bytes(const ModelConfig& c) {
   return bytes;
 }
 
+size_t routed_expert_bytes(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+  size_t bytes = 0;
+  for (int l = 0; l < c.num_layers; ++l)
+    if (c.is_moe_layer(l))
+      bytes += size_t(c.num_experts) *
+               (2 * expert_matrix_bytes(c, I, H) + expert_matrix_bytes(c, H, I));
+  return bytes;
+}
+
+bool experts_stay_on_disk(const ModelConfig& c, size_t host_bytes) {
+  return model_weight_bytes(c) > host_bytes && routed_expert_bytes(c) > 0;
+}
+
 // The engine's step buffers (BatchEngine::Impl::grow and expert_phase) at the largest step:
 // a full prefill chunk plus one decode token for every other sequence.
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p) {
   HostMemoryUse m;
   m.weights = model_weight_bytes(c);
+  if (p.pool_experts > 0)
+    m.weights += size_t(p.pool_experts) * expert_slot_bytes(c) - routed_expert_bytes(c);
   m.kv_cache = size_t(p.kv_blocks) * kv_bytes_per_token(c) * size_t(p.kv_block_size);
   const size_t T = size_t(p.prefill_chunk + p.batch), H = size_t(c.hidden_size);
   const size_t I = size_t(c.expert_intermediate_size), be = size_t(p.expert_batch);
@@ -103,8 +120,10 @@ std::string PhaseBottleneck::sentence() const {
     case Resource::kGpu:
       return fmt::format("{} is bound by GPU {} in {}{}", phase,
                          bound == Bound::kCompute ? "compute" : "memory bandwidth", group, tail);
-    case Resource::kCpu:
     case Resource::kDisk:
+      return fmt::format("{} is bound by the disk's O_DIRECT read bandwidth in {}{}", phase, group,
+                         tail);
+    case Resource::kCpu:
       break;
   }
   const bool attention = group.find("attention (KV") != std::string::npos;
@@ -258,6 +277,23 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   // Resolve the non-searched fields once.
   Policy base = requested;
   if (base.threads <= 0) base.threads = omp_get_num_procs();
+  if (limits.experts_on_disk && gpu)
+    fail("planner: the experts stay on disk (the weights are larger than the host memory "
+         "limit), which the GPU pipeline does not run yet; plan for the CPU engine");
+  if (!limits.experts_on_disk) base.pool_experts = 0;
+  // The disk tier's pool: what the rest of the policy leaves of host memory, at most every
+  // expert; at least kMinPoolExperts, or the policy does not fit.
+  const int pool_fixed = base.pool_experts;
+  int64_t all_experts = 0;
+  for (int l = 0; l < c.num_layers; ++l) all_experts += c.is_moe_layer(l) ? c.num_experts : 0;
+  auto fill_pool = [&](Policy& p) {
+    if (!limits.experts_on_disk || pool_fixed > 0) return;
+    p.pool_experts = kMinPoolExperts;
+    const size_t least = host_memory_use(c, p).total();
+    if (least < limits.host_bytes)
+      p.pool_experts = int(std::min<int64_t>(
+          all_experts, kMinPoolExperts + int64_t((limits.host_bytes - least) / expert_slot_bytes(c))));
+  };
 
   // Page sizes: one expert weight matrix, or fixed 16, 32 and 64 MiB pages.
   const size_t matrix_bytes = expert_weight_bytes(c) / 3;  // the largest of the three
@@ -332,6 +368,7 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   smallest.expert_batch = base.expert_batch > 0 ? base.expert_batch : 16;
   smallest.prefill_chunk = base.prefill_chunk > 0 ? base.prefill_chunk : 16;
   smallest.kv_blocks = base.kv_blocks > 0 ? base.kv_blocks : blocks_per_seq * smallest.batch;
+  if (limits.experts_on_disk && pool_fixed == 0) smallest.pool_experts = kMinPoolExperts;
   // The least GPU memory: the largest CPU share of attention (ω = 1: no GPU KV), the fewest
   // resident experts and the shallowest prefetch allowed, with pages of one expert matrix.
   Key least_key = {0, 0, 0, 0, 4, 0, 0, kMinPrefetchDepth, 0};
@@ -343,9 +380,14 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
   const HostMemoryUse least = host_memory_use(c, smallest, offload_of(least_key));
   if (least.total() > limits.host_bytes)
     fail(
-        "planner: needs at least {} host memory for weights ({}) + minimum KV ({}) + "
+        "planner: needs at least {} host memory for weights ({}{}) + minimum KV ({}) + "
         "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
         human_bytes(double(least.total())), human_bytes(double(least.weights)),
+        smallest.pool_experts > 0
+            ? fmt::format(": all but the routed experts, which stay on disk, and a page pool of "
+                          "{} experts",
+                          smallest.pool_experts)
+            : "",
         human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
         human_bytes(double(limits.host_bytes)));
   if (gpu) {
@@ -370,6 +412,7 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
     p.prefill_chunk = k[kChunk];
     if (p.kv_blocks <= 0) p.kv_blocks = p.batch * blocks_per_seq;
     p.batch = std::min(p.batch, p.kv_blocks / blocks_per_seq);
+    fill_pool(p);
     return p;
   };
   std::map<Key, PlannedPolicy> evaluated;

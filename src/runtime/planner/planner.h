@@ -29,7 +29,14 @@ namespace sluice {
 struct MemoryLimits {
   size_t host_bytes = 0;  // weights + KV cache + activations must fit
   size_t gpu_bytes = 0;   // 0: no GPU
+  // The routed experts stay on disk (the disk tier): host memory holds the other weights and a
+  // page pool of experts, which gets what the KV cache and activations leave (policy
+  // pool_experts, unless the caller fixed it).
+  bool experts_on_disk = false;
 };
+
+// Whether the experts must stay on disk: the weights alone are larger than `host_bytes`.
+bool experts_stay_on_disk(const ModelConfig& c, size_t host_bytes);
 
 // Offload-plan fields the executor fixes (what it can run, or what the user set); the unset ones
 // are searched.
@@ -46,6 +53,9 @@ struct HostMemoryUse {
   size_t total() const { return weights + kv_cache + activations; }
 };
 size_t model_weight_bytes(const ModelConfig& c);  // as the engine holds them (bf16 or packed)
+size_t routed_expert_bytes(const ModelConfig& c);  // of those, the routed experts'
+// With policy pool_experts > 0 (the disk tier) the weights are those but the routed experts,
+// and the pool's slots.
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p);
 // With the GPU pipeline the host holds only the CPU share's KV blocks (host_kv_blocks).
 HostMemoryUse host_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o);

@@ -1,0 +1,63 @@
+#include "engine/disk_experts.h"
+
+#include <cmath>
+
+namespace sluice {
+
+DiskExperts::DiskExperts(const ModelConfig& c, std::shared_ptr<const ExpertFiles> files,
+                         int pool_experts)
+    : c_(c), pool_(c, std::move(files), pool_experts), used_last_step_(size_t(c.num_layers)) {}
+
+void DiskExperts::begin_layer(int layer, const std::vector<int>& chosen, int step_tokens) {
+  layer_ = layer;
+  step_tokens_ = step_tokens;
+  chosen_ = chosen;
+  asked_ = 0;
+  guessed_ = false;
+  pool_.set_current_layer(layer);
+  ask_ahead(0);
+  used_last_step_[size_t(layer)] = chosen;
+}
+
+void DiskExperts::ask_ahead(int done) {
+  const size_t ahead = size_t(pool_.slots() - 1);
+  while (asked_ < chosen_.size() && asked_ < size_t(done) + ahead)
+    pool_.prefetch({layer_, chosen_[asked_++]}, true);
+  if (asked_ == chosen_.size() && !guessed_) {
+    guessed_ = true;
+    guess_next_layer();
+  }
+}
+
+ExpertMatrices DiskExperts::acquire(int i) {
+  return pool_.acquire({layer_, chosen_[size_t(i)]});
+}
+
+void DiskExperts::release(int i) {
+  pool_.release({layer_, chosen_[size_t(i)]});
+  ask_ahead(i + 1);
+}
+
+int DiskExperts::next_moe_layer(int layer) const {
+  for (int step = 1; step <= c_.num_layers; ++step) {
+    const int l = (layer + step) % c_.num_layers;
+    if (c_.is_moe_layer(l)) return l;
+  }
+  return layer;
+}
+
+void DiskExperts::guess_next_layer() {
+  const int next = next_moe_layer(layer_);
+  // Experts a step of T tokens is expected to use: E·(1 - (1 - k/E)^T) under uniform routing.
+  const double E = c_.num_experts, k = c_.experts_per_token;
+  const double expected = E * (1 - std::pow(1 - k / E, double(step_tokens_)));
+  if (expected >= 0.9 * E) {
+    for (int e = 0; e < c_.num_experts; ++e)
+      if (!pool_.prefetch({next, e}, false)) return;
+    return;
+  }
+  for (int e : used_last_step_[size_t(next)])
+    if (!pool_.prefetch({next, e}, false)) return;
+}
+
+}  // namespace sluice

@@ -1,0 +1,47 @@
+// The CPU engine's routed experts when they stay on disk (Model::expert_files): the order in
+// which the expert phase asks the host page pool (runtime/disk/expert_page_pool.h) for them.
+//
+// When a layer's expert phase begins, the experts the router chose are asked for, as many ahead
+// as the pool has slots but one; each further one as an earlier one is released. Once all are
+// asked for, the next MoE layer's experts are read ahead on a guess while this layer computes:
+// all of them when the step has enough tokens to use nearly every expert, else the ones that
+// layer used at the previous step (a sequence's tokens often go to the same experts).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/expert_files.h"
+#include "runtime/disk/expert_page_pool.h"
+
+namespace sluice {
+
+class DiskExperts {
+ public:
+  DiskExperts(const ModelConfig& c, std::shared_ptr<const ExpertFiles> files, int pool_experts);
+
+  // Layer `layer`'s expert phase begins; `chosen` are its experts with tokens, in the order they
+  // run, over a step of `step_tokens` tokens.
+  void begin_layer(int layer, const std::vector<int>& chosen, int step_tokens);
+  // chosen[i] of the current layer, waiting for its read; release(i) after its GEMMs.
+  ExpertMatrices acquire(int i);
+  void release(int i);
+
+  ExpertPoolStats stats() const { return pool_.stats(); }
+  const std::string& read_note() const { return pool_.read_note(); }
+
+ private:
+  void ask_ahead(int done);  // after `done` experts of the layer are released
+  void guess_next_layer();
+  int next_moe_layer(int layer) const;
+
+  const ModelConfig& c_;
+  ExpertPagePool pool_;
+  int layer_ = 0, step_tokens_ = 0;
+  std::vector<int> chosen_;
+  size_t asked_ = 0;
+  bool guessed_ = false;
+  std::vector<std::vector<int>> used_last_step_;  // per layer
+};
+
+}  // namespace sluice

@@ -1,0 +1,33 @@
+// The disk tier's figures of a run, as `sluice bench` prints them: what was read from disk and
+// how fast against the profiled O_DIRECT bandwidth, how long compute waited for it, what the
+// expert cache saved, and the decode bound the disk sets.
+//
+// Decode bound: a pure-decode step must read every expert its tokens route to that the pool does
+// not hold, so it cannot take less than (expert bytes read per step) / (disk bandwidth), and
+//   bound = decode tokens of those steps · disk bandwidth / expert bytes they read,
+// measured over the steps with no prompt tokens; decode_bound_fraction is the decode rate of
+// those steps divided by the bound.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "engine/batch_engine.h"
+
+namespace sluice {
+
+struct DiskReport {
+  double profiled_bytes_per_s = 0;  // the profile's O_DIRECT read bandwidth (0: not measured)
+  double read_bytes_per_s = 0;      // bytes read / time with reads in flight
+  double read_fraction = 0;         // read_bytes_per_s / profiled
+  double wait_fraction = 0;         // compute waiting on the disk / wall time
+  double decode_bytes_per_step = 0;
+  double decode_tokens_per_s = 0;
+  double decode_bound_tokens_per_s = 0;  // 0 without decode steps that read
+  double decode_bound_fraction = 0;
+};
+
+DiskReport disk_report(const EngineStats& s, double wall_seconds, double profiled_bytes_per_s);
+void print_disk_report(const DiskReport& r, const EngineStats& s, int pool_experts);
+void add_disk_report(nlohmann::json& j, const DiskReport& r, const EngineStats& s);
+
+}  // namespace sluice

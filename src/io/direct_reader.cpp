@@ -1,0 +1,186 @@
+#include "io/direct_reader.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+
+uint64_t block_floor(uint64_t x) { return x / kDirectAlign * kDirectAlign; }
+uint64_t block_ceil(uint64_t x) { return (x + kDirectAlign - 1) / kDirectAlign * kDirectAlign; }
+
+// One read's progress: the block-aligned span it reads and the bytes of it that arrived.
+struct Progress {
+  uint64_t begin = 0, length = 0, needed = 0, got = 0;
+};
+
+Progress progress_of(const FileRead& r) {
+  Progress p;
+  p.begin = block_floor(r.offset);
+  p.length = block_ceil(r.offset + r.bytes) - p.begin;
+  p.needed = r.offset + r.bytes - p.begin;
+  return p;
+}
+
+}  // namespace
+
+size_t direct_buffer_bytes(uint64_t offset, size_t bytes) {
+  return size_t(block_ceil(offset + bytes) - block_floor(offset));
+}
+
+struct DirectReader::Ring {
+  io_uring ring{};
+  ~Ring() { io_uring_queue_exit(&ring); }
+};
+
+DirectReader::DirectReader(std::vector<std::filesystem::path> files, int queue_depth)
+    : paths_(std::move(files)), queue_depth_(std::max(1, queue_depth)) {
+  std::string refused;
+  for (const auto& path : paths_) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (fd < 0 && errno == EINVAL) {  // the file system has no O_DIRECT (tmpfs)
+      refused = path.parent_path().string();
+      direct_ = false;
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      const int err = errno;
+      for (int open_fd : fds_) ::close(open_fd);
+      fail("{}: cannot open: {}", path.string(), std::strerror(err));
+    }
+    fds_.push_back(fd);
+  }
+  auto ring = std::make_unique<Ring>();
+  const int err = io_uring_queue_init(unsigned(queue_depth_), &ring->ring, 0);
+  std::string ring_note;
+  if (err == 0)
+    ring_ = std::move(ring);
+  else
+    ring_note = fmt::format("pread (io_uring is not available: {})", std::strerror(-err));
+  note_ = ring_ ? fmt::format("{} reads through io_uring, {} in flight",
+                              direct_ ? "O_DIRECT" : "page-cache", queue_depth_)
+                : ring_note;
+  if (!direct_)
+    note_ += fmt::format("; the file system of {} refuses O_DIRECT, so the reads go through the "
+                         "page cache",
+                         refused);
+}
+
+DirectReader::~DirectReader() {
+  for (int fd : fds_) ::close(fd);
+}
+
+void DirectReader::fail_short(const FileRead& r, uint64_t file_end) const {
+  struct stat st {};
+  const int fd = fds_[size_t(r.file)];
+  const long long size = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
+  fail("{}: {} bytes at offset {} were expected, but the file ends at offset {} (now {} bytes): "
+       "was it truncated or replaced while the job ran?",
+       paths_[size_t(r.file)].string(), r.bytes, r.offset, file_end, size);
+}
+
+void DirectReader::read(std::span<const FileRead> reads, const std::function<void(size_t)>& done) {
+  for (const FileRead& r : reads)
+    if (r.file < 0 || size_t(r.file) >= fds_.size() ||
+        reinterpret_cast<uintptr_t>(r.buffer) % kDirectAlign != 0)
+      fail("DirectReader: read {} at offset {}: expected a file index below {} and a buffer "
+           "aligned to {} bytes",
+           r.file, r.offset, fds_.size(), kDirectAlign);
+  if (ring_)
+    read_with_uring(reads, done);
+  else
+    read_with_pread(reads, done);
+}
+
+void DirectReader::read_with_pread(std::span<const FileRead> reads,
+                                   const std::function<void(size_t)>& done) {
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const FileRead& r = reads[i];
+    Progress p = progress_of(r);
+    while (p.got < p.needed) {
+      const ssize_t n = ::pread(fds_[size_t(r.file)], r.buffer + p.got, p.length - p.got,
+                                off_t(p.begin + p.got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        fail("{}: read of {} bytes at offset {} failed: {}", paths_[size_t(r.file)].string(),
+             r.bytes, r.offset, std::strerror(errno));
+      p.got += uint64_t(n);
+      if (p.got < p.needed && (n == 0 || uint64_t(n) % kDirectAlign != 0))
+        fail_short(r, p.begin + p.got);
+    }
+    done(i);
+  }
+}
+
+// Up to queue_depth reads in flight; a read that returns part of its span is resubmitted for the
+// rest. An error is raised after the reads in flight have landed, so no buffer is written later.
+void DirectReader::read_with_uring(std::span<const FileRead> reads,
+                                   const std::function<void(size_t)>& done) {
+  io_uring* ring = &ring_->ring;
+  std::vector<Progress> progress(reads.size());
+  size_t next = 0, in_flight = 0;
+  std::string error;
+  auto submit = [&](size_t i) {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    if (!sqe) fail("io_uring: no free submission entry with {} reads in flight", in_flight);
+    const Progress& p = progress[i];
+    const FileRead& r = reads[i];
+    io_uring_prep_read(sqe, fds_[size_t(r.file)], r.buffer + p.got, unsigned(p.length - p.got),
+                       p.begin + p.got);
+    io_uring_sqe_set_data64(sqe, i);
+    ++in_flight;
+  };
+  while ((error.empty() && next < reads.size()) || in_flight > 0) {
+    while (error.empty() && next < reads.size() && in_flight < size_t(queue_depth_)) {
+      progress[next] = progress_of(reads[next]);
+      submit(next++);
+    }
+    const int s = io_uring_submit_and_wait(ring, 1);
+    if (s < 0 && s != -EINTR) fail("io_uring: submit failed: {}", std::strerror(-s));
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(ring, &cqe) == 0) {
+      const size_t i = size_t(io_uring_cqe_get_data64(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(ring, cqe);
+      --in_flight;
+      const FileRead& r = reads[i];
+      Progress& p = progress[i];
+      if (res == -EINTR || res == -EAGAIN) {
+        submit(i);
+        continue;
+      }
+      if (res < 0) {
+        if (error.empty())
+          error = fmt::format("{}: read of {} bytes at offset {} failed: {}",
+                              paths_[size_t(r.file)].string(), r.bytes, r.offset,
+                              std::strerror(-res));
+        continue;
+      }
+      p.got += uint64_t(res);
+      if (p.got >= p.needed) {
+        if (error.empty()) done(i);
+      } else if (res == 0 || res % int(kDirectAlign) != 0) {
+        if (error.empty()) {
+          try {
+            fail_short(r, p.begin + p.got);
+          } catch (const Error& e) {
+            error = e.what();
+          }
+        }
+      } else {
+        submit(i);
+      }
+    }
+  }
+  if (!error.empty()) fail("{}", error);
+}
+
+}  // namespace sluice

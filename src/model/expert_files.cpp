@@ -1,0 +1,88 @@
+#include "model/expert_files.h"
+
+#include "core/error.h"
+
+namespace sluice {
+
+size_t ExpertFiles::expert_file_bytes() const {
+  for (const auto& layer : layers)
+    if (!layer.empty()) {
+      size_t bytes = 0;
+      for (int j = 0; j < 3; ++j) bytes += layer[0].weights[size_t(j)].bytes;
+      for (int j = 0; j < 3; ++j) bytes += layer[0].scales[size_t(j)].bytes;
+      return bytes;
+    }
+  return 0;
+}
+
+int64_t ExpertFiles::expert_count() const {
+  int64_t n = 0;
+  for (const auto& layer : layers) n += int64_t(layer.size());
+  return n;
+}
+
+ExpertFilesBuilder::ExpertFilesBuilder(const ModelWeights& w) {
+  for (int l = 0; l < int(w.layers.size()); ++l) {
+    const LayerWeights& L = w.layers[size_t(l)];
+    slot_of_[&L.expert_gate] = {l, 0};
+    slot_of_[&L.expert_up] = {l, 1};
+    slot_of_[&L.expert_down] = {l, 2};
+  }
+  files_->layers.resize(w.layers.size());
+}
+
+bool ExpertFilesBuilder::takes(const ExpectedTensor& want) const {
+  return want.mapping == TensorMapping::kWhole && want.expert >= 0 && slot_of_.count(want.slot) > 0;
+}
+
+FileRange ExpertFilesBuilder::range_of(const TensorEntry& e) {
+  const std::string path = e.file->path().string();
+  auto [it, added] = file_index_.emplace(path, int(files_->files.size()));
+  if (added) files_->files.push_back(e.file->path());
+  return {it->second, e.offset, e.nbytes};
+}
+
+void ExpertFilesBuilder::add(const ExpectedTensor& want, const TensorEntry& weights,
+                             const TensorEntry* scales) {
+  const auto [layer, matrix] = slot_of_.at(want.slot);
+  auto& experts = files_->layers[size_t(layer)];
+  if (experts.size() <= size_t(want.expert)) experts.resize(size_t(want.expert) + 1);
+  ExpertSource& s = experts[size_t(want.expert)];
+  s.weights[size_t(matrix)] = range_of(weights);
+  if (scales) {
+    s.scales[size_t(matrix)] = range_of(*scales);
+    files_->quantized = true;
+  }
+}
+
+std::shared_ptr<const ExpertFiles> ExpertFilesBuilder::finish(const ModelConfig& c,
+                                                              const std::string& source) {
+  const size_t per_expert = files_->expert_file_bytes();
+  for (int l = 0; l < int(files_->layers.size()); ++l) {
+    const auto& experts = files_->layers[size_t(l)];
+    if (!c.is_moe_layer(l)) continue;
+    if (experts.empty())
+      fail("{}: layer {}: the disk tier reads each expert's matrices as separate tensors, but "
+           "this checkpoint fuses the experts into one; give --host-mem enough for the whole "
+           "model",
+           source, l);
+    if (int(experts.size()) != c.num_experts)
+      fail("{}: layer {} has {} experts in its files, config.json says {}", source, l,
+           experts.size(), c.num_experts);
+    for (size_t e = 0; e < experts.size(); ++e) {
+      size_t bytes = 0;
+      for (int j = 0; j < 3; ++j) {
+        if (experts[e].weights[size_t(j)].file < 0)
+          fail("{}: layer {} expert {}: matrix {} of gate/up/down is missing", source, l, e, j);
+        bytes += experts[e].weights[size_t(j)].bytes + experts[e].scales[size_t(j)].bytes;
+      }
+      if (bytes != per_expert)
+        fail("{}: layer {} expert {} holds {} bytes, the first expert {}: the disk tier needs "
+             "experts of one size",
+             source, l, e, bytes, per_expert);
+    }
+  }
+  return files_;
+}
+
+}  // namespace sluice

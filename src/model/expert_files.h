@@ -1,0 +1,58 @@
+// Where each routed expert's weights are in a checkpoint's files: what the disk tier reads when
+// the experts stay on disk (load_model with LoadOptions::experts_on_disk). Every expert of every
+// MoE layer has its gate, up and down matrices (bf16, or a quantized checkpoint's int8 / int4
+// values with their F32 group scales) as byte ranges of the checkpoint's files.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/tensor_table.h"
+
+namespace sluice {
+
+struct FileRange {
+  int file = -1;  // index into ExpertFiles::files
+  uint64_t offset = 0;
+  size_t bytes = 0;
+};
+
+struct ExpertSource {
+  std::array<FileRange, 3> weights;  // gate, up, down, as the checkpoint stores them
+  std::array<FileRange, 3> scales;   // quantized checkpoints: each matrix's group scales
+};
+
+struct ExpertFiles {
+  std::vector<std::filesystem::path> files;
+  std::vector<std::vector<ExpertSource>> layers;  // [layer][expert]; empty for a dense layer
+  bool quantized = false;
+
+  // Bytes of one expert in the files (its three matrices, and their scales).
+  size_t expert_file_bytes() const;
+  int64_t expert_count() const;  // over all layers
+};
+
+// Collects the routed experts' ranges while load_model reads the tensor table.
+class ExpertFilesBuilder {
+ public:
+  explicit ExpertFilesBuilder(const ModelWeights& w);
+  // Whether `want` is one routed expert's matrix (what stays on disk).
+  bool takes(const ExpectedTensor& want) const;
+  // Records its checked checkpoint entry (and, quantized, its scales).
+  void add(const ExpectedTensor& want, const TensorEntry& weights, const TensorEntry* scales);
+  // Checks that every expert of every MoE layer has its three matrices, each of one size.
+  std::shared_ptr<const ExpertFiles> finish(const ModelConfig& c, const std::string& source);
+
+ private:
+  FileRange range_of(const TensorEntry& e);
+  std::map<const Tensor*, std::pair<int, int>> slot_of_;  // expert slot → (layer, matrix)
+  std::map<std::string, int> file_index_;
+  std::shared_ptr<ExpertFiles> files_ = std::make_shared<ExpertFiles>();
+};
+
+}  // namespace sluice

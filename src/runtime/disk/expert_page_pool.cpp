@@ -1,0 +1,368 @@
+#include "runtime/disk/expert_page_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "model/expert_quant.h"
+
+namespace sluice {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+// A read buffer for `bytes` at any offset: whole blocks, one more for the misaligned start.
+size_t read_capacity(size_t bytes) { return bytes ? round_up(bytes, kDirectAlign) + kDirectAlign : 0; }
+
+// n × k of gate, up and down.
+std::array<MatrixShape, 3> matrix_shapes(const ModelConfig& c) {
+  const int64_t I = c.expert_intermediate_size, H = c.hidden_size;
+  return {MatrixShape{I, H}, MatrixShape{I, H}, MatrixShape{H, I}};
+}
+
+size_t packed_bytes(const ModelConfig& c, const MatrixShape& s) {
+  if (!c.expert_quant.quantized()) return 0;
+  return round_up(cpu::quant_bytes(quant_format(c.expert_quant.dtype), s.n, s.k,
+                                   c.expert_quant.group_size),
+                  kDirectAlign);
+}
+
+}  // namespace
+
+size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files) {
+  size_t bytes = 0;
+  for (const auto& layer : files.layers)
+    if (!layer.empty()) {
+      const auto shapes = matrix_shapes(c);
+      for (size_t j = 0; j < 3; ++j)
+        bytes += read_capacity(layer[0].weights[j].bytes) +
+                 read_capacity(layer[0].scales[j].bytes) + packed_bytes(c, shapes[j]);
+      break;
+    }
+  return bytes;
+}
+
+namespace {
+
+// The file bytes of gate, up and down: values, and scales (zero in bf16).
+std::array<std::pair<size_t, size_t>, 3> matrix_file_bytes(const ModelConfig& c) {
+  std::array<std::pair<size_t, size_t>, 3> out{};
+  const ExpertQuant& q = c.expert_quant;
+  const auto shapes = matrix_shapes(c);
+  for (size_t j = 0; j < 3; ++j) {
+    const size_t values = size_t(shapes[j].n * shapes[j].k);
+    if (!q.quantized())
+      out[j] = {2 * values, 0};
+    else
+      out[j] = {q.dtype == ExpertDtype::kInt4 ? values / 2 : values,
+                size_t(shapes[j].n * (shapes[j].k / q.group_size)) * 4};
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t expert_slot_bytes(const ModelConfig& c) {
+  size_t bytes = 0;
+  const auto shapes = matrix_shapes(c);
+  const auto file = matrix_file_bytes(c);
+  for (size_t j = 0; j < 3; ++j)
+    bytes += read_capacity(file[j].first) + read_capacity(file[j].second) +
+             packed_bytes(c, shapes[j]);
+  return bytes;
+}
+
+size_t expert_file_bytes(const ModelConfig& c) {
+  size_t bytes = 0;
+  for (const auto& [values, scales] : matrix_file_bytes(c)) bytes += values + scales;
+  return bytes;
+}
+
+ExpertPagePool::ExpertPagePool(const ModelConfig& c, std::shared_ptr<const ExpertFiles> files,
+                               int slots, int queue_depth)
+    : c_(c), files_(std::move(files)), reader_(files_->files, queue_depth),
+      queue_depth_(queue_depth) {
+  if (slots < kMinPoolExperts)
+    fail("expert pool: expected at least {} slots, got {}", kMinPoolExperts, slots);
+  for (const auto& layer : files_->layers)
+    if (!layer.empty()) {
+      const auto shapes = matrix_shapes(c_);
+      size_t at = 0;
+      for (size_t j = 0; j < 3; ++j) {
+        layout_.weights[j] = at;
+        at += read_capacity(layer[0].weights[j].bytes);
+        layout_.scales[j] = at;
+        at += read_capacity(layer[0].scales[j].bytes);
+        layout_.packed[j] = at;
+        at += packed_bytes(c_, shapes[j]);
+      }
+      layout_.bytes = at;
+      break;
+    }
+  // Not zero-filled: a slot's pages become resident when its first expert lands.
+  memory_ = static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, layout_.bytes * size_t(slots)));
+  if (!memory_)
+    fail("expert pool: cannot allocate {} slots of {} bytes", slots, layout_.bytes);
+  slots_.resize(size_t(slots));
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].memory = memory_ + i * layout_.bytes;
+  stats_.expert_bytes = double(files_->expert_file_bytes());
+  loader_ = std::thread([this] { loader_loop(); });
+}
+
+ExpertPagePool::~ExpertPagePool() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  loader_.join();
+  std::free(memory_);
+}
+
+void ExpertPagePool::set_current_layer(int layer) {
+  std::lock_guard lock(mutex_);
+  current_layer_ = layer;
+}
+
+int ExpertPagePool::next_use(int layer) const {
+  const int L = c_.num_layers;
+  return ((layer - current_layer_ - 1) % L + L) % L;
+}
+
+int ExpertPagePool::take_slot(ExpertKey k, bool certain) {
+  int best = -1;
+  for (int i = 0; i < int(slots_.size()); ++i) {
+    const Slot& s = slots_[size_t(i)];
+    if (s.state == State::kEmpty) return i;
+    if (s.state != State::kReady || s.pins > 0 || s.wanted) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const Slot& b = slots_[size_t(best)];
+    const int d = next_use(s.layer), db = next_use(b.layer);
+    if (d > db || (d == db && s.uses < b.uses)) best = i;
+  }
+  // A guess only displaces an expert that is needed later than itself.
+  if (best >= 0 && !certain && next_use(slots_[size_t(best)].layer) <= next_use(k.layer)) return -1;
+  if (best >= 0) index_.erase(key_of({slots_[size_t(best)].layer, slots_[size_t(best)].expert}));
+  return best;
+}
+
+void ExpertPagePool::enqueue(int slot, ExpertKey k) {
+  Slot& s = slots_[size_t(slot)];
+  s.layer = k.layer;
+  s.expert = k.expert;
+  s.state = State::kQueued;
+  s.uses = 0;
+  index_[key_of(k)] = slot;
+  queue_.push_back(slot);
+  work_.notify_one();
+}
+
+bool ExpertPagePool::prefetch(ExpertKey k, bool certain) {
+  std::lock_guard lock(mutex_);
+  if (!error_.empty()) return false;
+  auto it = index_.find(key_of(k));
+  if (it != index_.end()) {
+    Slot& s = slots_[size_t(it->second)];
+    if (certain && !s.wanted) {
+      ++stats_.demands;
+      ++stats_.hits;
+      s.wanted = true;
+      if (s.guessed) ++stats_.guesses_used;
+      s.guessed = false;
+    }
+    return true;
+  }
+  const int slot = take_slot(k, certain);
+  if (slot < 0) return false;
+  enqueue(slot, k);
+  Slot& s = slots_[size_t(slot)];
+  if (certain) {
+    ++stats_.demands;
+    s.wanted = true;
+  } else {
+    ++stats_.guesses;
+    s.guessed = true;
+  }
+  return true;
+}
+
+ExpertMatrices ExpertPagePool::acquire(ExpertKey k) {
+  std::unique_lock lock(mutex_);
+  const auto t0 = Clock::now();
+  bool counted = false;
+  for (;;) {
+    if (!error_.empty()) fail("{}", error_);
+    auto it = index_.find(key_of(k));
+    if (it == index_.end()) {
+      const int slot = take_slot(k, true);
+      if (slot >= 0) {
+        enqueue(slot, k);
+        slots_[size_t(slot)].wanted = true;
+        ++stats_.demands;
+        counted = true;
+        continue;
+      }
+    } else {
+      Slot& s = slots_[size_t(it->second)];
+      if (!s.wanted && !counted && s.pins == 0) {  // not prefetched as certain: a demand now
+        ++stats_.demands;
+        ++stats_.hits;
+        if (s.guessed) ++stats_.guesses_used;
+        s.guessed = false;
+        counted = true;
+      }
+      s.wanted = true;
+      if (s.state == State::kReady) {
+        s.wanted = false;
+        ++s.pins;
+        ++s.uses;
+        stats_.wait_seconds += seconds_since(t0);
+        return matrices(s);
+      }
+    }
+    landed_.wait(lock);
+  }
+}
+
+void ExpertPagePool::release(ExpertKey k) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(key_of(k));
+    if (it == index_.end() || slots_[size_t(it->second)].pins == 0)
+      fail("expert pool: release of layer {} expert {}, which is not acquired", k.layer, k.expert);
+    --slots_[size_t(it->second)].pins;
+  }
+  landed_.notify_all();
+}
+
+ExpertPoolStats ExpertPagePool::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+ExpertMatrices ExpertPagePool::matrices(const Slot& s) const {
+  const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
+  std::array<const void*, 3> m{};
+  for (size_t j = 0; j < 3; ++j)
+    m[j] = files_->quantized ? s.memory + layout_.packed[j]
+                             : s.memory + layout_.weights[j] + src.weights[j].offset % kDirectAlign;
+  return {m[0], m[1], m[2]};
+}
+
+// Reads every queued slot that fits the queue depth at once, until stopped.
+void ExpertPagePool::loader_loop() {
+  const int reads_per_expert = files_->quantized ? 6 : 3;
+  for (;;) {
+    std::vector<int> batch;
+    {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      while (!queue_.empty() &&
+             (batch.empty() || int(batch.size() + 1) * reads_per_expert <= queue_depth_)) {
+        const int slot = queue_.front();
+        queue_.pop_front();
+        slots_[size_t(slot)].state = State::kLoading;
+        batch.push_back(slot);
+      }
+    }
+    try {
+      load(batch);
+    } catch (const Error& e) {
+      std::lock_guard lock(mutex_);
+      if (error_.empty()) error_ = e.what();
+      for (int slot : batch) {
+        if (slots_[size_t(slot)].state == State::kReady) continue;  // landed, maybe in use
+        index_.erase(key_of({slots_[size_t(slot)].layer, slots_[size_t(slot)].expert}));
+        slots_[size_t(slot)] = Slot{.memory = slots_[size_t(slot)].memory};
+      }
+    }
+    landed_.notify_all();
+  }
+}
+
+// The slots' reads, in flight together; each expert is ready (packed first when quantized) as
+// soon as its own reads have landed.
+void ExpertPagePool::load(const std::vector<int>& batch) {
+  const size_t per_expert = files_->quantized ? 6 : 3;
+  std::vector<FileRead> reads;
+  std::vector<int> remaining(batch.size(), int(per_expert));
+  for (int slot : batch) {
+    const Slot& s = slots_[size_t(slot)];
+    const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
+    for (size_t j = 0; j < 3; ++j) {
+      const FileRange& w = src.weights[j];
+      reads.push_back({w.file, w.offset, w.bytes, s.memory + layout_.weights[j]});
+      if (files_->quantized) {
+        const FileRange& sc = src.scales[j];
+        reads.push_back({sc.file, sc.offset, sc.bytes, s.memory + layout_.scales[j]});
+      }
+    }
+  }
+  std::vector<double> bytes(batch.size(), 0);  // read per expert, whole blocks
+  for (size_t i = 0; i < reads.size(); ++i)
+    bytes[i / per_expert] += double(direct_buffer_bytes(reads[i].offset, reads[i].bytes));
+  const auto t0 = Clock::now();
+  std::string pack_error;  // raised once every read has landed
+  reader_.read(reads, [&](size_t i) {
+    const size_t b = i / per_expert;
+    if (--remaining[b] > 0 || !pack_error.empty()) return;
+    Slot& s = slots_[size_t(batch[b])];
+    try {
+      if (files_->quantized) pack(s, reads.begin() + std::ptrdiff_t(b * per_expert));
+    } catch (const Error& e) {
+      pack_error = e.what();
+      return;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      s.state = State::kReady;
+      ++stats_.experts_read;
+      stats_.bytes_read += bytes[b];
+    }
+    landed_.notify_all();
+  });
+  if (!pack_error.empty()) fail("{}", pack_error);
+  std::lock_guard lock(mutex_);
+  stats_.read_seconds += seconds_since(t0);
+}
+
+// A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per
+// byte) and their scales, as read, to the packed form beside them in the slot.
+void ExpertPagePool::pack(const Slot& s, std::vector<FileRead>::const_iterator reads) {
+  const ExpertQuant& q = c_.expert_quant;
+  const cpu::QuantFormat f = quant_format(q.dtype);
+  const auto shapes = matrix_shapes(c_);
+  std::vector<int8_t> unpacked;
+  for (size_t j = 0; j < 3; ++j) {
+    const FileRead& values = reads[std::ptrdiff_t(2 * j)];
+    const FileRead& scales = reads[std::ptrdiff_t(2 * j + 1)];
+    const auto* v = reinterpret_cast<const uint8_t*>(direct_data(values));
+    const int8_t* q8 = reinterpret_cast<const int8_t*>(v);
+    const std::string what = fmt::format("{}: offset {}", files_->files[size_t(values.file)].string(),
+                                         values.offset);
+    if (f == cpu::QuantFormat::kInt4) {
+      unpacked.resize(size_t(shapes[j].n * shapes[j].k));
+      cpu::nibbles_to_int4(v, int64_t(unpacked.size()), unpacked.data(), what.c_str());
+      q8 = unpacked.data();
+    }
+    try {
+      cpu::pack_weights_into(f, q8, reinterpret_cast<const float*>(direct_data(scales)),
+                             shapes[j].n, shapes[j].k, q.group_size,
+                             reinterpret_cast<uint8_t*>(s.memory + layout_.packed[j]));
+    } catch (const Error& e) {
+      fail("{}: {}", what, e.what());
+    }
+  }
+}
+
+}  // namespace sluice

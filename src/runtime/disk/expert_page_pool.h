@@ -1,0 +1,139 @@
+// The host page pool of the disk tier: a bounded set of slots, each holding one routed expert
+// (its gate, up and down matrices) read from the checkpoint's files by a loader thread with
+// O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
+// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread.
+//
+// The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
+// and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
+// waits until it has landed, and releases it after its GEMMs. Slots stay filled after release:
+// the pool is also a cache between steps. When a slot is needed, the expert whose next use is
+// the latest goes, assuming layers run in order (a step goes through every layer, so the layer
+// just computed is used again last), the least used first among experts of one layer. Unlike LRU,
+// which keeps nothing of a cyclic scan larger than itself, this keeps a fixed part of the model
+// resident from step to step. A guess never evicts an expert needed sooner than itself, nor one
+// the router chose that is not yet used.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "io/direct_reader.h"
+#include "model/config.h"
+#include "model/expert_files.h"
+
+namespace sluice {
+
+struct ExpertKey {
+  int layer = 0, expert = 0;
+};
+
+// The pool's books since it was made.
+struct ExpertPoolStats {
+  int64_t demands = 0;        // experts the router chose (each counted once per use)
+  int64_t hits = 0;           // of those, found in the pool or already on their way
+  int64_t guesses = 0;        // experts read ahead on a guess
+  int64_t guesses_used = 0;   // of those, chosen by the router before they left the pool
+  int64_t experts_read = 0;   // experts read from disk
+  double bytes_read = 0;      // file bytes read (whole blocks)
+  double read_seconds = 0;    // the loader's time with reads in flight
+  double wait_seconds = 0;    // time acquire waited for reads (compute waiting on the disk)
+  double expert_bytes = 0;    // file bytes of one expert
+
+  double hit_rate() const { return demands ? double(hits) / double(demands) : 0; }
+  double prefetch_accuracy() const { return guesses ? double(guesses_used) / double(guesses) : 0; }
+  double bytes_saved() const { return double(hits) * expert_bytes; }
+  double read_bytes_per_s() const { return read_seconds > 0 ? bytes_read / read_seconds : 0; }
+};
+
+// One expert's matrices in a slot: bf16 [n, k] row-major, or packed (kernels/cpu/gemm_int8.h).
+struct ExpertMatrices {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* down = nullptr;
+};
+
+// Host bytes of one pool slot for experts of `files` (the file ranges in whole blocks, and with a
+// quantized checkpoint the packed matrices beside them).
+size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files);
+// The same from the config alone (what the planner counts): the widest block rounding.
+size_t expert_slot_bytes(const ModelConfig& c);
+// File bytes of one expert from the config: its matrices as stored (and their scales).
+size_t expert_file_bytes(const ModelConfig& c);
+// The fewest slots the pool works with: one expert computing while the next one is read.
+inline constexpr int kMinPoolExperts = 2;
+
+class ExpertPagePool {
+ public:
+  ExpertPagePool(const ModelConfig& c, std::shared_ptr<const ExpertFiles> files, int slots,
+                 int queue_depth = 32);
+  ~ExpertPagePool();
+  ExpertPagePool(const ExpertPagePool&) = delete;
+  ExpertPagePool& operator=(const ExpertPagePool&) = delete;
+
+  // The layer whose experts run now: the order of eviction follows from it.
+  void set_current_layer(int layer);
+  // Starts reading the expert unless it is in the pool or on its way. `certain`: the router
+  // chose it (counted as a demand; kept until acquired; may wait for a slot on acquire), else a
+  // guess (dropped when no slot is free for it). False: no slot could be had for a guess.
+  bool prefetch(ExpertKey k, bool certain);
+  // Waits until the expert (prefetched as certain, or read now) is in memory, and keeps it there
+  // until release. Throws the loader's error (naming the file and offset) if its read failed.
+  ExpertMatrices acquire(ExpertKey k);
+  void release(ExpertKey k);
+
+  int slots() const { return int(slots_.size()); }
+  ExpertPoolStats stats() const;
+  const std::string& read_note() const { return reader_.note(); }
+
+ private:
+  enum class State { kEmpty, kQueued, kLoading, kReady };
+  struct Slot {
+    int layer = -1, expert = -1;
+    State state = State::kEmpty;
+    int pins = 0;
+    bool wanted = false;   // chosen by the router, not yet acquired
+    bool guessed = false;  // read on a guess, not yet chosen
+    int64_t uses = 0;
+    std::byte* memory = nullptr;
+  };
+  static int64_t key_of(ExpertKey k) { return int64_t(k.layer) << 32 | uint32_t(k.expert); }
+  // A slot for `k` (locked): empty, or evicted by next use; -1 when none may go.
+  int take_slot(ExpertKey k, bool certain);
+  int next_use(int layer) const;  // layers until `layer` runs again, counted from current_layer_
+  void enqueue(int slot, ExpertKey k);
+  void loader_loop();
+  void load(const std::vector<int>& slots);
+  void pack(const Slot& s, std::vector<FileRead>::const_iterator reads);
+  ExpertMatrices matrices(const Slot& s) const;
+
+  ModelConfig c_;
+  std::shared_ptr<const ExpertFiles> files_;
+  DirectReader reader_;
+  int queue_depth_;
+  // Where each part sits in a slot: per matrix the weights' and scales' read buffers, and with a
+  // quantized checkpoint the packed matrix.
+  struct Layout {
+    size_t weights[3], scales[3], packed[3];
+    size_t bytes;
+  } layout_{};
+  std::vector<Slot> slots_;
+  std::byte* memory_ = nullptr;
+  std::unordered_map<int64_t, int> index_;  // key → slot
+  std::deque<int> queue_;                   // slots to read, in order
+  int current_layer_ = 0;
+  ExpertPoolStats stats_;
+  std::string error_;  // the loader's first failure
+  bool stop_ = false;
+  mutable std::mutex mutex_;
+  std::condition_variable work_, landed_;
+  std::thread loader_;
+};
+
+}  // namespace sluice

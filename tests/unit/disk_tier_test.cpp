@@ -1,0 +1,208 @@
+// The disk tier: a model whose routed experts stay in their files, read into a host page pool of a
+// fraction of them, gives the logits of the same model held in memory, bit for bit (the same
+// bytes reach the same kernels); the pool's books add up; a file truncated while the job runs
+// fails with its name and offset; a budget too small for the resident part names the minimum.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+#include "engine/batch_engine.h"
+#include "engine/weights_in_memory.h"
+#include "io/direct_reader.h"
+#include "model/expert_files.h"
+#include "model/expert_quant.h"
+#include "model/presets.h"
+#include "model/quantize_checkpoint.h"
+#include "model/synthetic.h"
+#include "runtime/planner/planner.h"
+#include "test_util.h"
+#include "tiny_model_cases.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+struct RunResult {
+  std::map<std::pair<int64_t, int>, std::vector<float>> logits;
+  std::vector<std::vector<int>> tokens;
+  EngineStats stats;
+};
+
+RunResult run_engine(const Model& m, int pool_experts, int new_tokens = 4) {
+  Policy p = testing::exercising_policy(Precision::kBf16, new_tokens);
+  p.pool_experts = pool_experts;
+  BatchEngine engine(m, p);
+  RunResult out;
+  engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
+    out.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
+  });
+  std::vector<Request> requests;
+  for (int i = 0; i < int(std::size(testing::kPromptLengths)); ++i) {
+    Request r;
+    r.id = i;
+    r.prompt = testing::prompt_of(testing::kPromptLengths[i], i, m.config.vocab_size);
+    r.max_new_tokens = new_tokens;
+    requests.push_back(r);
+  }
+  out.tokens.resize(requests.size());
+  engine.run(requests, [&](Completion&& c) { out.tokens[size_t(c.id)] = c.tokens; });
+  out.stats = engine.stats();
+  return out;
+}
+
+int64_t all_experts(const ModelConfig& c) {
+  int64_t n = 0;
+  for (int l = 0; l < c.num_layers; ++l) n += c.is_moe_layer(l) ? c.num_experts : 0;
+  return n;
+}
+
+struct DiskCase {
+  const char* preset;
+  ExpertDtype dtype;  // bf16: the checkpoint as written; else a quantized checkpoint
+  int group;
+};
+
+class DiskTier : public ::testing::TestWithParam<DiskCase> {};
+
+// The case's checkpoint in `dir`: the preset's random weights, quantized when the case asks.
+fs::path write_checkpoint(const DiskCase& p, const TempDir& dir, uint64_t seed) {
+  write_random_checkpoint(preset_config(p.preset), dir / "bf16", seed);
+  if (p.dtype == ExpertDtype::kBf16) return dir / "bf16";
+  quantize_checkpoint(dir / "bf16", dir / "q", p.dtype, p.group);
+  return dir / "q";
+}
+
+TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
+  TempDir dir;
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 11);
+  const Model in_memory = load_model(model_dir);
+  const Model on_disk = load_model_for_run(model_dir, {}, 1);  // 1 byte: nothing fits
+  ASSERT_TRUE(on_disk.expert_files);
+  EXPECT_TRUE(on_disk.weights.layers.back().expert_gate.empty());
+  const int64_t experts = all_experts(on_disk.config);
+  const int pool = 3;  // a fraction of the experts: they stream through it
+  ASSERT_LT(pool * 4, experts);
+
+  const RunResult want = run_engine(in_memory, 0);
+  const RunResult got = run_engine(on_disk, pool);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (const auto& [key, row] : want.logits)
+    EXPECT_EQ(got.logits.at(key), row) << "request " << key.first << " position " << key.second;
+
+  const ExpertPoolStats& s = got.stats.disk;
+  EXPECT_FALSE(got.stats.disk_reads.empty());
+  EXPECT_GT(s.demands, 0);
+  EXPECT_LE(s.hits, s.demands);
+  // Every demand that missed was read before its GEMMs; guesses still on their way when the run
+  // ended were not.
+  EXPECT_GE(s.experts_read, s.demands - s.hits);
+  EXPECT_LE(s.experts_read, s.demands - s.hits + s.guesses);
+  EXPECT_GE(s.bytes_read, double(s.experts_read) * s.expert_bytes);
+}
+
+TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
+  TempDir dir;
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);
+  const Model on_disk = load_model_for_run(model_dir, {}, 1);
+  const int64_t experts = all_experts(on_disk.config);
+  const RunResult got = run_engine(on_disk, int(experts), 6);
+  const ExpertPoolStats& s = got.stats.disk;
+  EXPECT_LE(s.experts_read, experts);
+  EXPECT_GT(s.hits, 0);
+  EXPECT_GE(s.experts_read, s.demands - s.hits);
+  EXPECT_LE(s.experts_read, s.demands - s.hits + s.guesses);
+  EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, DiskTier,
+    ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
+                      DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                      DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
+                      DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0}),
+    [](const ::testing::TestParamInfo<DiskCase>& case_info) {
+      std::string name = std::string(case_info.param.preset) + "_" +
+                         std::string(expert_dtype_name(case_info.param.dtype));
+      for (char& ch : name)
+        if (ch == '-') ch = '_';
+      return name;
+    });
+
+TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
+  TempDir dir;
+  write_random_checkpoint(preset_config("tiny-mixtral"), dir / "m", 13);
+  const Model on_disk = load_model_for_run(dir / "m", {}, 1);
+  // The expert range that ends the file is cut after its first byte.
+  const ExpertFiles& files = *on_disk.expert_files;
+  ASSERT_EQ(files.files.size(), 1u);
+  const fs::path file = files.files[0];
+  uint64_t last = 0;
+  for (const auto& layer : files.layers)
+    for (const ExpertSource& s : layer)
+      for (const FileRange& r : s.weights) last = std::max(last, r.offset);
+  fs::resize_file(file, last + 1);
+  const std::string name = file.string(), where = fmt::format("offset {}", last);
+  EXPECT_ERROR_MENTIONS(run_engine(on_disk, 3), name.c_str(), where.c_str(), "truncated");
+}
+
+TEST(DiskTierFaults, ABudgetTooSmallForTheResidentPartNamesTheMinimum) {
+  const ModelConfig c = preset_config("tiny-mixtral");
+  HardwareProfile hw = quick_profile(1e10, 1e11);
+  hw.disk_bytes_per_s = 1e9;
+  const std::vector<WorkloadRequest> work = uniform_workload(4, 16, 8);
+  const size_t resident = model_weight_bytes(c) - routed_expert_bytes(c);
+  ASSERT_TRUE(experts_stay_on_disk(c, resident));
+  MemoryLimits limits{resident, 0, true};
+  EXPECT_ERROR_MENTIONS(plan_policy(hw, c, Policy{}, work, limits, {}), "needs at least",
+                        "stay on disk", "pool of 2 experts", "--host-mem");
+  // With room for the resident part, the smallest KV cache and activations and a few experts the
+  // plan fits, and the pool gets what is left.
+  limits.host_bytes = resident + (size_t(4) << 20);
+  const Plan plan = plan_policy(hw, c, Policy{}, work, limits, {});
+  EXPECT_GE(plan.chosen.policy.pool_experts, kMinPoolExperts);
+  EXPECT_LE(plan.chosen.memory.total(), limits.host_bytes);
+}
+
+// Ranges at misaligned offsets come back byte for byte, with O_DIRECT where the file system
+// allows it, through the page cache on tmpfs.
+TEST(DirectReader, ReadsMisalignedRangesExactly) {
+  std::vector<fs::path> dirs = {fs::temp_directory_path()};
+  if (fs::is_directory("/dev/shm")) dirs.push_back("/dev/shm");
+  for (const fs::path& where : dirs) {
+    const fs::path file = where / fmt::format("sluice-direct-{}.bin", getpid());
+    std::string bytes(3 * kDirectAlign + 123, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char(i * 7 + i / 4096);
+    testing::write_file(file, bytes);
+    DirectReader reader({file}, 4);
+    const std::vector<std::pair<uint64_t, size_t>> ranges = {
+        {0, 10}, {5, kDirectAlign}, {kDirectAlign - 1, 2}, {2 * kDirectAlign + 7, kDirectAlign + 116}};
+    std::vector<std::unique_ptr<std::byte, decltype(&std::free)>> buffers;
+    std::vector<FileRead> reads;
+    for (auto [offset, n] : ranges) {
+      buffers.emplace_back(static_cast<std::byte*>(std::aligned_alloc(
+                               kDirectAlign, direct_buffer_bytes(offset, n))),
+                           &std::free);
+      reads.push_back({0, offset, n, buffers.back().get()});
+    }
+    std::vector<int> done(reads.size(), 0);
+    reader.read(reads, [&](size_t i) { ++done[i]; });
+    for (size_t i = 0; i < reads.size(); ++i) {
+      EXPECT_EQ(done[i], 1);
+      EXPECT_EQ(std::memcmp(direct_data(reads[i]), bytes.data() + reads[i].offset, reads[i].bytes),
+                0)
+          << where << " range " << i;
+    }
+    EXPECT_FALSE(reader.note().empty());
+    fs::remove(file);
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -8,7 +8,10 @@
 
 namespace sluice {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8, I8 };
+// F8_E4M3: float8 e4m3fn (torch.float8_e4m3fn), 1 sign, 4 exponent (bias 7), 3 mantissa bits,
+// no infinities, S.1111.111 is NaN, largest finite ±448. In weights it always comes with block
+// scales (Tensor::block_scales, kernels/cpu/gemm_fp8.h).
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8, I8, F8_E4M3 };
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
@@ -32,6 +35,12 @@ inline uint16_t f32_to_bf16(float f) {
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+
+// float8 e4m3fn: exact widening (every e4m3 value is an fp32, and a bf16, value), and rounding
+// to nearest even as torch's .to(torch.float8_e4m3fn) does: magnitudes past 464 (halfway
+// between 448 and the NaN code) become NaN, since the format has no infinity.
+float fp8_e4m3_to_f32(uint8_t v);
+uint8_t f32_to_fp8_e4m3(float f);
 
 // Converts n elements of type `t` starting at `src` into fp32.
 void to_f32(DType t, const void* src, float* dst, size_t n);

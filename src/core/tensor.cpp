@@ -25,6 +25,7 @@ Tensor Tensor::slice0(int64_t i) const {
   Tensor t = *this;
   t.shape.erase(t.shape.begin());
   t.data = static_cast<char*>(data) + size_t(i) * t.nbytes();
+  if (block_scales) t.block_scales = std::make_shared<const Tensor>(block_scales->slice0(i));
   return t;
 }
 

@@ -21,6 +21,10 @@ struct Tensor {
   Shape shape;
   void* data = nullptr;
   std::shared_ptr<void> owner;  // keeps `data` alive: a mapping or an owned buffer
+  // F8_E4M3 matrices only: their weight_scale_inv, F32 [⌈rows/128⌉, ⌈cols/128⌉] per matrix and
+  // stacked like the values ([E, ...] for experts); the weight is value · scale per block
+  // (kernels/cpu/gemm_fp8.h). Null otherwise.
+  std::shared_ptr<const Tensor> block_scales;
 
   int64_t numel() const { return shape_numel(shape); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
@@ -29,7 +33,8 @@ struct Tensor {
   T* as() const {
     return static_cast<T*>(data);
   }
-  // Slice `i` along the first dimension: expert i of a stacked [E, ...] tensor.
+  // Slice `i` along the first dimension: expert i of a stacked [E, ...] tensor (and of its block
+  // scales).
   Tensor slice0(int64_t i) const;
 
   static Tensor allocate(DType dtype, Shape shape);  // zero-filled, 64-byte aligned

@@ -16,9 +16,11 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_fp8.h"
 #include "kernels/cpu/gemm_int8.h"
-#include "model/expert_quant.h"
 #include "kernels/cpu/rope.h"
+#include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 #include "runtime/kv_cache.h"
 #include "runtime/offload/host_math.h"
 #include "runtime/scheduler.h"
@@ -32,9 +34,10 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The GEMMs run on bf16 weights; other dtypes are converted once here.
+// The GEMMs run on bf16 weights, or on FP8 ones with block scales (dequantised tile by tile);
+// other dtypes are converted once here.
 Tensor as_bf16(const Tensor& t) {
-  if (t.empty() || t.dtype == DType::BF16) return t;
+  if (t.empty() || t.dtype == DType::BF16 || t.dtype == DType::F8_E4M3) return t;
   Tensor out = Tensor::allocate(DType::BF16, t.shape);
   std::vector<float> row(size_t(t.shape.back()));
   const int64_t rows = t.numel() / t.shape.back();
@@ -171,9 +174,22 @@ struct BatchEngine::Impl {
   // precision or `exact` is set.
   void gemm(const void* xin, DType x_dtype, int m, const Tensor& weight, float* y, float beta = 0,
             bool exact = false) {
-    stats.weight_bytes += double(weight.nbytes());
     stats.flops += 2.0 * m * weight.shape[0] * weight.shape[1];
-    if (x_dtype == DType::F32 && (exact || policy.precision == Precision::kF32)) {
+    const bool f32 = x_dtype == DType::F32 && (exact || policy.precision == Precision::kF32);
+    if (weight.dtype == DType::F8_E4M3) {
+      const cpu::Fp8Matrix fp8 = fp8_matrix(weight);
+      stats.weight_bytes += double(fp8.bytes());
+      cpu::gemm_fp8({.m = m,
+                     .x = xin,
+                     .x_dtype = x_dtype,
+                     .w = &fp8,
+                     .y = y,
+                     .beta = beta,
+                     .round_x_to_bf16 = !f32});
+      return;
+    }
+    stats.weight_bytes += double(weight.nbytes());
+    if (f32) {
       cpu::gemm_f32({m, weight.shape[0], weight.shape[1], static_cast<const float*>(xin),
                      weight.as<const uint16_t>(), y, beta});
       return;

@@ -8,6 +8,7 @@
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 
@@ -133,8 +134,13 @@ void host_latent_attention(const ModelConfig& c, const LayerWeights& L,
         "engine: layer {}: expected a latent KV cache of rows of {} (kv_lora_rank {} + "
         "qk_rope_head_dim {}), got {} planes of {}",
         layer, row, m.kv_lora_rank, m.qk_rope_head_dim, kv.config().planes, kv.config().head_dim);
-  const cpu::MlaKvB kv_b{L.kv_b.as<const uint16_t>(), heads, m.kv_lora_rank, m.qk_nope_head_dim,
-                         m.v_head_dim};
+  // An FP8 kv_b_proj is dequantised to bf16 once per call (one layer of a step), and every
+  // row's fold and unfold read that: each row reads the whole matrix anyway.
+  std::vector<uint16_t> kv_b_dequantised;
+  if (L.kv_b.dtype == DType::F8_E4M3) kv_b_dequantised = matrix_bf16(L.kv_b);
+  const cpu::MlaKvB kv_b{
+      kv_b_dequantised.empty() ? L.kv_b.as<const uint16_t>() : kv_b_dequantised.data(), heads,
+      m.kv_lora_rank, m.qk_nope_head_dim, m.v_head_dim};
   std::vector<float> q, rows;
   std::vector<int32_t> positions;
   std::vector<const uint16_t*> blocks;

@@ -146,6 +146,11 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         kv_layout(config, p, sh.gpu_kv_blocks),
         device_kv(device_cache),
         lm_layout(config) {
+    for (const Tensor* t : weight_tensors(w))
+      if (t->dtype == DType::F8_E4M3)
+        fail(
+            "offload executor: the model has FP8 (F8_E4M3) weights, which the offload path does "
+            "not run yet (no device kernel dequantises them); run it with --device cpu");
     if (c.expert_quant.quantized() && !math.supports_quantized_experts())
       fail(
           "offload executor: the {} device math has no kernel for quantized expert weights "

@@ -9,6 +9,7 @@
 #include "model/config_reader.h"
 #include "model/expert_quant.h"
 #include "model/family.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 
@@ -390,6 +391,7 @@ ModelConfig parse_config(const json& j, const std::string& source) {
   spec.read_config(r, c);
   check_common(r, c);
   read_quantization_field(j, source, c);
+  read_fp8_quantization_config(j, source, c);
   return c;
 }
 
@@ -405,6 +407,7 @@ json config_to_json(const ModelConfig& c) {
   json j = json::object();
   family_spec(c.family).write_config(c, j);
   write_quantization_field(c, j);
+  write_fp8_quantization_config(c, j);
   return j;
 }
 

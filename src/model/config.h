@@ -156,6 +156,9 @@ struct ModelConfig {
   int mtp_layers = 0;
 
   ExpertQuant expert_quant;  // the experts' weights in memory: bf16, or quantized
+  // config.json's quantization_config says the checkpoint holds FP8 e4m3 weights with 128 × 128
+  // block scales (model/fp8_weights.h); which tensors are FP8 their dtypes say.
+  bool fp8_weights = false;
 
   int q_dim() const { return num_heads * head_dim; }
   // The width of the attention output entering o_proj: heads × v_head_dim with MLA.

@@ -6,23 +6,10 @@
 
 #include "core/error.h"
 #include "model/config_reader.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 namespace {
-
-// bf16 rows of one expert matrix, converted from F32/F16 when the checkpoint stores those.
-std::vector<uint16_t> bf16_rows(const Tensor& t, int64_t offset_elems, int64_t count) {
-  std::vector<uint16_t> out(static_cast<size_t>(count));
-  const char* base = static_cast<const char*>(t.data) + size_t(offset_elems) * dtype_size(t.dtype);
-  if (t.dtype == DType::BF16) {
-    std::memcpy(out.data(), base, size_t(count) * 2);
-    return out;
-  }
-  std::vector<float> f(static_cast<size_t>(count));
-  to_f32(t.dtype, base, f.data(), size_t(count));
-  for (size_t i = 0; i < f.size(); ++i) out[i] = f32_to_bf16(f[i]);
-  return out;
-}
 
 // The quantized form of one slot: [E, bytes] when stacked (experts > 0), else [bytes].
 Tensor quantize_slot(const Tensor& t, cpu::QuantFormat f, int64_t n, int64_t k, int group,
@@ -31,7 +18,8 @@ Tensor quantize_slot(const Tensor& t, cpu::QuantFormat f, int64_t n, int64_t k, 
   Tensor out = Tensor::allocate(DType::U8, experts > 0 ? Shape{experts, int64_t(bytes)}
                                                        : Shape{int64_t(bytes)});
   for (int64_t e = 0; e < std::max<int64_t>(experts, 1); ++e) {
-    const auto rows = bf16_rows(t, e * n * k, n * k);
+    // bf16 rows of the matrix: converted from F32/F16, or dequantised from FP8 blocks.
+    const auto rows = matrix_bf16(experts > 0 ? t.slice0(e) : t);
     cpu::quantize_weights_into(f, rows.data(), n, k, group, out.as<uint8_t>() + e * bytes);
   }
   return out;
@@ -103,7 +91,7 @@ int resolve_expert_group(const ModelConfig& c, ExpertDtype d, int requested,
 
 size_t expert_matrix_bytes(const ModelConfig& c, int64_t n, int64_t k) {
   const ExpertQuant& q = c.expert_quant;
-  if (!q.quantized()) return size_t(n) * size_t(k) * 2;
+  if (!q.quantized()) return c.fp8_weights ? fp8_matrix_bytes(n, k) : size_t(n) * size_t(k) * 2;
   return cpu::quant_bytes(quant_format(q.dtype), n, k, q.group_size);
 }
 

@@ -47,7 +47,8 @@ MatrixShape expert_slot_shape(const ModelConfig& c, int layer, const LayerWeight
 int resolve_expert_group(const ModelConfig& c, ExpertDtype d, int requested,
                          const std::string& source);
 
-// Bytes of one n × k expert matrix as the config holds it: 2·n·k in bf16, else packed.
+// Bytes of one n × k expert matrix as the config holds it: 2·n·k in bf16, n·k and the block
+// scales with FP8 weights, else packed.
 size_t expert_matrix_bytes(const ModelConfig& c, int64_t n, int64_t k);
 
 // The packed matrix `e` of a quantized stacked slot (e >= 0), or of a whole unstacked one (-1).

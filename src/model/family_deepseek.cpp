@@ -69,10 +69,6 @@ void read_latent_attention(const ConfigReader& r, ModelConfig& c) {
                  "supported; expected false");
   if (r.boolean_or("mlp_bias", false))
     r.fail_field("mlp_bias", "MLP biases are not supported; expected false");
-  if (r.has("quantization_config"))
-    r.fail_field("quantization_config",
-                 "quantised weights ({}) are not supported yet; expected a bf16 checkpoint",
-                 r.doc()["quantization_config"].dump());
 }
 
 void read_common(const ConfigReader& r, const LlamaStyleDefaults& d, int first_k_default,

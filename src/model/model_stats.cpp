@@ -18,6 +18,12 @@ ModelStats model_stats(const Model& m) {
     s.total_params += t.numel();
     s.bytes_per_dtype[std::string(dtype_name(t.dtype))] += t.nbytes();
     s.total_bytes += t.nbytes();
+    if (t.block_scales) {  // an FP8 matrix's block scales, read with it
+      const size_t scale_bytes = t.block_scales->nbytes();
+      s.bytes_touched_per_token += size_t(double(scale_bytes) * active_fraction);
+      s.bytes_per_dtype["F32"] += scale_bytes;
+      s.total_bytes += scale_bytes;
+    }
   };
   add(w.embed, 1.0 / c.vocab_size);  // a token reads one row
   const double expert_fraction = double(c.experts_per_token) / c.num_experts;

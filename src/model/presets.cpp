@@ -145,6 +145,7 @@ ModelConfig deepseek(Family f, const Shape& s, const DeepseekShape& d, const Rop
   c.router_selection_bias = v3;
   c.normalize_topk = v3;
   c.mtp_layers = v3 ? 1 : 0;
+  c.fp8_weights = v3;  // the V3 and R1 releases: FP8 projections with 128 x 128 block scales
   return c;
 }
 

@@ -116,6 +116,12 @@ QuantizeStats quantize_checkpoint(const fs::path& in, const fs::path& out, Exper
     fail("{}: config.json field 'quantization': the experts are already {}; quantize the bf16 "
          "checkpoint",
          in.string(), expert_dtype_name(c.expert_quant.dtype));
+  if (c.fp8_weights)
+    fail(
+        "{}: config.json field 'quantization_config': `sluice quantize` does not convert FP8 "
+        "checkpoints; run the model with --expert-dtype {}, which quantizes its dequantised "
+        "experts at load",
+        in.string(), expert_dtype_name(dtype));
   c.expert_quant = {dtype, resolve_expert_group(c, dtype, group_size, "--expert-group")};
   if (fs::exists(out) && fs::equivalent(in, out))
     fail("quantize: --out {} is the input folder; write to a new one", out.string());

@@ -1,7 +1,6 @@
 // Each block below mirrors a piece of transformers' modeling code (Mixtral's, with the features
 // other families add where their config or their optional weights say so); the PyTorch line it
 // transcribes is quoted in the comment above it.
-#include "model/expert_quant.h"
 #include "model/reference_forward.h"
 
 #include <fmt/format.h>
@@ -12,6 +11,9 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_fp8.h"
+#include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 
@@ -25,6 +27,19 @@ std::vector<float> weight_f32(const Tensor& t) {
   std::vector<float> v(t.numel());
   to_f32(t.dtype, t.data, v.data(), v.size());
   return v;
+}
+
+// Row o of W [out, in] as fp32: FP8 codes times their block's scale, rounded to bf16 as the
+// checkpoint's dequantisation does (kernels/cpu/gemm_fp8.h), other dtypes widened.
+void weight_row(const Tensor& w, int64_t o, size_t row_bytes, float* out) {
+  const int64_t in = w.shape[1];
+  if (w.dtype != DType::F8_E4M3) {
+    to_f32(w.dtype, static_cast<const char*>(w.data) + o * row_bytes, out, size_t(in));
+    return;
+  }
+  std::vector<uint16_t> row(static_cast<size_t>(in));
+  cpu::dequantize_fp8_scalar(fp8_matrix(w), o, 1, 0, in, row.data(), in);
+  for (int64_t i = 0; i < in; ++i) out[i] = bf16_to_f32(row[size_t(i)]);
 }
 
 // y[rows, out] = x[rows, in] · Wᵀ (+ bias), W stored [out, in] in any float dtype; fp32
@@ -47,7 +62,7 @@ void linear(const float* x_in, int rows, const Tensor& w, float* y, bool bf16_in
     std::vector<float> wrow(in);
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < out; ++o) {
-      to_f32(w.dtype, static_cast<const char*>(w.data) + o * row_bytes, wrow.data(), in);
+      weight_row(w, o, row_bytes, wrow.data());
       for (int r = 0; r < rows; ++r) {
         const float* xr = x + size_t(r) * in;
         float acc = 0.f;

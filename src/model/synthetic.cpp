@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/fp8_weights.h"
 #include "model/tensor_table.h"
 
 namespace sluice {
@@ -80,14 +81,20 @@ void fill_range(DType dtype, void* dst, int64_t begin, int64_t end, uint64_t key
   }
 }
 
-void fill_parallel(DType dtype, void* dst, int64_t n, uint64_t key, Init init) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
+// Elements [begin, end) into dst, on every thread.
+void fill_parallel_range(DType dtype, void* dst, int64_t begin, int64_t end, uint64_t key,
+                         Init init) {
+  const int64_t blocks = (end - begin + kBlock - 1) / kBlock;
   const size_t esize = dtype_size(dtype);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
-    int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-    fill_range(dtype, static_cast<char*>(dst) + lo * esize, lo, hi, key, init);
+    int64_t lo = begin + b * kBlock, hi = std::min(end, lo + kBlock);
+    fill_range(dtype, static_cast<char*>(dst) + (lo - begin) * esize, lo, hi, key, init);
   }
+}
+
+void fill_parallel(DType dtype, void* dst, int64_t n, uint64_t key, Init init) {
+  fill_parallel_range(dtype, dst, 0, n, key, init);
 }
 
 // The table's tensors reordered so that each stacked slot's experts lie back to back in order.
@@ -100,6 +107,54 @@ std::vector<ExpectedTensor> storage_order(const TensorTable& table) {
     return first_seen[a.slot] < first_seen[b.slot];
   });
   return order;
+}
+
+// Whether a synthetic checkpoint stores tensor `t` in FP8: every projection the GEMMs read when
+// the config says FP8 (DeepSeek-V3's release: all but the embedding, norms, router and lm_head).
+bool writes_fp8(const ModelConfig& c, const ModelWeights& slots, const ExpectedTensor& t) {
+  return c.fp8_weights && t.mapping == TensorMapping::kWhole && fp8_slot_allowed(slots, t.slot);
+}
+
+// The FP8 form of table entry `t` [n, k] (one expert of its stacked slot, or the whole slot):
+// the bf16 checkpoint's values quantized matrix by matrix, so no bf16 copy of a stack is held.
+void fill_fp8_slot(const ModelConfig& c, const ExpectedTensor& t, uint64_t key) {
+  const int64_t n = t.shape[0], k = t.shape[1];
+  Shape shape = t.shape, scale_shape = fp8_scale_shape(n, k);
+  if (t.expert >= 0) {
+    shape.insert(shape.begin(), c.num_experts);
+    scale_shape.insert(scale_shape.begin(), c.num_experts);
+  }
+  if (t.slot->empty()) {
+    *t.slot = Tensor::allocate(DType::F8_E4M3, shape);
+    t.slot->block_scales =
+        std::make_shared<const Tensor>(Tensor::allocate(DType::F32, scale_shape));
+  }
+  const Tensor matrix = t.expert >= 0 ? t.slot->slice0(t.expert) : *t.slot;
+  std::vector<uint16_t> w(size_t(n * k));
+  fill_parallel(DType::BF16, w.data(), n * k, key, init_for(t));
+  quantize_fp8_blocks(w.data(), n, k, matrix.as<uint8_t>(), matrix.block_scales->as<float>());
+}
+
+// Streams the FP8 codes of tensor `t` [n, k]: the values of the bf16 checkpoint (fill_range's,
+// element for element) quantized a band of whole 128-row blocks at a time; returns its scales.
+std::vector<float> write_fp8_codes(const ExpectedTensor& t, uint64_t key, int64_t chunk_elements,
+                                   SafetensorsWriter& writer) {
+  const int64_t n = t.shape[0], k = t.shape[1];
+  const int64_t band = std::max<int64_t>(1, chunk_elements / (k * cpu::kFp8Block)) * cpu::kFp8Block;
+  const Shape scale_shape = fp8_scale_shape(n, k);
+  std::vector<float> scales(size_t(scale_shape[0] * scale_shape[1]));
+  std::vector<uint16_t> w;
+  std::vector<uint8_t> codes;
+  for (int64_t r0 = 0; r0 < n; r0 += band) {
+    const int64_t rows = std::min(band, n - r0);
+    w.resize(size_t(rows * k));
+    codes.resize(w.size());
+    fill_parallel_range(DType::BF16, w.data(), r0 * k, (r0 + rows) * k, key, init_for(t));
+    quantize_fp8_blocks(w.data(), rows, k, codes.data(),
+                        scales.data() + (r0 / cpu::kFp8Block) * scale_shape[1]);
+    writer.write(codes.data(), codes.size());
+  }
+  return scales;
 }
 
 void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
@@ -116,7 +171,9 @@ Model make_random_model(const ModelConfig& config, uint64_t seed) {
   TensorTable table = tensor_table(config, m.weights);
   std::map<std::string, Tensor> mapped_whole;  // a mapped entry's checkpoint tensor, made once
   for (const ExpectedTensor& t : table.tensors) {
-    if (t.mapping != TensorMapping::kWhole) {
+    if (writes_fp8(config, m.weights, t)) {
+      fill_fp8_slot(config, t, name_key(t.name, seed));
+    } else if (t.mapping != TensorMapping::kWhole) {
       auto [it, fresh] = mapped_whole.try_emplace(t.name);
       if (fresh) {
         it->second = Tensor::allocate(config.dtype, t.shape);
@@ -155,7 +212,11 @@ WriteStats write_random_checkpoint(const ModelConfig& config, const std::filesys
   std::set<std::string> seen;
   std::erase_if(order, [&](const ExpectedTensor& t) { return !seen.insert(t.name).second; });
   const size_t esize = dtype_size(config.dtype);
-  auto bytes_of = [&](const ExpectedTensor& t) { return size_t(shape_numel(t.shape)) * esize; };
+  auto bytes_of = [&](const ExpectedTensor& t) {
+    if (!writes_fp8(config, unused, t)) return size_t(shape_numel(t.shape)) * esize;
+    return size_t(shape_numel(t.shape)) +
+           size_t(shape_numel(fp8_scale_shape(t.shape[0], t.shape[1]))) * 4;
+  };
 
   // Cut into shards between slots, so a stack of experts never straddles two files.
   std::vector<std::vector<ExpectedTensor>> shards(1);
@@ -181,15 +242,43 @@ WriteStats write_random_checkpoint(const ModelConfig& config, const std::filesys
     std::string file = shards.size() == 1 ? "model.safetensors"
                                           : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
                                                         shards.size());
-    std::vector<TensorSpec> specs;
-    for (const auto& t : shards[s]) {
-      specs.push_back({t.name, config.dtype, t.shape});
+    // An FP8 slot's scales follow all its codes, so a stack of experts' codes lies back to back
+    // and loads as a view of the mapping.
+    std::vector<TensorSpec> specs, scale_specs;
+    for (size_t i = 0; i < shards[s].size(); ++i) {
+      const ExpectedTensor& t = shards[s][i];
       weight_map[t.name] = file;
+      if (!writes_fp8(config, unused, t)) {
+        specs.push_back({t.name, config.dtype, t.shape});
+      } else {
+        specs.push_back({t.name, DType::F8_E4M3, t.shape});
+        scale_specs.push_back(
+            {fp8_scale_name(t.name), DType::F32, fp8_scale_shape(t.shape[0], t.shape[1])});
+        weight_map[fp8_scale_name(t.name)] = file;
+      }
+      if (i + 1 == shards[s].size() || shards[s][i + 1].slot != t.slot) {
+        specs.insert(specs.end(), scale_specs.begin(), scale_specs.end());
+        scale_specs.clear();
+      }
     }
     SafetensorsWriter writer(dir / file, specs, {{"format", "pt"}});
-    for (const auto& t : shards[s]) {
+    std::vector<std::vector<float>> slot_scales;
+    for (size_t i = 0; i < shards[s].size(); ++i) {
+      const ExpectedTensor& t = shards[s][i];
       const int64_t n = shape_numel(t.shape);
       const uint64_t key = name_key(t.name, seed);
+      if (writes_fp8(config, unused, t)) {
+        slot_scales.push_back(write_fp8_codes(t, key, kChunk, writer));
+        stats.bytes += size_t(n);
+        if (i + 1 == shards[s].size() || shards[s][i + 1].slot != t.slot) {
+          for (const std::vector<float>& scales : slot_scales) {
+            writer.write(scales.data(), scales.size() * sizeof(float));
+            stats.bytes += scales.size() * sizeof(float);
+          }
+          slot_scales.clear();
+        }
+        continue;
+      }
       for (int64_t begin = 0; begin < n; begin += kChunk) {
         const int64_t end = std::min(n, begin + kChunk), count = end - begin;
         const int64_t per_thread_blocks = (count + kBlock - 1) / kBlock;

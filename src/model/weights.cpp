@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "model/expert_files.h"
 #include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 #include "model/gguf_model.h"
 #include "model/quantized_checkpoint.h"
 #include "model/tensor_table.h"
@@ -48,6 +49,38 @@ Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
   return t;
 }
 
+// The block scales of an F8_E4M3 checkpoint tensor, checked: FP8 declared by config.json, in a
+// slot the GEMMs read in FP8, and `<name>_scale_inv` present, F32 and [⌈n/128⌉, ⌈k/128⌉].
+const TensorEntry& fp8_scales(const Checkpoint& ckpt, const Model& m, const ExpectedTensor& want,
+                              const TensorEntry& got) {
+  const std::string file = got.file->path().string();
+  if (!m.config.fp8_weights)
+    fail(
+        "{}: tensor '{}' is F8_E4M3 but config.json has no quantization_config declaring FP8 "
+        "weights (quant_method \"fp8\", fmt \"e4m3\", weight_block_size [128, 128])",
+        file, want.name);
+  if (!fp8_slot_allowed(m.weights, want.slot) || want.mapping != TensorMapping::kWhole)
+    fail(
+        "{}: tensor '{}' is F8_E4M3; FP8 is read for the linear projections of attention, "
+        "experts and MLPs stored one matrix per tensor; expected BF16, F16 or F32 here",
+        file, want.name);
+  const std::string name = fp8_scale_name(want.name);
+  const Shape shape = fp8_scale_shape(want.shape[0], want.shape[1]);
+  const TensorEntry* scales = ckpt.find(name);
+  if (!scales)
+    fail(
+        "{}: tensor '{}' is missing: expected F32 {} block scales of the F8_E4M3 tensor '{}' {} "
+        "(one per 128 x 128 block, the last row and column of blocks may be partial)",
+        file, name, shape_str(shape), want.name, shape_str(want.shape));
+  if (scales->dtype != DType::F32 || scales->shape != shape)
+    fail(
+        "{}: tensor '{}': expected F32 {} (the 128 x 128 block scales of '{}' {}: "
+        "ceil(rows/128) x ceil(cols/128)), got {} {}",
+        scales->file->path().string(), name, shape_str(shape), want.name, shape_str(want.shape),
+        dtype_name(scales->dtype), shape_str(scales->shape));
+  return *scales;
+}
+
 }  // namespace
 
 Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
@@ -67,7 +100,7 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   TensorTable table = tensor_table(m.config, m.weights);
   if (m.config.tie_word_embeddings) table.ignored_suffixes.push_back("lm_head.weight");
 
-  std::map<Tensor*, std::vector<const TensorEntry*>> stacks;
+  std::map<Tensor*, std::vector<const TensorEntry*>> stacks, scale_stacks;
   std::map<std::string, bool> used;
   QuantizedCheckpointReader quantized(m.config, m.weights);
   ExpertFilesBuilder on_disk(m.weights);
@@ -93,9 +126,15 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
            shape_str(got->shape),
            want.shape_from ? fmt::format(" (the shape follows config.json's {})", want.shape_from)
                            : "");
-    if (!is_float(got->dtype))
-      fail("{}: tensor '{}': expected dtype BF16, F16 or F32, got {}", file, want.name,
+    const TensorEntry* scales = nullptr;
+    if (got->dtype == DType::F8_E4M3) {
+      scales = &fp8_scales(ckpt, m, want, *got);
+      used[scales->name] = true;
+    } else if (!is_float(got->dtype)) {
+      fail("{}: tensor '{}': expected dtype BF16, F16 or F32{}, got {}", file, want.name,
+           fp8_slot_allowed(m.weights, want.slot) ? " (or F8_E4M3 with block scales)" : "",
            dtype_name(got->dtype));
+    }
     used[want.name] = true;
     if (stays_on_disk) {
       if (got->dtype != DType::BF16)
@@ -107,13 +146,22 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
       *want.slot = mapped_slot(want, got->view());
     } else if (want.expert < 0) {
       *want.slot = got->view();
+      if (scales) want.slot->block_scales = std::make_shared<const Tensor>(scales->view());
     } else {
       auto& list = stacks[want.slot];
       if (list.size() <= size_t(want.expert)) list.resize(want.expert + 1);
       list[want.expert] = got;
+      if (scales) {
+        auto& scale_list = scale_stacks[want.slot];
+        if (scale_list.size() <= size_t(want.expert)) scale_list.resize(want.expert + 1);
+        scale_list[want.expert] = scales;
+      }
     }
   }
+  // Values first: experts of mixed dtypes fail there, before a scale list with gaps is read.
   for (auto& [slot, experts] : stacks) *slot = stack_experts(experts);
+  for (auto& [slot, scales] : scale_stacks)
+    slot->block_scales = std::make_shared<const Tensor>(stack_experts(scales));
   quantized.pack();
 
   for (const auto& [name, entry] : ckpt.tensors()) {
@@ -167,6 +215,10 @@ size_t read_weights_into_memory(const Model& model) {
   for (const Tensor* t : weight_tensors(model.weights)) {
     read_into_memory(t->data, t->nbytes(), model.dir);
     bytes += t->nbytes();
+    if (t->block_scales) {
+      read_into_memory(t->block_scales->data, t->block_scales->nbytes(), model.dir);
+      bytes += t->block_scales->nbytes();
+    }
   }
   return bytes;
 }

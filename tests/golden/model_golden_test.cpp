@@ -263,6 +263,21 @@ void add_deepseek_cases(std::vector<GoldenCase>& cases) {
     ModelConfig& c = g.config;
     c.num_layers = 4;
     c.rope_theta = 500.f;
+    c.fp8_weights = false;
+    cases.push_back(g);
+  }
+  {
+    // V3 as released: every projection F8_E4M3 with 128 x 128 block scales (weight_scale_inv),
+    // the embedding, norms, router and lm_head bf16. Hidden 160 and a dense MLP of 136 make
+    // two blocks, the second partial, along rows and columns; sharded, so scales and weights
+    // are found across files.
+    GoldenCase g{"DeepseekV3Fp8BlockScalesPartialBlocksSharded", base_config("tiny-deepseek-v3")};
+    ModelConfig& c = g.config;
+    c.num_layers = 4;
+    c.rope_theta = 500.f;
+    c.hidden_size = 160;
+    c.dense_intermediate_size = 136;
+    g.shard_bytes = 40 << 10;
     cases.push_back(g);
   }
   {
@@ -277,6 +292,7 @@ void add_deepseek_cases(std::vector<GoldenCase>& cases) {
     c.mla.q_lora_rank = 0;
     c.rope_theta = 300.f;
     c.dtype = DType::F16;
+    c.fp8_weights = false;
     g.shard_bytes = 40 << 10;
     cases.push_back(g);
   }

@@ -305,13 +305,40 @@ def read_settings(path):
 
 
 def _raw_dtype(name, path, tensor):
-    table = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.int16}
+    table = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.int16,
+             "F8_E4M3": torch.uint8}
     if name not in table:
-        raise ValueError(f"{path}: tensor '{tensor}': dtype {name} is not BF16, F16 or F32")
+        raise ValueError(f"{path}: tensor '{tensor}': dtype {name} is not BF16, F16, F32 "
+                         "or F8_E4M3")
     return table[name]
 
 
-def read_safetensors(path):
+def e4m3_to_float(codes):
+    """float8 e4m3fn codes (uint8) to their float32 values, exactly: 1 sign, 4 exponent bits
+    (bias 7), 3 mantissa bits, exponent 0 subnormal, S.1111.111 NaN, no infinity. By hand, so
+    that a torch without torch.float8_e4m3fn (Debian's 1.13) reads them too."""
+    c = codes.to(torch.int32)
+    exponent, mantissa = (c >> 3) & 15, (c & 7).to(torch.float32)
+    normal = (1 + mantissa / 8) * torch.pow(2.0, (exponent - 7).to(torch.float32))
+    value = torch.where(exponent == 0, mantissa * 2.0 ** -9, normal)
+    value = torch.where((c & 0x7f) == 0x7f, torch.full_like(value, float("nan")), value)
+    return torch.where((c & 0x80) != 0, -value, value)
+
+
+def dequantize_fp8_blocks(codes, scale_inv, block=128):
+    """DeepSeek-V3's weight_dequant (inference/kernel.py) and transformers' Fp8Dequantize:
+    every 128 x 128 block of the weight times its weight_scale_inv, in fp32, stored as the
+    model's bf16. The last blocks of a row or column may be partial (e.g. 576 rows)."""
+    rows, cols = codes.shape
+    expected = [(rows + block - 1) // block, (cols + block - 1) // block]
+    if list(scale_inv.shape) != expected:
+        raise ValueError(f"weight_scale_inv of shape {list(scale_inv.shape)}, expected {expected}")
+    scale = scale_inv.repeat_interleave(block, 0)[:rows].repeat_interleave(block, 1)[:, :cols]
+    return (codes * scale).to(torch.bfloat16).to(torch.float32)
+
+
+def read_safetensors(path, fp8):
+    """The tensors of one file as float32; the names of the F8_E4M3 ones are added to `fp8`."""
     with open(path, "rb") as f:
         blob = bytearray(f.read())
     (header_len,) = struct.unpack_from("<Q", blob, 0)
@@ -335,7 +362,10 @@ def read_safetensors(path):
             t = torch.frombuffer(blob, dtype=raw, count=count, offset=data_start + begin)
             if info["dtype"] == "BF16":
                 t = t.view(torch.bfloat16)  # same bits, reinterpreted
-            t = t.to(torch.float32).reshape(shape)
+            t = e4m3_to_float(t) if info["dtype"] == "F8_E4M3" else t.to(torch.float32)
+            t = t.reshape(shape)
+            if info["dtype"] == "F8_E4M3":
+                fp8.add(name)
         tensors[name] = t
     return tensors
 
@@ -357,8 +387,15 @@ def read_checkpoint(model_dir):
     else:
         files = ["model.safetensors"]
     tensors = Weights(model_dir)
+    fp8 = set()
     for name in files:
-        tensors.update(read_safetensors(os.path.join(model_dir, name)))
+        tensors.update(read_safetensors(os.path.join(model_dir, name), fp8))
+    # FP8 checkpoints (DeepSeek-V3): each F8_E4M3 weight dequantised with its weight_scale_inv.
+    for name in fp8:
+        scale_name = name + "_scale_inv"
+        if scale_name not in tensors:
+            raise ValueError(f"{model_dir}: tensor '{name}' is F8_E4M3 without '{scale_name}'")
+        tensors[name] = dequantize_fp8_blocks(tensors[name], tensors.pop(scale_name))
     return tensors
 
 

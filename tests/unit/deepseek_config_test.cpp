@@ -106,6 +106,17 @@ TEST(DeepseekConfig, ReadsV3) {
   EXPECT_FLOAT_EQ(c.routed_scaling_factor, 2.5f);
   EXPECT_EQ(c.shared_expert_intermediate_size, 2048);
   EXPECT_EQ(c.mtp_layers, 1);
+  EXPECT_FALSE(c.fp8_weights);
+}
+
+TEST(DeepseekConfig, ReadsV3FP8QuantizationConfig) {
+  json j = deepseek_v3_config();
+  // As the release's config.json has it.
+  j["quantization_config"] = json::parse(R"({"activation_scheme": "dynamic", "fmt": "e4m3",
+      "quant_method": "fp8", "weight_block_size": [128, 128]})");
+  const ModelConfig c = parse_config(j, "config.json");
+  EXPECT_TRUE(c.fp8_weights);
+  EXPECT_EQ(config_to_json(c)["quantization_config"], j["quantization_config"]);
 }
 
 TEST(DeepseekConfig, V2GroupLimitedAndLayerFrequency) {
@@ -189,8 +200,18 @@ TEST(DeepseekConfig, BadFieldsAreNamed) {
   j["qk_rope_head_dim"] = 63;
   EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'qk_rope_head_dim'", "even");
   j = deepseek_v3_config();
-  j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
-  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'quantization_config'", "fp8");
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};  // no block size
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"),
+                        "'quantization_config.weight_block_size'", "[128, 128]");
+  j["quantization_config"]["weight_block_size"] = {128, 64};
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"),
+                        "'quantization_config.weight_block_size'", "[128,64]");
+  j["quantization_config"]["weight_block_size"] = {128, 128};
+  j["quantization_config"]["fmt"] = "e5m2";
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'quantization_config.fmt'", "e4m3");
+  j["quantization_config"] = {{"quant_method", "gptq"}};
+  EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'quantization_config.quant_method'",
+                        "gptq");
   j = deepseek_v2_lite_config();
   j["norm_topk_prob"] = true;
   EXPECT_ERROR_MENTIONS(parse_config(j, "dir/config.json"), "'norm_topk_prob'");
@@ -231,8 +252,9 @@ TEST(DeepseekConfig, MtpLayerTensorsAreSkipped) {
   EXPECT_ERROR_MENTIONS(load_model(dir.path()), "unexpected tensor 'model.layers.4.");
 }
 
-// A checkpoint as written to disk and loaded (bf16 tensors, the bias in fp32) runs through the
-// batch engine: its greedy tokens are the reference forward's. YaRN and interleaved RoPE stay
+// A checkpoint as written to disk and loaded (the projections F8_E4M3 with block scales, as the
+// V3 release; other tensors bf16, the bias in fp32) runs through the batch engine: its greedy
+// tokens are the reference forward's. YaRN and interleaved RoPE stay
 // refused by name with multi-head attention, whose device RoPE is plain.
 TEST(DeepseekConfig, BatchEngineRunsALoadedCheckpoint) {
   testing::TempDir dir;

@@ -37,7 +37,9 @@ TEST(DType, F16RoundTripsEveryValue) {
 TEST(DType, ParsesSafetensorsNames) {
   EXPECT_EQ(parse_dtype("BF16"), DType::BF16);
   EXPECT_EQ(dtype_size(DType::F16), 2u);
-  EXPECT_FALSE(parse_dtype("F8_E4M3").has_value());
+  EXPECT_EQ(parse_dtype("F8_E4M3"), DType::F8_E4M3);
+  EXPECT_EQ(dtype_size(DType::F8_E4M3), 1u);
+  EXPECT_FALSE(parse_dtype("F8_E5M2").has_value());
 }
 
 // ---- Row conversions of kernels/cpu/convert.h, at every ISA level, bit for bit. ----

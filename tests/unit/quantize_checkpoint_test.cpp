@@ -22,6 +22,8 @@ namespace sluice {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::edit_config;
+using testing::rewrite_checkpoint;
 using testing::TempDir;
 
 // Every sampled logit row of the engine on the shared test workload, in request order.
@@ -100,37 +102,6 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-// Rewrites dir/model.safetensors with `edit` applied to each tensor's spec (return false to drop
-// the tensor); data of an edited shape is zero-filled.
-void rewrite_checkpoint(const fs::path& dir,
-                        const std::function<bool(TensorSpec&)>& edit) {
-  const fs::path file = dir / "model.safetensors", old = dir / "old.safetensors.bak";
-  fs::rename(file, old);
-  std::vector<TensorSpec> specs;
-  std::vector<const TensorEntry*> sources;
-  {
-    const SafetensorsFile in = SafetensorsFile::open(old);
-    for (const auto& [name, entry] : in.tensors()) {
-      TensorSpec s{name, entry.dtype, entry.shape};
-      if (!edit(s)) continue;
-      specs.push_back(s);
-      sources.push_back(&entry);
-    }
-    SafetensorsWriter out(file, specs);
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const size_t bytes = size_t(shape_numel(specs[i].shape)) * dtype_size(specs[i].dtype);
-      if (bytes == sources[i]->nbytes) {
-        out.write(sources[i]->file->data() + sources[i]->offset, bytes);
-      } else {
-        const std::vector<char> zeros(bytes);
-        out.write(zeros.data(), bytes);
-      }
-    }
-    out.finish();
-  }
-  fs::remove(old);
-}
-
 class QuantizedCheckpointErrors : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,12 +136,6 @@ TEST_F(QuantizedCheckpointErrors, QuantizedValuesOfTheWrongDtypeAreNamed) {
   });
   EXPECT_ERROR_MENTIONS(load_model(q()), "model.layers.1.block_sparse_moe.experts.0.w1.weight",
                         "expected I8 [96, 64]", "got U8 [96, 64]");
-}
-
-void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  edit(j);
-  std::ofstream(dir / "config.json") << j.dump(2);
 }
 
 TEST_F(QuantizedCheckpointErrors, AGroupSizeThatDoesNotDivideTheRowIsNamed) {

@@ -8,8 +8,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
+
+#include "io/safetensors.h"
 
 namespace sluice::testing {
 
@@ -31,6 +35,14 @@ class TempDir {
 inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
+
+// Rewrites dir/model.safetensors with `edit` applied to each tensor's spec (return false to drop
+// the tensor); data of an edited size is zero-filled.
+void rewrite_checkpoint(const std::filesystem::path& dir,
+                        const std::function<bool(TensorSpec&)>& edit);
+// Rewrites dir/config.json with `edit` applied.
+void edit_config(const std::filesystem::path& dir,
+                 const std::function<void(nlohmann::json&)>& edit);
 
 // Runs a shell command, returning its exit status and capturing stdout, and stderr too unless
 // `with_stderr` is false (then stderr goes where the test's stderr goes).

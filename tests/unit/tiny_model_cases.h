@@ -87,7 +87,8 @@ inline std::vector<TinyModelCase> family_cases() {
   // top-2 of 12 limited to the best 2 of 4 groups (ranked by their best expert), routed weights
   // × 16 (with the preset's top-3, one bf16 position of 224 at the scalar level is a near-tie of
   // the two best logits, decided either way by rounding). V3: sigmoid scores with the selection
-  // bias, groups ranked by their best two, top-4 of 16 renormalised and × 2.5.
+  // bias, groups ranked by their best two, top-4 of 16 renormalised and × 2.5; its projections
+  // FP8 with block scales as the release (one partial 128 × 128 block each), and once in bf16.
   cases.push_back({"tiny_deepseek_v2_lite",
                    [](ModelConfig& c) { c = preset_config("tiny-deepseek-v2-lite"); }});
   cases.push_back({"tiny_deepseek_v2", [](ModelConfig& c) {
@@ -96,7 +97,23 @@ inline std::vector<TinyModelCase> family_cases() {
                    }});
   cases.push_back(
       {"tiny_deepseek_v3", [](ModelConfig& c) { c = preset_config("tiny-deepseek-v3"); }});
+  cases.push_back({"tiny_deepseek_v3_bf16", [](ModelConfig& c) {
+                     c = preset_config("tiny-deepseek-v3");
+                     c.fp8_weights = false;
+                   }});
   return cases;
+}
+
+// The cases the offload path runs: all but those with FP8 weights, which it refuses (no device
+// kernel dequantises them yet; offload_executor_test checks the refusal).
+inline std::vector<TinyModelCase> offload_cases() {
+  std::vector<TinyModelCase> out;
+  for (auto& c : family_cases()) {
+    ModelConfig config = preset_config("tiny-mixtral");
+    c.edit(config);
+    if (!config.fp8_weights) out.push_back(c);
+  }
+  return out;
 }
 
 // Prompt lengths of the engine tests' requests: 1 token, several in one KV block, several blocks,

@@ -33,6 +33,19 @@ SLUICE_AVX2 inline __m256 load_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+// Eight fp32 → eight bf16 in the low 16 bits of each 32-bit lane, bit for bit f32_to_bf16: round
+// to nearest even by adding 0x7fff plus the lowest kept bit, NaN kept quiet (payload | 0x40).
+SLUICE_AVX2 inline __m256i round_to_bf16(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, is_nan);
+}
+
 // First n (< 8) bf16 → fp32, the rest zero; only the first n are read.
 SLUICE_AVX2 inline __m256 load_bf16_partial(const uint16_t* p, int n) {
   uint16_t padded[8] = {};

@@ -16,15 +16,17 @@
 
 namespace sluice {
 
-// As the CPU engine holds them: matrices in bf16 (experts and dense MLPs packed when quantized);
-// norms, q/k norms and biases in fp32.
+// As the CPU engine holds them: matrices in bf16, or with FP8 weights 1 byte each and 4 per
+// 128 × 128 block of scales (experts and dense MLPs packed when quantized); norms, q/k norms and
+// biases in fp32.
 size_t model_weight_bytes(const ModelConfig& c) {
   const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
   const size_t E = size_t(c.num_experts), V = size_t(c.vocab_size);
   const size_t qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim());
   size_t bytes = 2 * V * H * (c.tie_word_embeddings ? 1 : 2) + H * 4;
   for (int l = 0; l < c.num_layers; ++l) {
-    bytes += 2 * size_t(c.attention_weight_elements()) + 2 * H * 4;
+    const size_t attention = size_t(c.attention_weight_elements());
+    bytes += (c.fp8_weights ? attention + attention / 4096 : 2 * attention) + 2 * H * 4;
     bytes += 4 * (size_t(c.q_norm_size()) + size_t(c.k_norm_size()) +
                   (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0));
     if (c.is_moe_layer(l))

@@ -207,29 +207,38 @@ struct BatchEngine::Impl {
   }
 
   // Matrix `e` of an expert slot (e = -1: a dense-MLP slot) of rows × cols, as expert_gemm takes
-  // it.
-  const void* slot_matrix(const Tensor& slot, int64_t e, int64_t rows, int64_t cols) const {
-    if (c.expert_quant.quantized()) return quant_matrix(c, slot, rows, cols, e).data;
-    return (e >= 0 ? slot.slice0(e) : slot).data;
+  // it: the weight tensor (bf16, or FP8 with its block scales), or the packed quantized bytes.
+  Tensor slot_matrix(const Tensor& slot, int64_t e, int64_t rows, int64_t cols) const {
+    if (!c.expert_quant.quantized()) return e >= 0 ? slot.slice0(e) : slot;
+    Tensor packed;
+    packed.dtype = DType::U8;
+    packed.shape = {rows, cols};
+    packed.data = const_cast<uint8_t*>(quant_matrix(c, slot, rows, cols, e).data);
+    return packed;
   }
 
-  // y = x · Wᵀ for a rows × cols expert matrix (slot_matrix, or the disk tier's pool): the bf16
+  // An expert matrix of the disk tier's pool (bf16 or packed quantized) in slot_matrix's form.
+  Tensor pool_matrix(const void* data, int64_t rows, int64_t cols) const {
+    Tensor t;
+    t.dtype = c.expert_quant.quantized() ? DType::U8 : DType::BF16;
+    t.shape = {rows, cols};
+    t.data = const_cast<void*>(data);
+    return t;
+  }
+
+  // y = x · Wᵀ for a rows × cols expert matrix (slot_matrix or pool_matrix): the bf16 (or FP8)
   // GEMM, or with quantized experts the int8-dot-product GEMM (x quantized to int8 on the fly).
-  void expert_gemm(const void* xin, DType x_dtype, int m, const void* matrix, int64_t rows,
-                   int64_t cols, float* y) {
+  void expert_gemm(const void* xin, DType x_dtype, int m, const Tensor& matrix, float* y) {
     if (!c.expert_quant.quantized()) {
-      Tensor weight;
-      weight.dtype = DType::BF16;
-      weight.shape = {rows, cols};
-      weight.data = const_cast<void*>(matrix);
-      gemm(xin, x_dtype, m, weight, y);
+      gemm(xin, x_dtype, m, matrix, y);
       return;
     }
+    const int64_t rows = matrix.shape[0], cols = matrix.shape[1];
     const cpu::QuantView packed{.format = quant_format(c.expert_quant.dtype),
                                 .n = rows,
                                 .k = cols,
                                 .group_size = c.expert_quant.group_size,
-                                .data = static_cast<const uint8_t*>(matrix)};
+                                .data = static_cast<const uint8_t*>(matrix.data)};
     stats.weight_bytes += double(packed.bytes());
     stats.flops += 2.0 * m * rows * cols;
     cpu::gemm_int8({.m = m, .x = xin, .x_dtype = x_dtype, .w = &packed, .y = y});
@@ -454,11 +463,17 @@ void BatchEngine::Impl::expert_phase(int l) {
   for (size_t i = 0; i < chosen.size(); ++i) {
     const int e = chosen[i];
     const auto& list = routed[e];
-    const ExpertMatrices mats =
-        disk ? disk->acquire(int(i))
-             : ExpertMatrices{slot_matrix(L.expert_gate, e, I, H),
-                              slot_matrix(L.expert_up, e, I, H),
-                              slot_matrix(L.expert_down, e, H, I)};
+    Tensor mats[3];  // gate, up, down
+    if (disk) {
+      const ExpertMatrices pooled = disk->acquire(int(i));
+      mats[0] = pool_matrix(pooled.gate, I, H);
+      mats[1] = pool_matrix(pooled.up, I, H);
+      mats[2] = pool_matrix(pooled.down, H, I);
+    } else {
+      mats[0] = slot_matrix(L.expert_gate, e, I, H);
+      mats[1] = slot_matrix(L.expert_up, e, I, H);
+      mats[2] = slot_matrix(L.expert_down, e, H, I);
+    }
     for (size_t begin = 0; begin < list.size(); begin += be) {
       const int m = int(std::min(list.size() - begin, size_t(be)));
       // h still holds every row's post-attention norm: the attention phase wrote each
@@ -473,10 +488,10 @@ void BatchEngine::Impl::expert_phase(int l) {
       auto tg = Clock::now();
       const void* xe = f32 ? static_cast<const void*>(expert_xf.data()) : expert_x.data();
       const DType xe_type = f32 ? DType::F32 : DType::BF16;
-      expert_gemm(xe, xe_type, m, mats.gate, I, H, gate.data());
-      expert_gemm(xe, xe_type, m, mats.up, I, H, up.data());
+      expert_gemm(xe, xe_type, m, mats[0], gate.data());
+      expert_gemm(xe, xe_type, m, mats[1], up.data());
       cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-      expert_gemm(act.data(), DType::F32, m, mats.down, H, I, down.data());
+      expert_gemm(act.data(), DType::F32, m, mats[2], down.data());
       stats.expert_gemm_seconds += seconds_since(tg);
       stats.expert_flops += 6.0 * m * I * H;
       ++stats.expert_gemm_calls;
@@ -512,10 +527,10 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
     const void* xe = f32 ? static_cast<const void*>(&h[size_t(begin) * H])
                          : static_cast<const void*>(&moe_in[size_t(begin) * H]);
     const DType xe_type = f32 ? DType::F32 : DType::BF16;
-    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_gate, -1, I, H), I, H, gate.data());
-    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_up, -1, I, H), I, H, up.data());
+    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_gate, -1, I, H), gate.data());
+    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_up, -1, I, H), up.data());
     cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-    expert_gemm(act.data(), DType::F32, m, slot_matrix(L.mlp_down, -1, H, I), H, I, down.data());
+    expert_gemm(act.data(), DType::F32, m, slot_matrix(L.mlp_down, -1, H, I), down.data());
     math.add_scaled_rows(nullptr, down.data(), H, &mlp_scale[size_t(begin)], m,
                          &x[size_t(begin) * H]);
   }

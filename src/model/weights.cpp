@@ -96,6 +96,10 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   if (!std::filesystem::exists(dir / "config.json"))
     fail("{}: no config.json (expected a Hugging Face model folder or a .gguf file)", dir.string());
   m.config = load_config(dir / "config.json");
+  if (options.experts_on_disk && m.config.fp8_weights)
+    fail("{}: the disk tier reads bf16 or quantized experts; this checkpoint's are FP8 "
+         "(quantization_config): give --host-mem enough for the whole model",
+         dir.string());
   Checkpoint ckpt = Checkpoint::open(dir);
   TensorTable table = tensor_table(m.config, m.weights);
   if (m.config.tie_word_embeddings) table.ignored_suffixes.push_back("lm_head.weight");

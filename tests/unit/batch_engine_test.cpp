@@ -122,14 +122,15 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
 // property of bf16 MoE inference, not of this engine (measured on these models: ~90% of
 // positions within 1e-2, 99.5% same argmax).
 //
-// DeepSeek-V3's tiny model is left out here (its fp32 test above holds at every level): its
+// DeepSeek-V3's tiny model, with FP8 weights and with bf16 ones, is left out here (its fp32 test
+// above holds at every level): its
 // sigmoid scores of random router logits crowd around 0.5, so the biased choice and the
 // best-two group ranks have near-ties (measured: expert gaps down to 1e-4 and group gaps down to
 // 2e-6 over the 224 positions), which bf16 rounding of the activations decides either way: at
 // the AVX2 level 6 of 224 positions differ by up to 0.2 after one such flip, and the two best
 // logits of a few positions lie within 1e-2 of each other.
 TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
-  if (std::string(std::get<0>(GetParam()).name) == "tiny_deepseek_v3")
+  if (std::string(std::get<0>(GetParam()).name).rfind("tiny_deepseek_v3", 0) == 0)
     GTEST_SKIP() << "bf16 near-ties of sigmoid routing on random weights (see above)";
   const Model m = model();
   EngineRun run = run_at_level(m, Precision::kBf16);

@@ -3,8 +3,14 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -72,6 +78,8 @@ struct OpenAiServer::Impl {
   OnlineSession& session;
   ServerOptions o;
   httplib::Server http;
+  int listen_socket = -1;
+  std::atomic<bool> listening{false}, stopping{false};
   std::atomic<uint64_t> next_seed{1};  // requests without a seed draw different numbers
 
   Impl(ServedModel m, OnlineSession& s, ServerOptions options)
@@ -391,8 +399,21 @@ void OpenAiServer::add_routes() {
   });
 }
 
+// Debian's httplib is a compiled library that listens with a backlog of 5 connections, whatever
+// CPPHTTPLIB_LISTEN_BACKLOG says here: a burst of clients connecting at once overflowed the accept
+// queue, and some of them saw their connection closed without an answer. The listening socket is
+// therefore listened on again with a deep backlog (Linux then only updates the backlog). The
+// socket options are also ours: SO_REUSEADDR only, where httplib sets SO_REUSEPORT, which lets a
+// second server bind the same port and silently take half of its connections.
+constexpr int kListenBacklog = 1024;
+
 void OpenAiServer::bind() {
   Impl& m = *impl_;
+  m.http.set_socket_options([&m](int socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    m.listen_socket = socket;
+  });
   if (m.o.port == 0) {
     port_ = m.http.bind_to_any_port(m.o.host);
     if (port_ < 0) fail("serve: cannot bind to {} on any port", m.o.host);
@@ -402,14 +423,30 @@ void OpenAiServer::bind() {
            m.o.port);
     port_ = m.o.port;
   }
+  if (::listen(m.listen_socket, kListenBacklog) != 0)
+    fail("serve: cannot deepen the listen backlog of {}:{} to {} connections: {}", m.o.host, port_,
+         kListenBacklog, std::strerror(errno));
 }
 
+// httplib's stop() does nothing until listen() has started its loop, so a stop() that came first
+// (a SIGTERM right after start) would leave listen() serving for ever. listen() therefore says
+// that it is listening before it looks at `stopping`, and stop() says that it is stopping before it
+// looks at `listening`: either listen() sees the stop and returns, or stop() sees listen() and
+// repeats httplib's stop() until listen() has returned.
 void OpenAiServer::listen() {
-  impl_->http.listen_after_bind();
+  Impl& m = *impl_;
+  m.listening = true;
+  if (!m.stopping) m.http.listen_after_bind();
+  m.listening = false;
 }
 
 void OpenAiServer::stop() {
-  impl_->http.stop();
+  Impl& m = *impl_;
+  m.stopping = true;
+  while (m.listening) {
+    if (m.http.is_running()) m.http.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace sluice::server

@@ -48,7 +48,7 @@ class OpenAiServer {
   // Binds the socket (fails with a clear error when it cannot); port() is known after.
   void bind();
   int port() const { return port_; }
-  // Serves until stop(); returns then.
+  // Serves until stop(); returns then, or at once when stop() came first.
   void listen();
   // Stops accepting connections and ends listen() (safe from any thread; not from a signal
   // handler).

@@ -198,9 +198,11 @@ def faults(args, flags, work):
         t.start()
     for t in burst:
         t.join()
-    for _ in range(100):
+    for _ in range(600):  # until every admitted request has ended (finished or cancelled)
         m = metrics(port)
-        if m["running_sequences"] == 0 and m["kv_cache_usage_ratio"] == 0:
+        ended = m["requests_finished_total"] + m["requests_cancelled_total"]
+        if (m["requests_accepted_total"] == ended and m["running_sequences"] == 0
+                and m["kv_cache_usage_ratio"] == 0):
             break
         time.sleep(0.1)
     print(f"faults: 20 clients killed mid-stream; garbage bodies -> {garbage}; 200 kB body -> "
@@ -213,11 +215,12 @@ def faults(args, flags, work):
     for t in threads:
         t.start()
     time.sleep(1.0)
+    watch.stop = True  # /health is counted up to the signal, not while the server exits
+    watch.join()
     proc.send_signal(signal.SIGTERM)
     status = proc.wait()
     for t in threads:
         t.join()
-    watch.stop = True
     print(f"faults: SIGTERM mid-load: exit status {status}; {sum(r['ok'] for r in results.values())}"
           f"/32 streams ended cleanly; /health {watch.checks - watch.failures}/{watch.checks} "
           f"answered before the signal")

@@ -81,7 +81,9 @@ void OnlineSession::shutdown(double grace_seconds) {
 
 OnlineMetrics OnlineSession::metrics() const {
   std::lock_guard lock(mutex_);
-  return metrics_;
+  OnlineMetrics m = metrics_;
+  m.waiting += int64_t(inbox_.size());  // submitted during the running step
+  return m;
 }
 
 void OnlineSession::finish(Completion&& c) {

@@ -595,7 +595,8 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     OffloadStepInput in{&plan, item_row, positions, x.data(), out_rows};
     in.greedy = !observe_logits &&
                 std::all_of(plan.items.begin(), plan.items.end(), [&](const StepItem& it) {
-                  return !it.sample || sched.sequence(it.slot).request.sampling.temperature == 0.0f;
+                  const Request& r = sched.sequence(it.slot).request;
+                  return !it.sample || (r.sampling.temperature == 0.0f && r.top_logprobs < 0);
                 });
     device_out = offload->run_layers(in, final_rows.data(), stats);
   } else {
@@ -632,7 +633,10 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
       ActiveSequence& s = sched.sequence(plan.items[size_t(o.item)].slot);
       std::span<const float> row(rows + size_t(j) * c.vocab_size, size_t(c.vocab_size));
       if (observe_logits) observe_logits(s.request.id, o.position, row);
-      if (o.sample) sampled.push_back(s.sampler.sample(row));
+      if (!o.sample) continue;
+      sampled.push_back(s.sampler.sample(row));
+      if (s.request.top_logprobs >= 0)
+        s.logprobs.push_back(token_logprob(row, sampled.back(), s.request.top_logprobs));
     }
     stats.sampling_seconds += seconds_since(t0);
   }

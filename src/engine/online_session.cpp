@@ -37,12 +37,10 @@ OnlineSession::Submitted OnlineSession::submit(Request r,
     return {Admission::kQueueFull, -1};
   }
   r.id = next_id_++;
-  // The scheduler calls stop_check after every token: the listener hears each one there.
-  auto stop_check = std::move(r.stop_check);
   OnlineListener* hears = listener.get();
-  r.stop_check = [stop_check, hears](std::span<const int> generated) {
-    hears->on_tokens(generated);
-    return stop_check && stop_check(generated);
+  r.on_generated = [hears](std::span<const int> generated,
+                           std::span<const TokenLogprob> logprobs) {
+    hears->on_tokens(generated, logprobs);
   };
   const int64_t id = r.id;
   ++metrics_.requests_accepted;

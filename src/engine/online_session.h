@@ -23,8 +23,10 @@ namespace sluice {
 class OnlineListener {
  public:
   virtual ~OnlineListener() = default;
-  // After each generated token, with all the request's generated tokens so far.
-  virtual void on_tokens(std::span<const int> generated) = 0;
+  // After each generated token, with all the request's generated tokens so far and, when the
+  // request asked for them (Request::top_logprobs), their log probabilities.
+  virtual void on_tokens(std::span<const int> generated,
+                         std::span<const TokenLogprob> logprobs) = 0;
   // Once: the completion (FinishReason::kError with `error` when it failed or was dropped).
   virtual void on_finished(Completion&& c) = 0;
 };

@@ -26,6 +26,13 @@ struct Request {
   // Called after each generated token with all generated tokens so far; returning true ends the
   // sequence with FinishReason::kStop (stop strings, checked on decoded text by the caller).
   std::function<bool(std::span<const int> generated)> stop_check;
+  // >= 0: each generated token's log probability is kept (TokenLogprob), with this many of the
+  // most likely alternatives. -1: none.
+  int top_logprobs = -1;
+  // Called after each generated token, before stop_check, with all generated tokens so far and
+  // (with top_logprobs >= 0) their log probabilities: a streaming caller's view.
+  std::function<void(std::span<const int> generated, std::span<const TokenLogprob> logprobs)>
+      on_generated;
 };
 
 // kError: the request could never run (see RequestFailure) and failed alone, generating nothing.
@@ -63,6 +70,7 @@ inline const char* request_failure_code(RequestFailure f) {
 struct Completion {
   int64_t id = 0;
   std::vector<int> tokens;  // generated tokens, the stop token included when one ended it
+  std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for them
   FinishReason reason = FinishReason::kLength;
   int prompt_tokens = 0;
   // With FinishReason::kError: why, and a message naming the sizes that did not fit.

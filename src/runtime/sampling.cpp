@@ -20,6 +20,31 @@ int argmax(std::span<const float> logits) {
   return int(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+TokenLogprob token_logprob(std::span<const float> logits, int token, int top) {
+  const int n = int(logits.size());
+  if (token < 0 || token >= n) fail("token_logprob: token {} outside [0, {})", token, n);
+  const double peak = logits[size_t(argmax(logits))];
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - peak);
+  const double log_z = peak + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = float(double(logits[size_t(token)]) - log_z);
+  top = std::clamp(top, 0, n);
+  if (top == 0) return out;
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  auto logit = [&](int i) { return logits[size_t(i)]; };
+  std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int a, int b) {
+    return logit(a) > logit(b) || (logit(a) == logit(b) && a < b);
+  });
+  for (int i = 0; i < top; ++i) {
+    const int id = order[size_t(i)];
+    out.top.emplace_back(id, float(double(logit(id)) - log_z));
+  }
+  return out;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   validate(params);
 }

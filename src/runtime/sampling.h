@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
+#include <vector>
 
 namespace sluice {
 
@@ -28,5 +30,15 @@ class Sampler {
 };
 
 int argmax(std::span<const float> logits);  // lowest index among equal maxima
+
+// A generated token's log probability under the model's own distribution (log-softmax of the raw
+// logits, before temperature, top-k and top-p, as vLLM reports it), and the `top` most likely
+// tokens with theirs, most likely first (ties: lower id first).
+struct TokenLogprob {
+  int token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int, float>> top;
+};
+TokenLogprob token_logprob(std::span<const float> logits, int token, int top);
 
 }  // namespace sluice

@@ -230,11 +230,12 @@ std::vector<Completion> Scheduler::complete_step(const StepPlan& plan,
     const int token = sampled[next_sample++];
     s.tokens.push_back(token);
     ++s.generated;
+    const std::span<const int> generated = std::span<const int>(s.tokens).subspan(s.request.prompt.size());
+    if (s.request.on_generated) s.request.on_generated(generated, s.logprobs);
     const auto& stops = s.request.stop_token_ids;
     const bool stop =
         (!s.request.ignore_eos && std::find(stops.begin(), stops.end(), token) != stops.end()) ||
-        (s.request.stop_check &&
-         s.request.stop_check(std::span<const int>(s.tokens).subspan(s.request.prompt.size())));
+        (s.request.stop_check && s.request.stop_check(generated));
     const bool limit =
         s.generated >= s.request.max_new_tokens || int(s.tokens.size()) >= max_positions_;
     if (!stop && !limit) continue;
@@ -243,6 +244,7 @@ std::vector<Completion> Scheduler::complete_step(const StepPlan& plan,
     c.prompt_tokens = int(s.request.prompt.size());
     c.tokens.assign(s.tokens.begin() + c.prompt_tokens, s.tokens.end());
     c.reason = stop ? FinishReason::kStop : FinishReason::kLength;
+    c.logprobs = std::move(s.logprobs);
     finished.push_back(std::move(c));
     retire(item.slot);
   }

@@ -56,6 +56,7 @@ struct ActiveSequence {
   KvPool pool = KvPool::kHost;  // for the sequence's whole life
   int reserved_blocks = 0;      // blocks of its pool held back for this sequence's future tokens
   Sampler sampler;
+  std::vector<TokenLogprob> logprobs;  // of the generated tokens, when the request asks for them
   explicit ActiveSequence(Request r);
 };
 

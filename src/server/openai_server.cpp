@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <variant>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -45,9 +46,39 @@ Json param_of(const std::string& message) {
   return message.substr(at + marker.size(), end - at - marker.size());
 }
 
-// True when `v` asks for log probabilities (a number > 0, or true).
-bool asks_for(const Json& v) {
-  return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v == 0));
+constexpr int kMaxTopLogprobs = 20;
+
+// How many alternatives each token's logprobs list (-1: no logprobs), from the body's fields:
+// chat's "logprobs": bool with "top_logprobs": 0-20, the legacy completions' "logprobs": 0-20.
+// Empty after an error message naming the field.
+std::variant<int, std::string> top_logprobs_asked(const Json& body, bool chat) {
+  auto field = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
+  auto count = [&](const char* name) -> std::optional<int> {
+    const Json& v = body[name];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTopLogprobs)
+      return std::nullopt;
+    return int(v.get<int64_t>());
+  };
+  const std::string range = fmt::format("an integer from 0 to {}", kMaxTopLogprobs);
+  if (!chat) {
+    if (field("top_logprobs"))
+      return "field 'top_logprobs': not a field of /v1/completions (its 'logprobs' is the count)";
+    if (!field("logprobs")) return -1;
+    if (std::optional<int> n = count("logprobs")) return *n;
+    return fmt::format("field 'logprobs': expected {}, got {}", range, body["logprobs"].dump());
+  }
+  bool wanted = false;
+  if (field("logprobs")) {
+    if (!body["logprobs"].is_boolean())
+      return fmt::format("field 'logprobs': expected true or false, got {}",
+                         body["logprobs"].dump());
+    wanted = body["logprobs"].get<bool>();
+  }
+  if (!field("top_logprobs")) return wanted ? 0 : -1;
+  if (!wanted) return std::string("field 'top_logprobs': needs 'logprobs': true");
+  if (std::optional<int> n = count("top_logprobs")) return *n;
+  return fmt::format("field 'top_logprobs': expected {}, got {}", range,
+                     body["top_logprobs"].dump());
 }
 
 Json usage_json(const RequestState& s) {
@@ -69,6 +100,8 @@ struct CompletionCall {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
+  int top_logprobs = -1;     // -1: no logprobs
+  size_t text_offset = 0;    // the legacy completions' text_offset of the next token
   std::string id;
   int64_t created = 0;
 };
@@ -85,7 +118,49 @@ struct OpenAiServer::Impl {
   Impl(ServedModel m, OnlineSession& s, ServerOptions options)
       : model(std::move(m)), session(s), o(std::move(options)) {}
 
-  Json choice(const CompletionCall& call, const std::string& text, Json finish) const {
+  // One token's logprob entry of the chat format.
+  Json chat_logprob(int token, float logprob) const {
+    const std::string bytes = model.tokenizer->decode_bytes(std::vector<int32_t>{token});
+    return {{"token", model.tokenizer->decode(std::vector<int32_t>{token})},
+            {"logprob", logprob},
+            {"bytes", std::vector<unsigned char>(bytes.begin(), bytes.end())}};
+  }
+
+  // The choice's "logprobs": chat's {"content": [...]}, or the legacy completions' parallel lists
+  // (text_offset counted from the start of the completion's text).
+  Json logprobs_json(CompletionCall& call, const std::vector<TokenLogprob>& lps) const {
+    if (call.top_logprobs < 0) return nullptr;
+    if (call.chat) {
+      Json content = Json::array();
+      for (const TokenLogprob& t : lps) {
+        Json e = chat_logprob(t.token, t.logprob);
+        e["top_logprobs"] = Json::array();
+        for (const auto& [id, lp] : t.top) e["top_logprobs"].push_back(chat_logprob(id, lp));
+        content.push_back(std::move(e));
+      }
+      return {{"content", std::move(content)}};
+    }
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(),
+         offsets = Json::array();
+    for (const TokenLogprob& t : lps) {
+      const std::string text = model.tokenizer->decode(std::vector<int32_t>{t.token});
+      tokens.push_back(text);
+      token_logprobs.push_back(t.logprob);
+      Json alternatives = Json::object();
+      for (const auto& [id, lp] : t.top)  // two tokens of one text: the likelier one's
+        alternatives.emplace(model.tokenizer->decode(std::vector<int32_t>{id}), lp);
+      top.push_back(std::move(alternatives));
+      offsets.push_back(call.text_offset);
+      call.text_offset += text.size();
+    }
+    return {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(token_logprobs)},
+            {"top_logprobs", std::move(top)},
+            {"text_offset", std::move(offsets)}};
+  }
+
+  Json choice(const CompletionCall& call, const std::string& text, Json finish,
+              Json logprobs = nullptr) const {
     Json c = {{"index", 0}};
     if (call.chat && call.stream)
       c["delta"] = text.empty() && !finish.is_null() ? Json::object() : Json{{"content", text}};
@@ -93,7 +168,7 @@ struct OpenAiServer::Impl {
       c["message"] = {{"role", "assistant"}, {"content", text}};
     else
       c["text"] = text;
-    c["logprobs"] = nullptr;
+    c["logprobs"] = std::move(logprobs);
     c["finish_reason"] = finish;
     return c;
   }
@@ -160,8 +235,8 @@ struct OpenAiServer::Impl {
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat);
-  void respond_whole(const CompletionCall& call, RequestState& state, httplib::Response& res);
-  void respond_stream(const CompletionCall& call, std::shared_ptr<RequestState> state,
+  void respond_whole(CompletionCall& call, RequestState& state, httplib::Response& res);
+  void respond_stream(CompletionCall call, std::shared_ptr<RequestState> state,
                       int64_t id, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
@@ -179,13 +254,10 @@ void OpenAiServer::Impl::complete(const httplib::Request& req, httplib::Response
   CompletionCall call;
   call.chat = chat;
   if (body.is_object()) {
-    for (const char* field : {"logprobs", "top_logprobs"})
-      if (body.contains(field) && asks_for(body[field]))
-        return send_error(res, 400,
-                          fmt::format("field '{}': log probabilities are not available from this "
-                                      "server (the engine does not return them)",
-                                      field),
-                          "invalid_request_error", field);
+    std::variant<int, std::string> top = top_logprobs_asked(body, chat);
+    if (const std::string* error = std::get_if<std::string>(&top))
+      return send_error(res, 400, *error, "invalid_request_error", param_of(*error));
+    call.top_logprobs = std::get<int>(top);
     if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
       if (!s->is_boolean())
         return send_error(res, 400, "field 'stream': expected true or false",
@@ -204,6 +276,7 @@ void OpenAiServer::Impl::complete(const httplib::Request& req, httplib::Response
                       param_of(parsed.error_message));
   Request r;
   if (!build_request(*parsed.request, r, res)) return;
+  r.top_logprobs = call.top_logprobs;
   auto state = std::make_shared<RequestState>(*model.tokenizer, parsed.request->stop);
   const OnlineSession::Submitted sub = session.submit(std::move(r), state);
   if (sub.admission == OnlineSession::Admission::kQueueFull)
@@ -218,20 +291,21 @@ void OpenAiServer::Impl::complete(const httplib::Request& req, httplib::Response
   respond_whole(call, *state, res);
 }
 
-void OpenAiServer::Impl::respond_whole(const CompletionCall& call, RequestState& state,
+void OpenAiServer::Impl::respond_whole(CompletionCall& call, RequestState& state,
                                        httplib::Response& res) {
-  const std::string text = state.wait_text();
+  const RequestState::Delta whole = state.wait_whole();
   if (state.finish_reason() == "error")
     return send_error(res, 503, state.error(), "server_error");
-  Json body = envelope(call, Json::array({choice(call, text, state.finish_reason())}));
+  Json body = envelope(call, Json::array({choice(call, whole.text, state.finish_reason(),
+                                                 logprobs_json(call, whole.logprobs))}));
   body["usage"] = usage_json(state);
   send_json(res, body);
 }
 
-void OpenAiServer::Impl::respond_stream(const CompletionCall& call,
+void OpenAiServer::Impl::respond_stream(CompletionCall call,
                                         std::shared_ptr<RequestState> state, int64_t id,
                                         httplib::Response& res) {
-  auto provider = [this, call, state](size_t, httplib::DataSink& sink) {
+  auto provider = [this, call = std::move(call), state](size_t, httplib::DataSink& sink) mutable {
     auto event = [&](Json choices, bool with_usage) {
       Json chunk = envelope(call, std::move(choices));
       if (call.include_usage) chunk["usage"] = with_usage ? usage_json(*state) : Json();
@@ -245,9 +319,11 @@ void OpenAiServer::Impl::respond_stream(const CompletionCall& call,
     for (;;) {
       RequestState::Delta d = state->next_delta(1000);
       // A comment line when there is nothing to send: a client that went away is noticed.
-      const bool alive = !d.text.empty() ? event(Json::array({choice(call, d.text, nullptr)}),
-                                                 false)
-                                         : sink.write(":\n\n", 3);
+      const bool news = !d.text.empty() || (call.top_logprobs >= 0 && !d.logprobs.empty());
+      const bool alive =
+          news ? event(Json::array({choice(call, d.text, nullptr, logprobs_json(call, d.logprobs))}),
+                       false)
+               : sink.write(":\n\n", 3);
       if (!alive) return false;
       if (!d.done) continue;
       if (state->finish_reason() == "error") {

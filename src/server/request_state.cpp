@@ -22,9 +22,11 @@ RequestState::RequestState(const Tokenizer& tokenizer, std::vector<std::string> 
   for (const std::string& s : stops_) hold_back_ = std::max(hold_back_, s.size() - 1);
 }
 
-void RequestState::on_tokens(std::span<const int> generated) {
+void RequestState::on_tokens(std::span<const int> generated,
+                             std::span<const TokenLogprob> logprobs) {
   std::lock_guard lock(mutex_);
   generated_.assign(generated.begin(), generated.end());
+  if (!logprobs.empty()) logprobs_.push_back(logprobs.back());
   changed_.notify_all();
 }
 
@@ -43,6 +45,7 @@ void RequestState::decode_new_tokens(const std::vector<int>& tokens) {
 RequestState::Delta RequestState::next_delta(int timeout_ms) {
   std::vector<int> tokens;
   bool finished = false;
+  Delta d;
   {
     std::unique_lock lock(mutex_);
     changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
@@ -50,12 +53,12 @@ RequestState::Delta RequestState::next_delta(int timeout_ms) {
     });
     tokens = generated_;
     finished = completion_.has_value();
+    d.logprobs.swap(logprobs_);
   }
   decode_new_tokens(tokens);
   if (finished) text_ += decoder_.flush();
   bool stopped = false;
   const std::string cut = cut_at_stop_string(text_, stops_, &stopped);
-  Delta d;
   size_t end = cut.size();
   if (!finished && !stopped) end = utf8_boundary(cut, end > hold_back_ ? end - hold_back_ : 0);
   if (end > sent_) {
@@ -72,12 +75,16 @@ RequestState::Delta RequestState::next_delta(int timeout_ms) {
   return d;
 }
 
-std::string RequestState::wait_text() {
-  std::string text;
+RequestState::Delta RequestState::wait_whole() {
+  Delta whole;
   for (;;) {
     Delta d = next_delta(1000);
-    text += d.text;
-    if (d.done) return text;
+    whole.text += d.text;
+    whole.logprobs.insert(whole.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    if (d.done) {
+      whole.done = true;
+      return whole;
+    }
   }
 }
 

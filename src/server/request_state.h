@@ -19,18 +19,21 @@ class RequestState : public OnlineListener {
  public:
   RequestState(const Tokenizer& tokenizer, std::vector<std::string> stops);
 
-  void on_tokens(std::span<const int> generated) override;
+  void on_tokens(std::span<const int> generated, std::span<const TokenLogprob> logprobs) override;
   void on_finished(Completion&& c) override;
 
   // Waits up to `timeout_ms` for news; then the text not yet sent (held back near a possible stop
   // string until the end) and, once the sequence has ended, `done`.
+  // `logprobs`: those of the tokens generated since the last delta (when the request asked for
+  // them); they run ahead of `text` while text is held back.
   struct Delta {
     std::string text;
+    std::vector<TokenLogprob> logprobs;
     bool done = false;
   };
   Delta next_delta(int timeout_ms);
-  // Blocks until the sequence ends; its whole text.
-  std::string wait_text();
+  // Blocks until the sequence ends; its whole text and logprobs.
+  Delta wait_whole();
 
   // Valid once done: "stop" / "length", or "error" with error().
   const std::string& finish_reason() const { return finish_reason_; }
@@ -48,6 +51,7 @@ class RequestState : public OnlineListener {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<int> generated_;  // latest copy from the engine thread
+  std::vector<TokenLogprob> logprobs_;  // from on_tokens (each token's, the last one included), not yet taken by next_delta
   std::optional<Completion> completion_;
 
   // The handler thread's.

@@ -282,14 +282,75 @@ TEST_F(Server, BadRequestsGetOpenAisErrorShape) {
                       "invalid_request_error");
   expect_openai_error(bad("/v1/chat/completions", R"({"prompt": "a"})"), 400,
                       "invalid_request_error");
-  res = bad("/v1/completions", R"({"prompt": "a", "logprobs": 2})");
+  res = bad("/v1/completions", R"({"prompt": "a", "logprobs": 21})");
   expect_openai_error(res, 400, "invalid_request_error");
-  EXPECT_NE(res->body.find("log probabilities"), std::string::npos);
+  EXPECT_EQ(Json::parse(res->body)["error"]["param"], "logprobs");
+  res = bad("/v1/chat/completions",
+            R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})");
+  expect_openai_error(res, 400, "invalid_request_error");
+  EXPECT_EQ(Json::parse(res->body)["error"]["param"], "top_logprobs");
   expect_openai_error(bad("/v1/completions", R"({"prompt": "a", "max_tokens": 100000})"), 400,
                       "invalid_request_error");
   expect_openai_error(client.Get("/v1/nothing"), 404, "invalid_request_error");
   // The server still serves.
   EXPECT_EQ(client.Get("/health")->status, 200);
+}
+
+// Greedy tokens are the most likely ones, so each token's logprob is its list's first; the streamed
+// logprobs are the whole answer's.
+TEST_F(Server, LogprobsOfCompletionsAndChatWholeAndStreamed) {
+  auto server = start();
+  auto client = server->client();
+  Json r = post(client, "/v1/completions",
+                {{"prompt", "The whale"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 3}});
+  const Json& lp = r["choices"][0]["logprobs"];
+  const int n = r["usage"]["completion_tokens"];
+  ASSERT_EQ(int(lp["tokens"].size()), n);
+  ASSERT_EQ(int(lp["token_logprobs"].size()), n);
+  ASSERT_EQ(int(lp["text_offset"].size()), n);
+  for (int i = 0; i < n; ++i) {
+    const Json& top = lp["top_logprobs"][size_t(i)];
+    // Three alternatives, fewer where two tokens decode to the same text (a JSON object's keys).
+    ASSERT_GE(top.size(), 1u);
+    ASSERT_LE(top.size(), 3u);
+    const float chosen = lp["token_logprobs"][size_t(i)];
+    EXPECT_LE(chosen, 0.0f);
+    for (const auto& [text, value] : top.items()) EXPECT_LE(value.get<float>(), chosen + 1e-6f);
+    EXPECT_NE(std::find_if(top.items().begin(), top.items().end(),
+                           [&](const auto& e) { return e.value().template get<float>() == chosen; }),
+              top.items().end());
+  }
+  const Json chat_body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                          {"max_tokens", 5},
+                          {"temperature", 0},
+                          {"logprobs", true},
+                          {"top_logprobs", 2}};
+  Json whole = post(client, "/v1/chat/completions", chat_body);
+  const Json& content = whole["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(int(content.size()), whole["usage"]["completion_tokens"].get<int>());
+  for (const Json& e : content) {
+    ASSERT_EQ(e["top_logprobs"].size(), 2u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]);
+    EXPECT_GE(e["logprob"].get<float>(), e["top_logprobs"][1]["logprob"].get<float>());
+    for (const Json& b : e["bytes"]) EXPECT_TRUE(b >= 0 && b <= 255) << e.dump();
+  }
+  Json streamed_body = chat_body;
+  streamed_body["stream"] = true;
+  auto res = client.Post("/v1/chat/completions", streamed_body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  Json streamed = Json::array();
+  for (const std::string& payload : sse_payloads(res->body)) {
+    if (payload == "[DONE]") continue;
+    const Json chunk = Json::parse(payload);
+    const Json& choice = chunk["choices"][0];
+    if (choice["logprobs"].is_object())
+      for (const Json& e : choice["logprobs"]["content"]) streamed.push_back(e);
+  }
+  EXPECT_EQ(streamed, content);
+  // Without the fields, no logprobs.
+  r = post(client, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 2}});
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
 }
 
 TEST_F(Server, ApiKeyAndBodyLimit) {

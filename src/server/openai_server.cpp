@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/stop_strings.h"
 #include "io/batch_format.h"
+#include "server/peer_watch.h"
 #include "server/request_state.h"
 
 namespace sluice::server {
@@ -235,7 +236,8 @@ struct OpenAiServer::Impl {
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat);
-  void respond_whole(CompletionCall& call, RequestState& state, httplib::Response& res);
+  void respond_whole(CompletionCall& call, RequestState& state, int64_t id,
+                     const httplib::Request& req, httplib::Response& res);
   void respond_stream(CompletionCall call, std::shared_ptr<RequestState> state,
                       int64_t id, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
@@ -288,12 +290,18 @@ void OpenAiServer::Impl::complete(const httplib::Request& req, httplib::Response
   call.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", sub.id);
   call.created = int64_t(std::time(nullptr));
   if (call.stream) return respond_stream(call, state, sub.id, res);
-  respond_whole(call, *state, res);
+  respond_whole(call, *state, sub.id, req, res);
 }
 
-void OpenAiServer::Impl::respond_whole(CompletionCall& call, RequestState& state,
-                                       httplib::Response& res) {
-  const RequestState::Delta whole = state.wait_whole();
+void OpenAiServer::Impl::respond_whole(CompletionCall& call, RequestState& state, int64_t id,
+                                       const httplib::Request& req, httplib::Response& res) {
+  // A client that hangs up before its answer frees its sequence, as a streaming one does.
+  const PeerWatch peer(req);
+  const RequestState::Delta whole = state.wait_whole([&] { return peer.gone(); });
+  if (!whole.done) {
+    session.cancel(id);
+    return;
+  }
   if (state.finish_reason() == "error")
     return send_error(res, 503, state.error(), "server_error");
   Json body = envelope(call, Json::array({choice(call, whole.text, state.finish_reason(),

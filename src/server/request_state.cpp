@@ -75,10 +75,11 @@ RequestState::Delta RequestState::next_delta(int timeout_ms) {
   return d;
 }
 
-RequestState::Delta RequestState::wait_whole() {
+RequestState::Delta RequestState::wait_whole(const std::function<bool()>& gone) {
   Delta whole;
   for (;;) {
-    Delta d = next_delta(1000);
+    if (gone()) return whole;
+    Delta d = next_delta(200);
     whole.text += d.text;
     whole.logprobs.insert(whole.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
     if (d.done) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -32,8 +33,9 @@ class RequestState : public OnlineListener {
     bool done = false;
   };
   Delta next_delta(int timeout_ms);
-  // Blocks until the sequence ends; its whole text and logprobs.
-  Delta wait_whole();
+  // Blocks until the sequence ends; its whole text and logprobs. Returns early, not done, once
+  // `gone()` (asked every 200 ms at most) says the client went away.
+  Delta wait_whole(const std::function<bool()>& gone);
 
   // Valid once done: "stop" / "length", or "error" with error().
   const std::string& finish_reason() const { return finish_reason_; }

@@ -469,6 +469,29 @@ TEST_F(Server, AClientGoneMidStreamFreesItsSequence) {
   EXPECT_LT(metric(client, "generation_tokens_total"), 200);
 }
 
+// A client of a whole (not streamed) answer that hangs up frees its sequence too.
+TEST_F(Server, AClientGoneBeforeAWholeAnswerFreesItsSequence) {
+  auto server = start();
+  auto client = server->client();
+  {
+    httplib::Client hasty("127.0.0.1", server->port());
+    hasty.set_read_timeout(0, 100000);  // gives up after 0.1 s, long before 1000 tokens
+    const Json body = {{"prompt", "a"}, {"max_tokens", 1000}, {"temperature", 0}};
+    EXPECT_FALSE(hasty.Post("/v1/completions", body.dump(), "application/json"));
+  }
+  double cancelled = 0, running = 1, kv = 1;
+  for (int i = 0; i < 250 && (cancelled < 1 || running != 0 || kv != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    cancelled = metric(client, "requests_cancelled_total");
+    running = metric(client, "running_sequences");
+    kv = metric(client, "kv_cache_usage_ratio");
+  }
+  EXPECT_EQ(cancelled, 1);
+  EXPECT_EQ(running, 0);
+  EXPECT_EQ(kv, 0);
+  EXPECT_LT(metric(client, "generation_tokens_total"), 1000);
+}
+
 TEST_F(Server, TheBinaryExitsZeroOnSigterm) {
   TempDir work;
   const fs::path log = work / "serve.log";

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "engine/batch_job.h"
 #include "engine/throughput_report.h"
+#include "io/staged_output.h"
 #include "model/model_stats.h"
 
 namespace sluice::cli {
@@ -34,7 +35,7 @@ void write_demo_requests(const std::filesystem::path& path) {
   const char* prompts[] = {"Call me Ishmael. Some years ago", "The whale",
                            "Captain Ahab stood upon the quarter-deck, and",
                            "It was a dark night, and the ship", "Queequeg and I"};
-  std::ofstream out(path);
+  std::ostringstream out;
   int n = 0;
   for (const char* p : prompts)
     out << json{{"custom_id", fmt::format("prompt-{}", ++n)},
@@ -64,7 +65,7 @@ void write_demo_requests(const std::filesystem::path& path) {
                .dump()
         << "\n";
   }
-  if (!out) fail("{}: write failed", path.string());
+  write_file_atomically(path, out.str());
 }
 
 // The generated text of one result line of the OpenAI Batch shape.

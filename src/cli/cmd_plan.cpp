@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine_plan.h"
+#include "io/staged_output.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "model/weights.h"
@@ -153,8 +154,6 @@ int run(const Options& o) {
 
   std::string png;
   if (!o.svg.empty()) {
-    std::ofstream out(o.svg);
-    if (!out) fail("plan: --svg {}: cannot write", o.svg);
     const auto points =
         off.gpu ? roofline_points(
                       [&](const StepShape& s) {
@@ -162,11 +161,11 @@ int run(const Options& o) {
                       },
                       plan.bottlenecks)
                 : roofline_points(model, plan.bottlenecks);
-    out << roofline_svg(
-        hw, points,
-        fmt::format("{} ({} layers): {}", name, c.num_layers, plan.chosen.policy.describe()),
-        off.gpu);
-    out.close();
+    write_file_atomically(
+        o.svg, roofline_svg(hw, points,
+                            fmt::format("{} ({} layers): {}", name, c.num_layers,
+                                        plan.chosen.policy.describe()),
+                            off.gpu));
     png = convert_to_png(o.svg);
   }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/staged_output.h"
 #include "model/expert_quant.h"
 #include "model/tensor_table.h"
 
@@ -105,7 +106,7 @@ void copy_other_files(const fs::path& in, const fs::path& out) {
 
 }  // namespace
 
-QuantizeStats quantize_checkpoint(const fs::path& in, const fs::path& out, ExpertDtype dtype,
+QuantizeStats quantize_checkpoint(const fs::path& in, const fs::path& out_dir, ExpertDtype dtype,
                                   int group_size) {
   if (dtype == ExpertDtype::kBf16)
     fail("quantize: --expert-dtype: expected int8 or int4 (bf16 is the input's own form)");
@@ -123,12 +124,13 @@ QuantizeStats quantize_checkpoint(const fs::path& in, const fs::path& out, Exper
         "experts at load",
         in.string(), expert_dtype_name(dtype));
   c.expert_quant = {dtype, resolve_expert_group(c, dtype, group_size, "--expert-group")};
-  if (fs::exists(out) && fs::equivalent(in, out))
-    fail("quantize: --out {} is the input folder; write to a new one", out.string());
+  if (fs::exists(out_dir) && fs::equivalent(in, out_dir))
+    fail("quantize: --out {} is the input folder; write to a new one", out_dir.string());
   const Checkpoint ckpt = Checkpoint::open(in);
   std::vector<TensorSpec> specs;
   const std::vector<Planned> plan = plan_tensors(c, ckpt, specs);
-  fs::create_directories(out);
+  StagedDirectory staged(out_dir);  // complete or absent, even after kill -9
+  const fs::path& out = staged.path();
   QuantizeStats stats;
   stats.group_size = c.expert_quant.group_size;
   {
@@ -148,6 +150,7 @@ QuantizeStats quantize_checkpoint(const fs::path& in, const fs::path& out, Exper
   for (const TensorSpec& s : specs) stats.bytes_out += size_t(shape_numel(s.shape)) * dtype_size(s.dtype);
   write_config(in, out, c);
   copy_other_files(in, out);
+  staged.commit();
   return stats;
 }
 

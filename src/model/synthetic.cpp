@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/staged_output.h"
 #include "model/fp8_weights.h"
 #include "model/tensor_table.h"
 
@@ -202,10 +203,11 @@ Model make_random_model(const ModelConfig& config, uint64_t seed) {
   return m;
 }
 
-WriteStats write_random_checkpoint(const ModelConfig& config, const std::filesystem::path& dir,
-                                   uint64_t seed, size_t shard_bytes) {
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
+WriteStats write_random_checkpoint(const ModelConfig& config,
+                                   const std::filesystem::path& final_dir, uint64_t seed,
+                                   size_t shard_bytes) {
+  StagedDirectory staged(final_dir);  // complete or absent, even after kill -9
+  const std::filesystem::path& dir = staged.path();
   ModelWeights unused;
   std::vector<ExpectedTensor> order = storage_order(tensor_table(config, unused));
   // A fused tensor is in the table once per part: written once.
@@ -298,6 +300,7 @@ WriteStats write_random_checkpoint(const ModelConfig& config, const std::filesys
                {{"metadata", {{"total_size", stats.bytes}}}, {"weight_map", weight_map}});
   write_json(dir / "config.json", config_to_json(config));
   write_synthetic_tokenizer(config, dir);
+  staged.commit();
   return stats;
 }
 

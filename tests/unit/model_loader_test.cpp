@@ -116,32 +116,36 @@ TEST(ModelLoader, WrongShapeIsNamedWithExpectedAndActual) {
 // A Qwen3-MoE checkpoint whose tensors disagree with its config: a q_norm of the full width where
 // the config says per head, a missing k_norm, a dense layer's MLP where the config says MoE.
 TEST(ModelLoader, Qwen3MoeTensorsThatDisagreeWithTheConfigAreNamed) {
-  TempDir dir;
+  TempDir work;
   ModelConfig c = preset_config("tiny-qwen3-moe");
-  write_random_checkpoint(c, dir.path(), 1);
-  Model loaded = load_model(dir.path());
+  // Each case in a folder of its own: a checkpoint is only written into a new or empty folder.
+  std::filesystem::path dir = work / "wrong-shape";
+  write_random_checkpoint(c, dir, 1);
+  Model loaded = load_model(dir);
   EXPECT_EQ(loaded.weights.layers[1].q_norm.shape, (Shape{24}));
   EXPECT_EQ(loaded.weights.layers[0].expert_gate.shape, (Shape{8, 40, 64}));
-  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+  rewrite_checkpoint(dir, [](auto& tensors) {
     for (auto& [spec, bytes] : tensors)
       if (spec.name == "model.layers.1.self_attn.q_norm.weight")
         spec.shape = {96}, bytes.resize(96 * 2);
   });
-  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.self_attn.q_norm.weight'",
+  EXPECT_ERROR_MENTIONS(load_model(dir), "'model.layers.1.self_attn.q_norm.weight'",
                         "expected shape [24], got [96]");
-  write_random_checkpoint(c, dir.path(), 1);
-  rewrite_checkpoint(dir.path(), [](auto& tensors) {
+  dir = work / "missing";
+  write_random_checkpoint(c, dir, 1);
+  rewrite_checkpoint(dir, [](auto& tensors) {
     std::erase_if(tensors,
                   [](auto& t) { return t.first.name == "model.layers.0.self_attn.k_norm.weight"; });
   });
-  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.0.self_attn.k_norm.weight'",
+  EXPECT_ERROR_MENTIONS(load_model(dir), "'model.layers.0.self_attn.k_norm.weight'",
                         "missing", "[24]");
   // The checkpoint of a model whose layer 1 is dense, under a config that says it is MoE.
   ModelConfig dense = c;
   dense.dense_layers = {1};
-  write_random_checkpoint(dense, dir.path(), 1);
+  dir = work / "dense-layer";
+  write_random_checkpoint(dense, dir, 1);
   std::ofstream(dir / "config.json") << config_to_json(c).dump(2);
-  EXPECT_ERROR_MENTIONS(load_model(dir.path()), "'model.layers.1.mlp.gate.weight'", "missing",
+  EXPECT_ERROR_MENTIONS(load_model(dir), "'model.layers.1.mlp.gate.weight'", "missing",
                         "[8, 64]");
 }
 

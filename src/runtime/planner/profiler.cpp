@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/staged_output.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/bench.h"
 #include "kernels/cpu/gemm.h"
@@ -296,13 +297,7 @@ std::optional<HardwareProfile> load_cached_profile(int threads) {
 }
 
 void write_cache_file(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) fail("profile cache: {}: cannot write", tmp.string());
-    out << text;
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, text);  // a reader never sees half a profile
 }
 
 void save_profile(const HardwareProfile& profile) {

@@ -6,6 +6,27 @@
 
 namespace sluice::cli {
 
+namespace {
+
+// A choice among names for an enum option. CLI11's CheckedTransformer would show (and name in its
+// errors) the enum's numbers, raw bytes for a uint8_t enum; this shows the names and says which
+// were expected.
+template <class E>
+CLI::Validator one_of(std::map<std::string, E> names) {
+  std::string list;
+  for (const auto& [name, value] : names) list += (list.empty() ? "" : "|") + name;
+  return CLI::Validator(
+      [names, list](std::string& s) -> std::string {
+        const auto it = names.find(s);
+        if (it == names.end()) return "expected one of " + list + ", got '" + s + "'";
+        s = std::to_string(static_cast<long long>(it->second));  // CLI11 reads an enum's number
+        return "";
+      },
+      list);
+}
+
+}  // namespace
+
 void add_policy_options(CLI::App& sub, Policy& p) {
   const char* group = "Policy (0: automatic)";
   sub.add_option("--batch", p.batch, "B: sequences decoded together")
@@ -35,7 +56,7 @@ void add_policy_options(CLI::App& sub, Policy& p) {
   sub.add_option("--precision", p.precision,
                  "GEMM activations: bf16 (fast) or f32 (equal to the reference forward)")
       ->group(group)
-      ->transform(CLI::CheckedTransformer(
+      ->transform(one_of(
           std::map<std::string, Precision>{{"bf16", Precision::kBf16}, {"f32", Precision::kF32}}))
       ->default_str("bf16");
   add_expert_dtype_options(sub, p.expert_dtype, p.expert_group, group);
@@ -47,8 +68,9 @@ void add_expert_dtype_options(CLI::App& sub, ExpertDtype& dtype, int& group_size
                  "Expert weights (routed and shared) in memory: bf16, or int8/int4 quantized at "
                  "load with group-wise symmetric scales (a quantized checkpoint is used as is)")
       ->group(group)
-      ->transform(CLI::CheckedTransformer(std::map<std::string, ExpertDtype>{
-          {"bf16", ExpertDtype::kBf16}, {"int8", ExpertDtype::kInt8}, {"int4", ExpertDtype::kInt4}}))
+      ->transform(one_of(std::map<std::string, ExpertDtype>{{"bf16", ExpertDtype::kBf16},
+                                                            {"int8", ExpertDtype::kInt8},
+                                                            {"int4", ExpertDtype::kInt4}}))
       ->default_str("bf16");
   sub.add_option("--expert-group", group_size,
                  "Inputs per quantization scale of the expert weights; must divide their row "
@@ -76,11 +98,10 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                  "into --gpu-mem, attention split between the CPU and the GPU), or standin (the "
                  "offload pipeline on a CPU stand-in device, for testing it)")
       ->group(group)
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, DeviceKind>{{"auto", DeviceKind::kAuto},
-                                            {"cpu", DeviceKind::kCpu},
-                                            {"cuda", DeviceKind::kCuda},
-                                            {"standin", DeviceKind::kStandin}}))
+      ->transform(one_of(std::map<std::string, DeviceKind>{{"auto", DeviceKind::kAuto},
+                                                           {"cpu", DeviceKind::kCpu},
+                                                           {"cuda", DeviceKind::kCuda},
+                                                           {"standin", DeviceKind::kStandin}}))
       ->default_str("auto");
   sub.add_option("--gpu-mem", d.gpu_mem,
                  "Device memory the offload executor may use, e.g. 24GiB (default: 90% of the "
@@ -112,10 +133,9 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                  "Where the final norm and lm_head run with an offload device: auto (the device "
                  "when --gpu-mem has room), device, or host")
       ->group(group)
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, LmHeadPlace>{{"auto", LmHeadPlace::kAuto},
-                                             {"device", LmHeadPlace::kDevice},
-                                             {"host", LmHeadPlace::kHost}}))
+      ->transform(one_of(std::map<std::string, LmHeadPlace>{{"auto", LmHeadPlace::kAuto},
+                                                            {"device", LmHeadPlace::kDevice},
+                                                            {"host", LmHeadPlace::kHost}}))
       ->default_str("auto");
 }
 

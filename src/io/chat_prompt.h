@@ -22,6 +22,7 @@ class ChatPrompter {
 
   std::string render(const nlohmann::ordered_json& messages) const;
   std::vector<int> encode(const nlohmann::ordered_json& messages) const;
+  const ChatTemplate& chat_template() const { return template_; }
 
  private:
   ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenizer);

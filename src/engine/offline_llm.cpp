@@ -2,7 +2,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -48,18 +47,12 @@ Request make_request(size_t index, std::vector<int> prompt, const GenerationPara
 GenerationResult result_of(const Completion& c, std::vector<int> prompt, const GenerationParams& p,
                            const Model& model, const Tokenizer& tokenizer) {
   if (c.reason == FinishReason::kError) fail("prompt {}: {}", c.id, c.error);
-  std::vector<int32_t> text_tokens(c.tokens.begin(), c.tokens.end());
-  const auto& eos = model.config.eos_token_ids;
-  if (c.reason == FinishReason::kStop && !text_tokens.empty() &&
-      std::find(eos.begin(), eos.end(), text_tokens.back()) != eos.end())
-    text_tokens.pop_back();
-  bool stopped_by_string = false;
+  CompletionText text = completion_text(c, model.config.eos_token_ids, tokenizer, p.stop);
   GenerationResult r;
   r.prompt_token_ids = std::move(prompt);
-  r.text = cut_at_stop_string(tokenizer.decode(text_tokens, /*skip_special_tokens=*/true), p.stop,
-                              &stopped_by_string);
+  r.text = std::move(text.text);
   r.token_ids = c.tokens;
-  r.finish_reason = c.reason == FinishReason::kStop || stopped_by_string ? "stop" : "length";
+  r.finish_reason = text.finish_reason;
   return r;
 }
 

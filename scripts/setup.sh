@@ -10,6 +10,9 @@ packages=(
   libpcre2-dev libcpp-httplib-dev liburing-dev libsentencepiece-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch
+  python3-dev pybind11-dev  # the Python module `sluice` (build/python)
+  python3-pytest            # its tests
+  python3-jinja2            # the chat templates are checked against Jinja2
   wamerican  # /usr/share/dict/words: the shipped model's test checks its words against it
   librsvg2-bin  # rsvg-convert: `sluice plan --svg` also writes a PNG
   nodejs  # the official OpenAI SDK's test of `sluice serve` (tests/server/openai_client.mjs)

@@ -269,20 +269,14 @@ class Job {
 
   BatchResult result_of(const Completion& c, const std::string& model) const {
     const Pending& p = pending_[size_t(c.id)];
-    std::vector<int32_t> tokens(c.tokens.begin(), c.tokens.end());
-    const auto& eos = model_.config.eos_token_ids;
-    if (c.reason == FinishReason::kStop && !tokens.empty() &&
-        std::find(eos.begin(), eos.end(), tokens.back()) != eos.end())
-      tokens.pop_back();
-    bool stopped_by_string = false;
+    CompletionText text = completion_text(c, model_.config.eos_token_ids, *tokenizer_, p.stop);
     BatchResult r;
     r.custom_id = p.custom_id;
     r.endpoint = p.endpoint;
     r.model = model;
     r.created = created_now();
-    r.text = cut_at_stop_string(tokenizer_->decode(tokens, /*skip_special_tokens=*/true), p.stop,
-                                &stopped_by_string);
-    r.finish_reason = c.reason == FinishReason::kStop || stopped_by_string ? "stop" : "length";
+    r.text = std::move(text.text);
+    r.finish_reason = text.finish_reason;
     r.prompt_tokens = c.prompt_tokens;
     r.completion_tokens = int(c.tokens.size());
     return r;

@@ -35,4 +35,19 @@ std::function<bool(std::span<const int>)> make_stop_check(const Tokenizer& token
   return [matcher](std::span<const int> generated) { return matcher->matches(generated); };
 }
 
+CompletionText completion_text(const Completion& c, const std::vector<int>& stop_token_ids,
+                               const Tokenizer& tokenizer, const std::vector<std::string>& stops) {
+  std::vector<int32_t> tokens(c.tokens.begin(), c.tokens.end());
+  if (c.reason == FinishReason::kStop && !tokens.empty() &&
+      std::find(stop_token_ids.begin(), stop_token_ids.end(), tokens.back()) !=
+          stop_token_ids.end())
+    tokens.pop_back();
+  bool stopped_by_string = false;
+  CompletionText out;
+  out.text = cut_at_stop_string(tokenizer.decode(tokens, /*skip_special_tokens=*/true), stops,
+                                &stopped_by_string);
+  if (c.reason == FinishReason::kStop || stopped_by_string) out.finish_reason = "stop";
+  return out;
+}
+
 }  // namespace sluice

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/tokenizer.h"
+#include "runtime/request.h"
 
 namespace sluice {
 
@@ -33,6 +34,16 @@ class StopStringMatcher {
 // `text` cut before the earliest occurrence of any stop string; `found` tells whether one was.
 std::string cut_at_stop_string(std::string text, const std::vector<std::string>& stops,
                                bool* found);
+
+// The text a finished completion returns: its tokens decoded without the stop token that ended it
+// (one of `stop_token_ids`) and without special tokens, cut before the earliest stop string; and
+// its finish reason, "stop" (a stop token or string) or "length".
+struct CompletionText {
+  std::string text;
+  const char* finish_reason = "length";
+};
+CompletionText completion_text(const Completion& c, const std::vector<int>& stop_token_ids,
+                               const Tokenizer& tokenizer, const std::vector<std::string>& stops);
 
 // A Request::stop_check for `stops` (empty function when there are none).
 std::function<bool(std::span<const int>)> make_stop_check(const Tokenizer& tokenizer,

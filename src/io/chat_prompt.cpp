@@ -1,43 +1,20 @@
 #include "io/chat_prompt.h"
 
-#include "core/error.h"
-#include "io/gguf.h"
+#include "io/model_chat_template.h"
 
 namespace sluice {
 
-ChatPrompter::ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenizer,
-                           nlohmann::ordered_json extra_context)
-    : template_(std::move(chat_template)),
-      tokenizer_(&tokenizer),
-      extra_context_(std::move(extra_context)) {}
+ChatPrompter::ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenizer)
+    : template_(std::move(chat_template)), tokenizer_(&tokenizer) {}
 
 ChatPrompter ChatPrompter::load(const std::filesystem::path& model_dir,
                                 const Tokenizer& tokenizer) {
-  // A GGUF file carries its own template (tokenizer.chat_template), whatever lies beside it.
-  const bool gguf = is_gguf_file(model_dir);
-  const auto config = std::filesystem::is_directory(model_dir)
-                          ? model_dir / "tokenizer_config.json"
-                          : model_dir.parent_path() / "tokenizer_config.json";
-  if (!gguf && std::filesystem::exists(config)) {
-    return ChatPrompter(ChatTemplate::from_tokenizer_config(config), tokenizer,
-                        nlohmann::ordered_json::object());
-  }
-  if (tokenizer.chat_template().empty())
-    fail(
-        "{}: no chat template (expected tokenizer_config.json with a 'chat_template' field, or a "
-        "tokenizer file that carries one)",
-        model_dir.string());
-  // A template from GGUF metadata: its special-token strings come from the vocabulary.
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  if (tokenizer.bos_id() >= 0) extra["bos_token"] = tokenizer.token_text(tokenizer.bos_id());
-  if (tokenizer.eos_id() >= 0) extra["eos_token"] = tokenizer.token_text(tokenizer.eos_id());
-  return ChatPrompter(
-      ChatTemplate::parse(tokenizer.chat_template(), model_dir.string() + ": chat template"),
-      tokenizer, std::move(extra));
+  return ChatPrompter(load_model_chat_template(model_dir), tokenizer);
 }
 
 std::string ChatPrompter::render(const nlohmann::ordered_json& messages) const {
-  return template_.render(messages, /*add_generation_prompt=*/true, extra_context_);
+  return render_chat_prompt(template_, messages, /*tools=*/nullptr,
+                            /*add_generation_prompt=*/true);
 }
 
 std::vector<int> ChatPrompter::encode(const nlohmann::ordered_json& messages) const {

@@ -16,20 +16,19 @@ namespace sluice {
 
 class ChatPrompter {
  public:
-  // The model folder's chat template: tokenizer_config.json's `chat_template` (or a sibling
-  // chat_template.jinja), else the one the tokenizer file carries (GGUF). Fails when there is none.
+  // The model's chat template (load_model_chat_template): tokenizer_config.json's
+  // `chat_template` (or a sibling chat_template.jinja), or a GGUF file's. Fails when there is none.
   static ChatPrompter load(const std::filesystem::path& model_dir, const Tokenizer& tokenizer);
 
   std::string render(const nlohmann::ordered_json& messages) const;
   std::vector<int> encode(const nlohmann::ordered_json& messages) const;
+  const ChatTemplate& chat_template() const { return template_; }
 
  private:
-  ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenizer,
-               nlohmann::ordered_json extra_context);
+  ChatPrompter(ChatTemplate chat_template, const Tokenizer& tokenizer);
 
   ChatTemplate template_;
   const Tokenizer* tokenizer_;
-  nlohmann::ordered_json extra_context_;  // bos/eos token strings when the config gave none
 };
 
 // One user message holding `text`, the shape `generate --chat` sends.

@@ -25,6 +25,17 @@ std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
+// A special token in tokenizer_config.json: a string, or an AddedToken object with its text in
+// 'content'.
+std::string token_text(const nlohmann::ordered_json& token, const std::string& file,
+                       const std::string& field) {
+  if (token.is_string()) return token.get<std::string>();
+  if (token.is_object() && token.contains("content") && token["content"].is_string()) {
+    return token["content"].get<std::string>();
+  }
+  fail("{}: field '{}': expected a string or an object with a 'content' string", file, field);
+}
+
 }  // namespace
 
 ChatTemplate ChatTemplate::parse(std::string source, std::string origin) {
@@ -37,6 +48,10 @@ ChatTemplate ChatTemplate::parse(std::string source, std::string origin) {
   t.source_ = std::move(source);
   t.origin_ = std::move(origin);
   return t;
+}
+
+ChatTemplate ChatTemplate::from_jinja_file(const std::filesystem::path& path) {
+  return parse(read_text(path), path.string());
 }
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
@@ -80,19 +95,31 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::filesystem::path& pa
   }
 
   ChatTemplate t = parse(std::move(source), std::move(origin));
-  for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+  // transformers passes the tokenizer's special_tokens_map: the named tokens that are set, and
+  // the list of additional special tokens.
+  for (const char* name : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                           "cls_token", "mask_token"}) {
     auto token = config.find(name);
     if (token == config.end() || token->is_null()) continue;
-    if (token->is_string()) {
-      t.special_tokens_[name] = *token;
-    } else if (token->is_object() && token->contains("content") &&
-               (*token)["content"].is_string()) {
-      t.special_tokens_[name] = (*token)["content"];
-    } else {
-      fail("{}: field '{}': expected a string or an object with a 'content' string", file, name);
+    t.special_tokens_[name] = token_text(*token, file, name);
+  }
+  auto extra = config.find("additional_special_tokens");
+  if (extra != config.end() && !extra->is_null()) {
+    if (!extra->is_array()) {
+      fail("{}: field 'additional_special_tokens': expected a list, got {}", file,
+           extra->type_name());
+    }
+    auto& list = t.special_tokens_["additional_special_tokens"] = nlohmann::ordered_json::array();
+    for (const auto& token : *extra) {
+      list.push_back(token_text(token, file, "additional_special_tokens"));
     }
   }
   return t;
+}
+
+void ChatTemplate::set_special_tokens(nlohmann::ordered_json tokens) {
+  if (!tokens.is_object()) fail("{}: special tokens: expected a JSON object", origin_);
+  special_tokens_ = std::move(tokens);
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,

@@ -7,7 +7,9 @@
 // The interpreter (src/io/jinja/) covers the Jinja subset real templates use. Not supported:
 // include/import/extends/block, {% call %}, {% filter %}, {% with %}, recursive loops,
 // loop.cycle, *args/**kwargs, '%' string formatting, tuples as a type (they behave as lists, so
-// print as [..]), non-string dict keys, non-ASCII case mapping in upper/lower/title, unknown
+// print as [..]), generators beyond what templates meet (map/select/reject/selectattr/rejectattr/
+// unique results are always true, have no length, cannot be indexed, added or passed to tojson,
+// as in Jinja2, but print as lists and can be iterated more than once), non-string dict keys, non-ASCII case mapping in upper/lower/title, unknown
 // filters are reported when reached rather than at parse time, integers are 64-bit (overflow is
 // an error). Added beyond transformers: the `from_json` filter (llama.cpp templates use it).
 #pragma once
@@ -27,11 +29,13 @@ class ChatTemplate {
  public:
   // Parses `source`; errors (sluice::Error) read "origin:line:col: expected X, got Y".
   static ChatTemplate parse(std::string source, std::string origin);
+  // Parses a template file (chat_template.jinja); the file's path is the origin.
+  static ChatTemplate from_jinja_file(const std::filesystem::path& path);
 
   // Reads `chat_template` from a tokenizer_config.json: a string, or a list of {name, template}
   // from which "default" is taken; when absent, a sibling chat_template.jinja (newer
-  // transformers) is used. bos/eos/unk/pad token strings (plain or AddedToken objects) become
-  // template variables.
+  // transformers) is used. The special tokens (bos/eos/unk/sep/pad/cls/mask_token, plain or
+  // AddedToken objects, and additional_special_tokens) become template variables.
   static ChatTemplate from_tokenizer_config(const std::filesystem::path& tokenizer_config_json);
 
   // messages: a JSON array of {"role", "content", ...}. extra_context: further variables (tools,
@@ -48,6 +52,8 @@ class ChatTemplate {
   const std::string& origin() const { return origin_; }
   // Special-token strings read from the tokenizer config (name -> text), given to the template.
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
+  // For templates that come without a tokenizer_config.json (GGUF metadata).
+  void set_special_tokens(nlohmann::ordered_json tokens);
 
  private:
   std::string source_;

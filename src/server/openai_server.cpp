@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/stop_strings.h"
 #include "io/batch_format.h"
+#include "io/model_chat_template.h"
 #include "server/peer_watch.h"
 #include "server/request_state.h"
 
@@ -242,6 +243,7 @@ struct OpenAiServer::Impl {
                       int64_t id, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
+  void apply_template(const httplib::Request& req, httplib::Response& res);
   void metrics(httplib::Response& res);
 };
 
@@ -384,6 +386,36 @@ void OpenAiServer::Impl::detokenize(const httplib::Request& req, httplib::Respon
   send_json(res, {{"prompt", model.tokenizer->decode(ids)}});
 }
 
+// The prompt the chat template makes, as `sluice chat-template` prints it:
+// {"messages": [...], "tools": [...] (optional), "add_generation_prompt": bool (default true)}
+// -> {"prompt": "..."}.
+void OpenAiServer::Impl::apply_template(const httplib::Request& req, httplib::Response& res) {
+  if (!model.prompter)
+    return send_error(res, 400, model.prompter_error, "invalid_request_error", "messages");
+  const Json body = Json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array())
+    return send_error(res, 400, "expected a JSON object {\"messages\": [messages], \"tools\": "
+                      "[tool schemas] (optional), \"add_generation_prompt\": bool (optional)}",
+                      "invalid_request_error", "messages");
+  const Json tools = body.value("tools", Json());
+  if (!tools.is_null() && !tools.is_array())
+    return send_error(res, 400, "field 'tools': expected a list of tool schemas",
+                      "invalid_request_error", "tools");
+  const Json generation_prompt = body.value("add_generation_prompt", Json(true));
+  if (!generation_prompt.is_boolean())
+    return send_error(res, 400, "field 'add_generation_prompt': expected true or false",
+                      "invalid_request_error", "add_generation_prompt");
+  try {
+    const std::string prompt = render_chat_prompt(model.prompter->chat_template(),
+                                                  body["messages"], tools,
+                                                  generation_prompt.get<bool>());
+    send_json(res, {{"prompt", prompt}});
+  } catch (const Error& e) {
+    send_error(res, 400, fmt::format("the chat template failed: {}", e.what()),
+               "invalid_request_error", "messages");
+  }
+}
+
 void OpenAiServer::Impl::metrics(httplib::Response& res) {
   const OnlineMetrics m = session.metrics();
   std::string out;
@@ -480,6 +512,9 @@ void OpenAiServer::add_routes() {
   });
   m.http.Post("/detokenize", [&m](const httplib::Request& req, httplib::Response& res) {
     m.detokenize(req, res);
+  });
+  m.http.Post("/apply-template", [&m](const httplib::Request& req, httplib::Response& res) {
+    m.apply_template(req, res);
   });
 }
 

@@ -1,8 +1,9 @@
 // The OpenAI-compatible HTTP server of `sluice serve` (cpp-httplib): /v1/completions and
 // /v1/chat/completions (whole or streamed as server-sent events), /v1/models, /health, /metrics
-// (Prometheus text), /tokenize and /detokenize. Requests go into an OnlineSession, so they join
-// the running batch at the next step; a client that goes away (streaming or not) is cancelled, which
-// frees its sequence before the next step. Errors use OpenAI's shape:
+// (Prometheus text), /tokenize, /detokenize and /apply-template (what `sluice chat-template`
+// prints). Requests go into an OnlineSession, so they join the running batch at the next step; a
+// client that goes away (streaming or not) is cancelled, which frees its sequence before the next
+// step. Errors use OpenAI's shape:
 // {"error": {"message", "type", "param", "code"}}.
 #pragma once
 

@@ -388,6 +388,36 @@ TEST_F(Server, TokenizeAndDetokenizeRoundTrip) {
                       "invalid_request_error");
 }
 
+TEST_F(Server, ApplyTemplateReturnsWhatChatTemplatePrints) {
+  const Json messages = {{{"role", "system"}, {"content", "Be brief — réponds"}},
+                         {{"role", "user"}, {"content", "Hi 天气"}},
+                         {{"role", "assistant"}, {"content", "Hello"}},
+                         {{"role", "user"}, {"content", "  2+2?\n"}}};
+  TempDir work;
+  std::ofstream(work / "messages.json") << messages.dump();
+  auto server = start();
+  auto client = server->client();
+  for (const bool generation_prompt : {true, false}) {
+    const auto printed = testing::run_command(
+        testing::sluice_command(fmt::format("chat-template --model {} --messages {}{}",
+                                            model_dir().string(),
+                                            (work / "messages.json").string(),
+                                            generation_prompt ? "" : " --no-generation-prompt")),
+        /*with_stderr=*/false);
+    ASSERT_EQ(printed.status, 0) << printed.output;
+    ASSERT_FALSE(printed.output.empty());
+    Json body = {{"messages", messages}};
+    if (!generation_prompt) body["add_generation_prompt"] = false;
+    EXPECT_EQ(post(client, "/apply-template", body)["prompt"], printed.output)
+        << "add_generation_prompt " << generation_prompt;
+  }
+  expect_openai_error(client.Post("/apply-template", R"({"messages": "hi"})", "application/json"),
+                      400, "invalid_request_error");
+  expect_openai_error(client.Post("/apply-template", R"({"messages": [], "tools": 3})",
+                                  "application/json"),
+                      400, "invalid_request_error");
+}
+
 TEST_F(Server, AFullQueueAnswers429AndTheOthersComplete) {
   // Sixteen clients connect at once: more than httplib's own listen backlog of 5, which the
   // server deepens (with 5, 1 to 3 of them saw their connection closed without an answer).

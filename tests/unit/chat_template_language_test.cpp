@@ -193,6 +193,24 @@ TEST(ChatTemplateLanguage, ToJsonMatchesPythonJsonDumps) {
                    {{"v", {{"b", 1}, {"a", 2}}}}),
             R"({"a":2,"b":1})");
   EXPECT_EQ(render("{{ '<&>' | tojson }}"), "\"<&>\"");  // no HTML escaping (transformers)
+  EXPECT_EQ(render("{{ v | tojson(indent='\t') }}", {{"v", {{"a", {1}}}}}),
+            "{\n\t\"a\": [\n\t\t1\n\t]\n}");  // a string indent is used as it is
+}
+
+// map, select, reject, selectattr, rejectattr and unique return Python generators in Jinja2.
+TEST(ChatTemplateLanguage, FilterResultsAreGenerators) {
+  EXPECT_EQ(render("{{ 'yes' if [] | select else 'no' }}"), "yes");  // always true
+  EXPECT_EQ(render("{{ (['a'] | map('upper'))[0] }}|"), "|");        // not subscriptable
+  EXPECT_EQ(render("{{ ['a'] | map('upper') | list | tojson }}"), "[\"A\"]");
+  EXPECT_EQ(render("{{ [1, 1] | unique | list }}"), "[1]");
+  EXPECT_EQ(render("{{ [1] | select is sequence }} {{ [1] | select is iterable }}"),
+            "False True");
+  EXPECT_NE(error_of("{{ ['a'] | map('upper') | tojson }}")
+                .find("Object of type generator is not JSON serializable"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ [1] | select | length }}").find("object of type 'generator' has no len()"),
+            std::string::npos);
+  EXPECT_EQ(error_of("{{ [1] | select + [2] }}").find("(no error)"), std::string::npos);
 }
 
 TEST(ChatTemplateLanguage, SelectMapFilters) {

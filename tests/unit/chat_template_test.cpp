@@ -340,16 +340,17 @@ TEST(ChatTemplate, DeepSeekR1LlamaCppVariantWithMacroAndTools) {
   function["name"] = "get_weather";
   function["parameters"] = ojson{{"type", "object"}};
   tool["function"] = function;
+  // With tools it fails as it does under transformers: `tools | map(...)` is a generator, which
+  // json.dumps (tojson) refuses. llama.cpp's own engine returns a list there.
   ojson extra = {{"bos_token", kBos}, {"tools", ojson::array({tool})}};
-  EXPECT_EQ(t.render(ojson::array({msg("user", "Hi")}), true, extra),
-            std::string(kBos) +
-                "You can call any of the following function tools to satisfy the user's requests: "
-                "[\n  {\n    \"name\": \"get_weather\",\n    \"parameters\": {\n      \"type\": "
-                "\"object\"\n    }\n  }\n]\n\nExample function tool call syntax:\n\n"
-                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
-                "example_function_name\n```json\n{\n  \"arg1\": \"some_value\"\n  ...\n}\n```\n"
-                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>\n\n"
-                "<｜User｜>Hi<｜end▁of▁sentence｜><｜Assistant｜><think>\n");
+  try {
+    t.render(ojson::array({msg("user", "Hi")}), true, extra);
+    ADD_FAILURE() << "rendered tools, which Jinja2 refuses";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Object of type generator is not JSON serializable"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ChatTemplate, DeepSeekV31) {

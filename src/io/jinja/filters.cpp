@@ -11,7 +11,7 @@ namespace {
 
 int64_t length_of(const Value& v) {
   if (v.is_string()) return int64_t(utf8::length(v.as_string()));
-  if (v.is_list()) return int64_t(v.as_list().size());
+  if (v.is_list() && !v.is_generator()) return int64_t(v.as_list().size());
   if (v.is_dict()) return int64_t(v.as_dict().items.size());
   if (v.is_undefined()) return 0;
   raise("object of type '{}' has no len()", v.type_name());
@@ -60,18 +60,20 @@ Value select(const Value& input, CallArgs& args, bool by_attribute, bool keep) {
         test.is_undefined() ? subject.truthy() : apply_test(test.str(), subject, test_args);
     if (passed == keep) out.push_back(item);
   }
-  return Value(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 JsonStyle json_style(const CallArgs& args) {
   JsonStyle style;
   Value indent = args.get(1, "indent");
   if (indent.is_int()) {
-    style.indent = int(std::clamp<int64_t>(indent.as_int(), 0, 64));
-    style.item_separator.assign(1, ',');
+    style.indent = std::string(size_t(std::clamp<int64_t>(indent.as_int(), 0, 64)), ' ');
+  } else if (indent.is_string()) {
+    style.indent = indent.as_string();
   } else if (!indent.is_undefined() && !indent.is_none()) {
-    raise("tojson(): indent must be an integer or None");
+    raise("tojson(): indent must be an integer, a string or None");
   }
+  if (style.indent) style.item_separator.assign(1, ',');
   Value separators = args.get(2, "separators");
   if (separators.is_list()) {
     const List& seps = separators.as_list();
@@ -228,7 +230,7 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
         Value v = attribute_of(item, attribute);
         out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
       }
-      return Value(std::move(out));
+      return Value::generator(std::move(out));
     }
     if (args.positional.empty()) raise("map() needs a filter name or attribute=");
     std::string filter = args.positional[0].str();
@@ -237,7 +239,7 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
       inner.positional.assign(args.positional.begin() + 1, args.positional.end());
       out.push_back(apply_filter(filter, item, inner));
     }
-    return Value(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (name == "select") return select(input, args, false, true);
   if (name == "reject") return select(input, args, false, false);
@@ -282,7 +284,7 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
         out.push_back(item);
       }
     }
-    return Value(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (name == "sum") {
     Value total = args.get(1, "start", Value(int64_t(0)));
@@ -324,7 +326,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
   if (name == "mapping") return v.is_dict();
   // Jinja's Undefined defines __iter__ and __len__, so it counts as iterable and as a sequence.
   if (name == "iterable") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
-  if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+  if (name == "sequence")
+    return v.is_string() || (v.is_list() && !v.is_generator()) || v.is_dict() || v.is_undefined();
   if (name == "callable") return v.is_callable();
   if (name == "odd" || name == "even") {
     if (!v.is_int() && !v.is_bool())

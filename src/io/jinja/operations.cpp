@@ -108,7 +108,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       check_size(a.as_string().size() + b.as_string().size());
       return Value(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list()) {
+    if (a.is_list() && b.is_list() && !a.is_generator() && !b.is_generator()) {
       check_size((a.as_list().size() + b.as_list().size()) * sizeof(Value));
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
@@ -234,7 +234,8 @@ Value get_item(const Value& obj, const Value& key) {
     return Value::undefined(fmt::format("'dict object' has no element {}", key.repr()));
   }
   if (obj.is_namespace() && key.is_string()) return get_attribute(obj, key.as_string());
-  if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+  if (((obj.is_list() && !obj.is_generator()) || obj.is_string()) &&
+      (key.is_int() || key.is_bool())) {
     if (obj.is_list()) {
       size_t i = normalize_index(key.as_int(), obj.as_list().size());
       if (i != std::string::npos) return obj.as_list()[i];

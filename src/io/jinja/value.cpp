@@ -14,6 +14,7 @@ namespace sluice::jinja {
 Value::Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}
 
 const char* Value::type_name() const {
+  if (generator_) return "generator";
   switch (v_.index()) {
     case 0:
       return "Undefined";
@@ -44,7 +45,7 @@ bool Value::truthy() const {
   if (is_int()) return as_int() != 0;
   if (is_float()) return as_double() != 0.0;
   if (is_string()) return !as_string().empty();
-  if (is_list()) return !as_list().empty();
+  if (is_list()) return generator_ || !as_list().empty();
   if (is_dict()) return !as_dict().items.empty();
   return true;
 }
@@ -167,7 +168,7 @@ bool equals(const Value& a, const Value& b) {
   if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
   if (a.is_none() || b.is_none()) return a.is_none() && b.is_none();
   if (a.is_string() && b.is_string()) return a.as_string() == b.as_string();
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && !a.is_generator() && !b.is_generator()) {
     const List& x = a.as_list();
     const List& y = b.as_list();
     if (x.size() != y.size()) return false;
@@ -293,9 +294,9 @@ void json_value(std::string& out, const Value& v, const JsonStyle& style, int de
                 const std::string& where) {
   if (depth > 200) raise("{}: value nested too deeply to serialize", where);
   auto newline = [&](int level) {
-    if (style.indent < 0) return;
+    if (!style.indent) return;
     out += '\n';
-    out.append(size_t(style.indent) * size_t(level), ' ');
+    for (int i = 0; i < level; ++i) out += *style.indent;
   };
   const std::string& item_sep = style.item_separator;
   const bool sort_keys = style.sort_keys;
@@ -312,7 +313,7 @@ void json_value(std::string& out, const Value& v, const JsonStyle& style, int de
                            : python_float_repr(d);
   } else if (v.is_string()) {
     json_string(out, v.as_string());
-  } else if (v.is_list()) {
+  } else if (v.is_list() && !v.is_generator()) {
     const List& list = v.as_list();
     if (list.empty()) {
       out += "[]";

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -45,6 +46,13 @@ class Value {
   Value(std::string s) : v_(std::move(s)) {}
   Value(const char* s) : v_(std::string(s)) {}
   Value(List l) : v_(std::make_shared<const List>(std::move(l))) {}
+  // What map/select/reject/selectattr/rejectattr return in Jinja2: a Python generator. It
+  // iterates like a list, but is always true, has no len(), and json.dumps refuses it.
+  static Value generator(List l) {
+    Value v(std::move(l));
+    v.generator_ = true;
+    return v;
+  }
   Value(Dict d);
   Value(std::shared_ptr<Namespace> ns) : v_(std::move(ns)) {}
   Value(std::shared_ptr<const Function> f) : v_(std::move(f)) {}
@@ -57,6 +65,7 @@ class Value {
   bool is_number() const { return is_bool() || is_int() || is_float(); }  // Python: bool is an int
   bool is_string() const { return std::holds_alternative<std::string>(v_); }
   bool is_list() const { return std::holds_alternative<std::shared_ptr<const List>>(v_); }
+  bool is_generator() const { return generator_; }
   bool is_dict() const { return std::holds_alternative<std::shared_ptr<const Dict>>(v_); }
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
   bool is_callable() const { return std::holds_alternative<std::shared_ptr<const Function>>(v_); }
@@ -91,6 +100,7 @@ class Value {
                std::shared_ptr<const Dict>, std::shared_ptr<Namespace>,
                std::shared_ptr<const Function>>
       v_;
+  bool generator_ = false;
 };
 
 // A Python dict with string keys: insertion-ordered, small (chat messages have a handful of
@@ -127,11 +137,11 @@ std::string python_float_repr(double d);
 // Python's repr() of a str: single quotes unless the text holds ' and no ", escapes as Python.
 std::string python_string_repr(const std::string& s);
 
-// json.dumps as transformers' tojson filter calls it. indent < 0 means None; Python's default
-// separators are (", ", ": "), or (",", ": ") when indenting. ensure_ascii escapes non-ASCII
-// code points as \uXXXX.
+// json.dumps as transformers' tojson filter calls it. indent: the text of one level (an int n
+// is n spaces), none for no newlines; Python's default separators are (", ", ": "), or
+// (",", ": ") when indenting. ensure_ascii escapes non-ASCII code points as \uXXXX.
 struct JsonStyle {
-  int indent = -1;
+  std::optional<std::string> indent;
   std::string item_separator = ", ";
   std::string key_separator = ": ";
   bool sort_keys = false;

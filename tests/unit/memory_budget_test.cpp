@@ -118,11 +118,11 @@ class OverBudgetJob : public ::testing::Test {
 testing::TempDir* OverBudgetJob::dir_ = nullptr;
 
 TEST_F(OverBudgetJob, KvCacheLargerThanTheLimitIsRefused) {
-  // 400000 blocks of 16 tokens of the tiny model's KV: about 6 GiB.
+  // 4000000 blocks of 16 tokens of the tiny model's KV: 7.6 GiB.
   auto r = run_command(under_ulimit("run --model " + model().string() + " --input " +
                                     (dir_->path() / "in.jsonl").string() + " --output " +
                                     (dir_->path() / "out.jsonl").string() +
-                                    " --kv-blocks 400000"));
+                                    " --kv-blocks 4000000"));
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("error: planner: needs at least "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("minimum KV ("), std::string::npos) << r.output;

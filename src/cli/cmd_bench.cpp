@@ -73,10 +73,7 @@ LoadedModel load_for_bench(const Options& o, const HostBudget& budget) {
   if (o.preset.empty()) {
     l.model = load_model_for_run(o.model_dir, quant, budget, o.layers);
   } else {
-    // Made whole in memory, in bf16 before its experts are quantized.
-    const ModelConfig c = preset_config(o.preset, o.layers);
-    require_servable(c, budget, "--preset " + o.preset, "a model made in memory by --preset");
-    l.model = make_random_model(c, o.seed);
+    l.model = make_random_model(preset_config(o.preset, o.layers), o.seed);
     quantize_model_experts(l.model, quant);
   }
   l.read_in = read_weights_if_they_fit(l.model);
@@ -296,6 +293,9 @@ int run(Options o) {
     fail("bench: give exactly one of --model or --preset");
   if (o.policy.threads > 0) omp_set_num_threads(o.policy.threads);
   const HostBudget budget = host_memory_budget(o.host_mem, true);  // before loading takes some
+  if (!o.preset.empty())  // made whole in memory, in bf16 before its experts are quantized
+    require_servable(preset_config(o.preset, o.layers), budget, "--preset " + o.preset,
+                     "a model made in memory by --preset");
   // Measured first: the probe's buffers are freed before the model is made, so they do not
   // count towards the peak resident memory reported below.
   const Ceilings ceilings = measure_ceilings();

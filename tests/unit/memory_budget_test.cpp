@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "engine/host_budget.h"
 #include "model/presets.h"
+#include "model/weights.h"
+#include "runtime/planner/planner.h"
 #include "runtime/memory_info.h"
 #include "test_util.h"
 
@@ -136,6 +138,18 @@ TEST_F(OverBudgetJob, WeightsLargerThanTheLimitAreRefusedBeforeLoading) {
       << r.output;
   EXPECT_NE(r.output.find("limited by ulimit -v"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("sluice quantize"), std::string::npos) << r.output;
+}
+
+// Weights larger than the budget are not an error for a safetensors folder: the routed experts
+// stay on disk in a page pool.
+TEST_F(OverBudgetJob, AFolderLargerThanTheBudgetRunsWithItsExpertsOnDisk) {
+  const size_t weights = model_weight_bytes(load_model_config(model()));
+  auto r = run_command(sluice_command(
+      "run --model " + model().string() + " --input " + (dir_->path() / "in.jsonl").string() +
+      " --output " + (dir_->path() / "disk.jsonl").string() + " --host-mem " +
+      std::to_string(weights - 1)));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("experts on disk, pool of "), std::string::npos) << r.output;
 }
 
 TEST_F(OverBudgetJob, HostMemBeyondTheLimitIsRefused) {

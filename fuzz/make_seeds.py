@@ -117,7 +117,7 @@ def main(out):
     if out.exists():
         shutil.rmtree(out)
     seeds = {t: {} for t in ["safetensors_header", "safetensors_index", "config", "tokenizer_json",
-                             "sentencepiece", "tiktoken", "gguf", "jinja", "batch_line"]}
+                             "sentencepiece", "tiktoken", "gguf", "jinja", "batch_line", "server_request"]}
     f32 = struct.pack("<4f", 1, 2, 3, 4)
     seeds["safetensors_header"] = {
         "f32.safetensors": safetensors({"a": ("F32", [2, 2], f32)}, {"format": "pt"}),
@@ -145,6 +145,15 @@ def main(out):
         b"{{ {'a': [1, 2.5, none, true]} | items | list }}{# c #}{{ range(3) | map('string') | join }}")
     seeds["tiktoken"]["small.tiktoken"] = b"IQ== 0\nIg== 1\nIw== 2\naGU= 3\nIHRoZQ== 4\n"
     seeds["batch_line"] = {f"line{i}.json": json.dumps(l).encode() for i, l in enumerate(BATCH_LINES)}
+    # server_request: a first byte choosing the endpoint (odd: chat), then the body.
+    for i, line in enumerate(BATCH_LINES[:4]):
+        body = dict(line.get("body", line))
+        body.pop("custom_id", None)
+        chat = b"\x01" if "messages" in body else b"\x00"
+        seeds["server_request"][f"body{i}.json"] = chat + json.dumps(body).encode()
+    seeds["server_request"]["stream.json"] = b"\x01" + json.dumps(
+        {"messages": [{"role": "user", "content": "Call me"}], "stream": True,
+         "stream_options": {"include_usage": True}, "logprobs": False}).encode()
     if SHARED.exists():
         for tmpl in sorted(SHARED.glob("*/chat_templates/*.jinja")):
             seeds["jinja"][tmpl.name] = tmpl.read_bytes()

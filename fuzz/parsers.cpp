@@ -2,7 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <variant>
 
 #include "core/tensor.h"
 #include "io/batch_format.h"
@@ -11,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "model/config.h"
+#include "server/completion_request.h"
 
 namespace sluice::fuzz {
 
@@ -127,6 +130,27 @@ void batch_line(const uint8_t* data, size_t size) {
   (void)read_result_line(line);
 }
 
+// The shipped model as `sluice serve` serves it: its config, tokenizer and chat template.
+struct ServedMoby {
+  ModelConfig config = load_config(SLUICE_SOURCE_DIR "/models/moby-moe/config.json");
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(SLUICE_SOURCE_DIR "/models/moby-moe");
+  ChatPrompter prompter = ChatPrompter::load(SLUICE_SOURCE_DIR "/models/moby-moe", *tokenizer);
+  server::ServedModel served{&config, tokenizer.get(), &prompter, ""};
+};
+
+// The body of a /v1/completions (first byte even) or /v1/chat/completions (odd) request, as the
+// server parses it into the engine's request; any exception is a bug (the server would answer
+// 500), so none is caught. The stop strings, where given, are then checked over the prompt's
+// tokens.
+void server_request(const uint8_t* data, size_t size) {
+  static const ServedMoby moby;
+  if (size == 0) return;
+  auto parsed = server::parse_completion(as_text(data + 1, size - 1), (data[0] & 1) != 0,
+                                         moby.served, 256, 1);
+  auto* r = std::get_if<server::CompletionRequest>(&parsed);
+  if (r && r->request.stop_check) (void)r->request.stop_check(r->request.prompt);
+}
+
 constexpr ParserTarget kTargets[] = {
     {"safetensors_header", safetensors_header},
     {"safetensors_index", safetensors_index},
@@ -137,6 +161,7 @@ constexpr ParserTarget kTargets[] = {
     {"gguf", gguf},
     {"jinja", jinja},
     {"batch_line", batch_line},
+    {"server_request", server_request},
 };
 
 }  // namespace

@@ -16,6 +16,7 @@ packages=(
   wamerican  # /usr/share/dict/words: the shipped model's test checks its words against it
   librsvg2-bin  # rsvg-convert: `sluice plan --svg` also writes a PNG
   nodejs  # the official OpenAI SDK's test of `sluice serve` (tests/server/openai_client.mjs)
+  clang libclang-rt-dev  # scripts/fuzz.sh: clang and its libFuzzer runtime (libclang_rt.fuzzer)
 )
 # npm too, unless a nodejs from elsewhere (NodeSource) brings its own, which Debian's would clash with.
 command -v npm >/dev/null || packages+=(npm)

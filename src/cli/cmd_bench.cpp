@@ -66,13 +66,12 @@ struct LoadedModel {
   double load_seconds = 0;
 };
 
-LoadedModel load_for_bench(const Options& o) {
+LoadedModel load_for_bench(const Options& o, const HostBudget& budget) {
   auto t_load = std::chrono::steady_clock::now();
   LoadedModel l;
   const ExpertQuant quant{o.policy.expert_dtype, o.policy.expert_group};
   if (o.preset.empty()) {
-    const ModelConfig c = load_model_config(o.model_dir);
-    l.model = load_model_for_run(o.model_dir, quant, host_memory_bytes(o.host_mem, c), o.layers);
+    l.model = load_model_for_run(o.model_dir, quant, budget, o.layers);
   } else {
     l.model = make_random_model(preset_config(o.preset, o.layers), o.seed);
     quantize_model_experts(l.model, quant);
@@ -293,10 +292,14 @@ int run(Options o) {
   if (o.model_dir.empty() == o.preset.empty())
     fail("bench: give exactly one of --model or --preset");
   if (o.policy.threads > 0) omp_set_num_threads(o.policy.threads);
+  const HostBudget budget = host_memory_budget(o.host_mem, true);  // before loading takes some
+  if (!o.preset.empty())  // made whole in memory, in bf16 before its experts are quantized
+    require_servable(preset_config(o.preset, o.layers), budget, "--preset " + o.preset,
+                     "a model made in memory by --preset");
   // Measured first: the probe's buffers are freed before the model is made, so they do not
   // count towards the peak resident memory reported below.
   const Ceilings ceilings = measure_ceilings();
-  const LoadedModel loaded = load_for_bench(o);
+  const LoadedModel loaded = load_for_bench(o, budget);
   const ModelConfig& c = loaded.model.config;
   const ModelStats ms = model_stats(loaded.model);
 
@@ -305,8 +308,8 @@ int run(Options o) {
   const HardwareProfile hw = planner_profile(o.policy.threads);
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   DeviceOptions device_options = o.device;
-  const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work,
-                                            host_memory_bytes(o.host_mem, c));
+  const EnginePlan plan =
+      plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);
   const Prediction predicted = predict(hw, c, plan.policy, plan.offload, work);
   omp_set_num_threads(plan.policy.threads);
 

@@ -92,10 +92,12 @@ int run(const Options& o) {
   if (o.prompt.empty() == o.input.empty())
     fail("generate: give exactly one of --prompt or --input");
   validate(o.sampling);
-  // The reference forward reads every weight where it is: the experts stay mapped.
-  const size_t host_mem = o.host_mem.empty() || o.reference ? 0 : parse_bytes(o.host_mem, "--host-mem");
+  // The reference forward reads every weight where it is: the experts stay mapped, whatever the
+  // budget.
+  const HostBudget budget = o.reference ? HostBudget{SIZE_MAX, "--reference"}
+                                        : host_memory_budget(o.host_mem, true);
   Model model =
-      load_model_for_run(o.model_dir, {o.policy.expert_dtype, o.policy.expert_group}, host_mem);
+      load_model_for_run(o.model_dir, {o.policy.expert_dtype, o.policy.expert_group}, budget);
   auto tok = Tokenizer::load(o.model_dir);
   std::optional<ChatPrompter> chat;
   if (o.chat) chat.emplace(ChatPrompter::load(o.model_dir, *tok));
@@ -121,7 +123,7 @@ int run(const Options& o) {
   }
   DeviceOptions device = o.device;
   const EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests,
-                                            host_memory_bytes(o.host_mem, model.config));
+                                            budget.bytes);
   const Policy& policy = plan.policy;
   omp_set_num_threads(policy.threads);
   BatchEngine engine(model, policy, device);

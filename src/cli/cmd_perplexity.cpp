@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
+#include "engine/weights_in_memory.h"
 #include "engine/perplexity.h"
 #include "io/tokenizer.h"
 #include "model/expert_quant.h"
@@ -56,7 +57,8 @@ int window_length(const Options& o, const ModelConfig& c) {
 // The engine for `model`, planned for the windows as requests, with room for the logits of every
 // row a step holds.
 std::unique_ptr<BatchEngine> make_engine(const Model& model, const Options& o,
-                                         const PerplexityWindows& w, DeviceOptions& device) {
+                                         const HostBudget& budget, const PerplexityWindows& w,
+                                         DeviceOptions& device) {
   std::vector<Request> requests;
   for (size_t i = 0; i < w.inputs.size(); ++i) {
     Request r;
@@ -64,8 +66,7 @@ std::unique_ptr<BatchEngine> make_engine(const Model& model, const Options& o,
     r.max_new_tokens = 1;
     requests.push_back(std::move(r));
   }
-  EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests,
-                                      host_memory_bytes(o.host_mem, model.config));
+  EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests, budget.bytes);
   Policy policy = plan.policy;
   policy.logit_rows = policy.batch + policy.prefill_chunk;
   omp_set_num_threads(policy.threads);
@@ -104,22 +105,32 @@ std::optional<Compared> compared(const Options& o) {
                                            expert_dtype_name(o.policy.expert_dtype))};
 }
 
-Model load_with_experts(const std::string& dir, const Options& o, bool quantize) {
-  Model m = load_model(dir);
-  if (quantize) quantize_model_experts(m, {o.policy.expert_dtype, o.policy.expert_group});
-  return m;
+// `dir` loaded within `budget`, its experts quantized as --expert-dtype asks when `quantize`.
+Model load_with_experts(const std::string& dir, const Options& o, const HostBudget& budget,
+                        bool quantize) {
+  const ExpertQuant quant =
+      quantize ? ExpertQuant{o.policy.expert_dtype, o.policy.expert_group} : ExpertQuant{};
+  return load_model_for_run(dir, quant, budget);
+}
+
+// With a second model to compare, each gets half of the budget: both are held at once.
+HostBudget model_budget(const Options& o, bool comparing) {
+  HostBudget b = host_memory_budget(o.host_mem, true);  // before loading takes some
+  if (!comparing) return b;
+  return {b.bytes / 2, "half of " + b.source + ", for each of the two models compared"};
 }
 
 int run(const Options& o) {
   const std::optional<Compared> other_model = compared(o);
   // Compared against its own quantization (no --compare), the first model keeps its experts.
-  Model model = load_with_experts(o.model_dir, o, !o.compare_dir.empty());
+  const HostBudget budget = model_budget(o, other_model.has_value());
+  Model model = load_with_experts(o.model_dir, o, budget, !o.compare_dir.empty());
   auto tok = Tokenizer::load(o.model_dir);
   const std::vector<int32_t> tokens = tok->encode(read_text(o.file), false);
   const int ctx = window_length(o, model.config);
   const PerplexityWindows windows = make_windows(tokens, ctx, tok->bos_id());
   DeviceOptions device = o.device;
-  auto engine = make_engine(model, o, windows, device);
+  auto engine = make_engine(model, o, budget, windows, device);
 
   nlohmann::json out = {{"model", o.model_dir},
                         {"file", o.file},
@@ -130,9 +141,9 @@ int run(const Options& o) {
     const PerplexityResult r = score_perplexity(*engine, windows, progress_line());
     out.update(perplexity_json(r));
   } else {
-    Model other = load_with_experts(other_model->dir, o, true);
+    Model other = load_with_experts(other_model->dir, o, budget, true);
     DeviceOptions other_device = o.device;
-    auto other_engine = make_engine(other, o, windows, other_device);
+    auto other_engine = make_engine(other, o, budget, windows, other_device);
     // Both engines' log-probabilities of the windows in flight: at most ~256 MiB of them.
     const size_t per_window =
         size_t(ctx - 1 - windows.first) * size_t(model.config.vocab_size) * sizeof(float);

@@ -140,7 +140,13 @@ int run(const Options& o) {
     work = uniform_workload(o.requests > 0 ? o.requests : 256, o.prompt_len, o.gen_len);
   }
   MemoryLimits limits;
-  limits.host_bytes = host_memory_bytes(o.host_mem, c);
+  // plan allocates nothing in proportion: it may plan for another machine's --host-mem.
+  // A preset names a released model: planned as its safetensors folder would be served.
+  const HostBudget budget = host_memory_budget(o.host_mem, false);
+  require_servable(c, budget, o.preset.empty() ? o.model_dir : "--preset " + o.preset,
+                   o.preset.empty() ? disk_tier_refusal(o.model_dir, c) : "");
+  limits.host_bytes = budget.bytes;
+  limits.experts_on_disk = experts_stay_on_disk(c, budget.bytes);
   limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
 
   const HardwareProfile hw =

@@ -81,13 +81,14 @@ void add_expert_dtype_options(CLI::App& sub, ExpertDtype& dtype, int& group_size
 
 void add_host_memory_option(CLI::App& sub, std::string& host_mem) {
   sub.add_option("--host-mem", host_mem,
-                 "Host memory for weights, KV cache and activations, e.g. 20GiB (default: the "
-                 "weights plus half of the memory available now)")
+                 "Host memory for weights, KV cache and activations, e.g. 20GiB (default: what "
+                 "this process may allocate now, under MemAvailable, cgroup limits and ulimit "
+                 "-v, less a margin of 5%)")
       ->group("Policy (0: automatic)");
 }
 
-size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config) {
-  return host_mem.empty() ? default_host_memory(config) : parse_bytes(host_mem, "--host-mem");
+HostBudget host_memory_budget(const std::string& host_mem, bool allocating) {
+  return host_budget(host_mem.empty() ? 0 : parse_bytes(host_mem, "--host-mem"), allocating);
 }
 
 void add_device_options(CLI::App& sub, DeviceOptions& d) {

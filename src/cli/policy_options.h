@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/engine_device.h"
+#include "engine/host_budget.h"
 #include "model/config.h"
 #include "runtime/policy.h"
 
@@ -18,8 +19,9 @@ void add_expert_dtype_options(CLI::App& sub, ExpertDtype& dtype, int& group_size
 
 // --host-mem: host memory the planner may fill with weights, KV cache and activations.
 void add_host_memory_option(CLI::App& sub, std::string& host_mem);
-// Its value in bytes; "" gives default_host_memory (engine/engine_plan.h).
-size_t host_memory_bytes(const std::string& host_mem, const ModelConfig& config);
+// Its value as a budget (engine/host_budget.h): "" gives what this process may allocate less a
+// margin; commands that allocate what they plan (`allocating`) refuse more than it may allocate.
+HostBudget host_memory_budget(const std::string& host_mem, bool allocating);
 
 // The model a planning or benchmarking command works on: --model DIR or --preset NAME, and
 // --layers N (keep the first N layers).

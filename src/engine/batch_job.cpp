@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
+#include "engine/host_budget.h"
 #include "engine/job_progress.h"
 #include "engine/stop_strings.h"
 #include "engine/weights_in_memory.h"
@@ -97,8 +98,10 @@ class Job {
   BatchJobSummary run() {
     const auto t0 = Clock::now();
     const std::vector<InputLine> lines = read_input(o_.input);
+    // The budget is measured before loading, which takes some of what the machine has.
+    budget_ = host_budget(o_.host_memory_bytes, true);
     model_ = load_model_for_run(o_.model_dir, {o_.policy.expert_dtype, o_.policy.expert_group},
-                                o_.host_memory_bytes);
+                                budget_);
     read_weights_if_they_fit(model_);
     tokenizer_ = Tokenizer::load(o_.model_dir);
     ResultsFile results(o_.output);
@@ -228,8 +231,7 @@ class Job {
     if (requests.empty()) return;
     DeviceOptions device = o_.device;
     const EnginePlan plan = plan_for_requests(
-        model_.config, o_.policy, device, requests,
-        o_.host_memory_bytes > 0 ? o_.host_memory_bytes : default_host_memory(model_.config));
+        model_.config, o_.policy, device, requests, budget_.bytes);
     const Policy& policy = plan.policy;
     omp_set_num_threads(policy.threads);
     fmt::print(stderr, "run: policy {}\n", plan.describe());
@@ -283,6 +285,7 @@ class Job {
   }
 
   const BatchJobOptions& o_;
+  HostBudget budget_;
   Model model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatPrompter> prompter_;

@@ -28,7 +28,8 @@ struct BatchJobOptions {
   std::filesystem::path model_dir, input, output;
   int max_tokens_default = 256;
   Policy policy;                 // fields left 0 are chosen by the planner for the job's requests
-  size_t host_memory_bytes = 0;  // for weights, KV cache and activations; 0: default_host_memory
+  size_t host_memory_bytes = 0;  // for weights, KV cache and activations; 0: the default budget
+                                 // (engine/host_budget.h)
   DeviceOptions device;          // where the engine runs its steps (engine/engine_device.h)
   bool live_progress = false;    // rewrite a status line (stderr is a terminal)
   double log_seconds = 5.0;      // otherwise a progress line this often

@@ -16,7 +16,6 @@
 #include "engine/throughput_report.h"
 #include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
-#include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/profiler.h"
 #include "runtime/scheduler.h"
@@ -171,10 +170,6 @@ HardwareProfile planner_profile(int threads) {
   }
   if (!p.gpu) p.gpu = cached_quick_gpu_profile();
   return p;
-}
-
-size_t default_host_memory(const ModelConfig& c) {
-  return model_weight_bytes(c) + available_memory_bytes() / 2;
 }
 
 std::string EnginePlan::describe() const {

@@ -25,9 +25,6 @@ namespace sluice {
 // once, cached), so the default device plans the GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
 
-// Host memory the planner may fill when the user gives no --host-mem: the weights, plus half of
-// what the system has available now for the KV cache and activations.
-size_t default_host_memory(const ModelConfig& c);
 
 struct EnginePlan {
   Policy policy;        // every field resolved

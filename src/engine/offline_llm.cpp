@@ -65,8 +65,8 @@ OfflineLlm::OfflineLlm(const std::filesystem::path& model, Policy policy, Device
       device_(std::move(device)),
       host_memory_bytes_(host_memory_bytes) {
   // As `sluice run` loads it: the disk tier where the weights exceed the host memory.
-  model_ = load_model_for_run(model, {policy_.expert_dtype, policy_.expert_group},
-                              host_memory_bytes_);
+  budget_ = host_budget(host_memory_bytes_, true);
+  model_ = load_model_for_run(model, {policy_.expert_dtype, policy_.expert_group}, budget_);
   read_weights_if_they_fit(model_);
   tokenizer_ = Tokenizer::load(model);
 }
@@ -102,7 +102,7 @@ std::vector<GenerationResult> OfflineLlm::generate_ids(std::vector<std::vector<i
   DeviceOptions device = device_;
   const EnginePlan plan = plan_for_requests(
       model_.config, policy_, device, requests,
-      host_memory_bytes_ > 0 ? host_memory_bytes_ : default_host_memory(model_.config));
+      budget_.bytes);
   omp_set_num_threads(plan.policy.threads);
   BatchEngine engine(model_, plan.policy, device);
   std::vector<Completion> completions(requests.size());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine_device.h"
+#include "engine/host_budget.h"
 #include "io/chat_prompt.h"
 #include "io/tokenizer.h"
 #include "model/weights.h"
@@ -62,7 +63,8 @@ class OfflineLlm {
   std::filesystem::path model_dir_;
   Policy policy_;
   DeviceOptions device_;
-  size_t host_memory_bytes_;
+  size_t host_memory_bytes_;  // --host-mem's bytes; 0: the default budget
+  HostBudget budget_;
   Model model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatPrompter> prompter_;

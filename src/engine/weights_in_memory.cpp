@@ -8,7 +8,6 @@
 #include <map>
 
 #include "core/error.h"
-#include "engine/engine_plan.h"
 #include "model/expert_quant.h"
 #include "model/model_stats.h"
 #include "runtime/planner/planner.h"
@@ -51,13 +50,13 @@ void copy_resident_weights(Model& model) {
 }  // namespace
 
 Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
-                         size_t host_memory_bytes, int layers) {
+                         const HostBudget& budget, int layers) {
   ModelConfig c = load_model_config(dir);
   if (layers > c.num_layers) fail("--layers {}: the model has {} layers", layers, c.num_layers);
   if (layers > 0) c.num_layers = layers;
-  if (host_memory_bytes == 0) host_memory_bytes = default_host_memory(c);
   if (!c.expert_quant.quantized()) c.expert_quant = resolve_expert_quant(c, quant, dir.string());
-  const bool on_disk = experts_stay_on_disk(c, host_memory_bytes);
+  require_servable(c, budget, dir.string(), disk_tier_refusal(dir, c));
+  const bool on_disk = experts_stay_on_disk(c, budget.bytes);
   Model model = load_model(dir, {.experts_on_disk = on_disk});
   if (layers > 0) {  // the first layers of the model
     model.config.num_layers = layers;

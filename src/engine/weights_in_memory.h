@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "engine/host_budget.h"
 #include "model/weights.h"
 
 namespace sluice {
@@ -14,13 +15,14 @@ struct WeightsRead {
   bool skipped = false;  // the weights are larger than 90% of the memory available now
 };
 
-// Loads the model at `dir` for a run within `host_memory_bytes` (0: default_host_memory): whole,
-// or, when its weights (with the experts quantized as `quant` asks) are larger than that, with
-// the routed experts left in their files for the disk tier (Model::expert_files) and the other
-// weights copied out of the mapping; then quantizes its experts as `quant` asks. `layers` > 0:
-// only the model's first layers (bench --layers).
+// Loads the model at `dir` for a run within `budget`: whole, or, when its weights (with the
+// experts quantized as `quant` asks) are larger than that, with the routed experts left in their
+// files for the disk tier (Model::expert_files) and the other weights copied out of the mapping;
+// then quantizes its experts as `quant` asks. Refuses, before loading, a model that cannot be
+// served within the budget (require_servable). `layers` > 0: only the model's first layers
+// (bench --layers).
 Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
-                         size_t host_memory_bytes, int layers = 0);
+                         const HostBudget& budget, int layers = 0);
 
 // read_weights_into_memory when the weights fit in 90% of the memory available now; a larger
 // model stays mapped lazily (the disk tier's case), and a model made in memory has nothing to read.

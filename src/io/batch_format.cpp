@@ -209,7 +209,7 @@ BatchLine parse_batch_line(std::string_view text, int line_number) {
   Json object;
   try {
     object = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number too large
     return fail_line(batch_error::kInvalidJson, fmt::format("not valid JSON ({})", e.what()));
   }
   if (!object.is_object())
@@ -294,8 +294,9 @@ std::optional<RecordedResult> read_result_line(std::string_view text) {
   r.custom_id = id->get<std::string>();
   auto error = line.find("error");
   auto response = line.find("response");
-  r.failed = (error != line.end() && !error->is_null()) || response == line.end() ||
-             !response->is_object() || response->value("status_code", 0) != 200;
+  const bool ok = response != line.end() && response->is_object() &&
+                  response->contains("status_code") && (*response)["status_code"] == 200;
+  r.failed = (error != line.end() && !error->is_null()) || !ok;
   return r;
 }
 

@@ -15,8 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "engine/stop_strings.h"
-#include "io/batch_format.h"
 #include "io/model_chat_template.h"
 #include "server/peer_watch.h"
 #include "server/request_state.h"
@@ -38,51 +36,6 @@ void send_json(httplib::Response& res, const Json& body) {
   res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
-// The field a parse error message names ("field 'top_p': ..."), for the error's `param`.
-Json param_of(const std::string& message) {
-  const std::string marker = "field '";
-  const size_t at = message.find(marker);
-  if (at == std::string::npos) return nullptr;
-  const size_t end = message.find('\'', at + marker.size());
-  if (end == std::string::npos) return nullptr;
-  return message.substr(at + marker.size(), end - at - marker.size());
-}
-
-constexpr int kMaxTopLogprobs = 20;
-
-// How many alternatives each token's logprobs list (-1: no logprobs), from the body's fields:
-// chat's "logprobs": bool with "top_logprobs": 0-20, the legacy completions' "logprobs": 0-20.
-// Empty after an error message naming the field.
-std::variant<int, std::string> top_logprobs_asked(const Json& body, bool chat) {
-  auto field = [&](const char* name) { return body.contains(name) && !body[name].is_null(); };
-  auto count = [&](const char* name) -> std::optional<int> {
-    const Json& v = body[name];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTopLogprobs)
-      return std::nullopt;
-    return int(v.get<int64_t>());
-  };
-  const std::string range = fmt::format("an integer from 0 to {}", kMaxTopLogprobs);
-  if (!chat) {
-    if (field("top_logprobs"))
-      return "field 'top_logprobs': not a field of /v1/completions (its 'logprobs' is the count)";
-    if (!field("logprobs")) return -1;
-    if (std::optional<int> n = count("logprobs")) return *n;
-    return fmt::format("field 'logprobs': expected {}, got {}", range, body["logprobs"].dump());
-  }
-  bool wanted = false;
-  if (field("logprobs")) {
-    if (!body["logprobs"].is_boolean())
-      return fmt::format("field 'logprobs': expected true or false, got {}",
-                         body["logprobs"].dump());
-    wanted = body["logprobs"].get<bool>();
-  }
-  if (!field("top_logprobs")) return wanted ? 0 : -1;
-  if (!wanted) return std::string("field 'top_logprobs': needs 'logprobs': true");
-  if (std::optional<int> n = count("top_logprobs")) return *n;
-  return fmt::format("field 'top_logprobs': expected {}, got {}", range,
-                     body["top_logprobs"].dump());
-}
-
 Json usage_json(const RequestState& s) {
   return {{"prompt_tokens", s.prompt_tokens()},
           {"completion_tokens", s.completion_tokens()},
@@ -96,17 +49,6 @@ bool write_event(httplib::DataSink& sink, const std::string& data) {
 }
 
 }  // namespace
-
-// What one completion request asked for, beyond the engine's Request.
-struct CompletionCall {
-  bool chat = false;
-  bool stream = false;
-  bool include_usage = false;
-  int top_logprobs = -1;     // -1: no logprobs
-  size_t text_offset = 0;    // the legacy completions' text_offset of the next token
-  std::string id;
-  int64_t created = 0;
-};
 
 struct OpenAiServer::Impl {
   ServedModel model;
@@ -185,57 +127,6 @@ struct OpenAiServer::Impl {
             {"choices", std::move(choices)}};
   }
 
-  // The engine's Request for a parsed body, or false after sending the error.
-  bool build_request(const BatchRequest& b, Request& r, httplib::Response& res) {
-    const ModelConfig& c = *model.config;
-    if (b.endpoint == BatchEndpoint::kChatCompletions) {
-      if (!model.prompter) {
-        send_error(res, 400, model.prompter_error, "invalid_request_error", "messages");
-        return false;
-      }
-      try {
-        r.prompt = model.prompter->encode(b.messages);
-      } catch (const std::exception& e) {
-        send_error(res, 400, fmt::format("the chat template failed: {}", e.what()),
-                   "invalid_request_error", "messages");
-        return false;
-      }
-    } else if (b.prompt_ids) {
-      r.prompt = *b.prompt_ids;
-      for (int id : r.prompt)
-        if (id >= c.vocab_size) {
-          send_error(res, 400,
-                     fmt::format("token id {} is outside the vocabulary [0, {})", id, c.vocab_size),
-                     "invalid_request_error", "prompt");
-          return false;
-        }
-    } else {
-      std::vector<int32_t> ids = model.tokenizer->encode(b.prompt);
-      r.prompt.assign(ids.begin(), ids.end());
-    }
-    const int prompt = int(r.prompt.size()), context = c.max_position_embeddings;
-    if (prompt == 0) {
-      send_error(res, 400, "the prompt is empty (0 tokens)", "invalid_request_error", "prompt");
-      return false;
-    }
-    if (prompt >= context || (b.max_tokens && prompt + *b.max_tokens > context)) {
-      send_error(res, 400,
-                 fmt::format("this model's context holds {} tokens; the request has {} prompt "
-                             "tokens and asks for {} more",
-                             context, prompt, b.max_tokens.value_or(1)),
-                 "invalid_request_error", "max_tokens", "context_length_exceeded");
-      return false;
-    }
-    r.max_new_tokens = b.max_tokens.value_or(std::min(o.max_tokens_default, context - prompt));
-    r.sampling.temperature = b.temperature.value_or(1.0f);
-    r.sampling.top_p = b.top_p.value_or(1.0f);
-    r.sampling.top_k = b.top_k.value_or(0);
-    r.sampling.seed = b.seed.value_or(next_seed++ * 0x9E3779B97F4A7C15ull);
-    r.stop_token_ids = c.eos_token_ids;
-    r.stop_check = make_stop_check(*model.tokenizer, b.stop);
-    return true;
-  }
-
   void complete(const httplib::Request& req, httplib::Response& res, bool chat);
   void respond_whole(CompletionCall& call, RequestState& state, int64_t id,
                      const httplib::Request& req, httplib::Response& res);
@@ -248,40 +139,12 @@ struct OpenAiServer::Impl {
 };
 
 void OpenAiServer::Impl::complete(const httplib::Request& req, httplib::Response& res, bool chat) {
-  Json body;
-  try {
-    body = Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
-    return send_error(res, 400, fmt::format("the body is not valid JSON ({})", e.what()),
-                      "invalid_request_error");
-  }
-  CompletionCall call;
-  call.chat = chat;
-  if (body.is_object()) {
-    std::variant<int, std::string> top = top_logprobs_asked(body, chat);
-    if (const std::string* error = std::get_if<std::string>(&top))
-      return send_error(res, 400, *error, "invalid_request_error", param_of(*error));
-    call.top_logprobs = std::get<int>(top);
-    if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
-      if (!s->is_boolean())
-        return send_error(res, 400, "field 'stream': expected true or false",
-                          "invalid_request_error", "stream");
-      call.stream = s->get<bool>();
-    }
-    if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
-      call.include_usage = so->value("include_usage", false);
-  }
-  const BatchEndpoint endpoint =
-      chat ? BatchEndpoint::kChatCompletions : BatchEndpoint::kCompletions;
-  BatchLine parsed = parse_request_body(
-      body, endpoint, {"stream", "stream_options", "logprobs", "top_logprobs", "user"});
-  if (!parsed.request)
-    return send_error(res, 400, parsed.error_message, "invalid_request_error",
-                      param_of(parsed.error_message));
-  Request r;
-  if (!build_request(*parsed.request, r, res)) return;
-  r.top_logprobs = call.top_logprobs;
-  auto state = std::make_shared<RequestState>(*model.tokenizer, parsed.request->stop);
+  auto parsed = parse_completion(req.body, chat, model, o.max_tokens_default,
+                                 next_seed++ * 0x9E3779B97F4A7C15ull);
+  if (const auto* e = std::get_if<ApiError>(&parsed))
+    return send_error(res, e->status, e->message, e->type.c_str(), e->param, e->code);
+  auto& [call, r, stop] = std::get<CompletionRequest>(parsed);
+  auto state = std::make_shared<RequestState>(*model.tokenizer, stop);
   const OnlineSession::Submitted sub = session.submit(std::move(r), state);
   if (sub.admission == OnlineSession::Admission::kQueueFull)
     return send_error(res, 429, "the server's request queue is full; retry later", "requests",

@@ -13,9 +13,7 @@
 #include <string>
 
 #include "engine/online_session.h"
-#include "io/chat_prompt.h"
-#include "io/tokenizer.h"
-#include "model/config.h"
+#include "server/completion_request.h"
 
 namespace httplib {
 class Server;
@@ -31,14 +29,6 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int max_tokens_default = 256;
   int http_threads = 128;  // each open stream holds one
-};
-
-// What the server serves; all outlive it.
-struct ServedModel {
-  const ModelConfig* config = nullptr;
-  const Tokenizer* tokenizer = nullptr;
-  const ChatPrompter* prompter = nullptr;  // null: the model has no chat template
-  std::string prompter_error;             // why, for chat requests
 };
 
 class OpenAiServer {

@@ -25,7 +25,8 @@ std::string model_name(const std::filesystem::path& dir) {
   return p.filename().string();
 }
 
-EnginePlan plan_for_serving(const ServeOptions& o, const ModelConfig& c, DeviceOptions& device) {
+EnginePlan plan_for_serving(const ServeOptions& o, const ModelConfig& c, const HostBudget& budget,
+                            DeviceOptions& device) {
   const int context = c.max_position_embeddings;
   const int prompt = o.plan_prompt_len > 0 ? o.plan_prompt_len : std::clamp(context / 4, 1, 256);
   const int gen = o.plan_gen_len > 0 ? o.plan_gen_len
@@ -33,7 +34,7 @@ EnginePlan plan_for_serving(const ServeOptions& o, const ModelConfig& c, DeviceO
                                                             context - prompt));
   std::vector<WorkloadRequest> work(size_t(o.plan_requests), WorkloadRequest{prompt, gen});
   return plan_for_workload(planner_profile(o.policy.threads), c, o.policy, device, work,
-                           o.host_memory_bytes > 0 ? o.host_memory_bytes : default_host_memory(c));
+                           budget.bytes);
 }
 
 }  // namespace
@@ -46,8 +47,9 @@ int serve(ServeOptions o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  Model model = load_model(o.model_dir);
-  quantize_model_experts(model, {o.policy.expert_dtype, o.policy.expert_group});
+  const HostBudget budget = host_budget(o.host_memory_bytes, true);  // before loading takes some
+  Model model =
+      load_model_for_run(o.model_dir, {o.policy.expert_dtype, o.policy.expert_group}, budget);
   read_weights_if_they_fit(model);
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(o.model_dir);
   ServedModel served{&model.config, tokenizer.get(), nullptr, ""};
@@ -59,7 +61,7 @@ int serve(ServeOptions o) {
     served.prompter_error = fmt::format("this model has no usable chat template: {}", e.what());
   }
   DeviceOptions device = o.device;
-  const EnginePlan plan = plan_for_serving(o, model.config, device);
+  const EnginePlan plan = plan_for_serving(o, model.config, budget, device);
   omp_set_num_threads(plan.policy.threads);
   fmt::print(stderr, "serve: policy {}\n", plan.describe());
   BatchEngine engine(model, plan.policy, device);

@@ -552,7 +552,10 @@ TEST_F(Server, TheBinaryExitsZeroOnSigterm) {
                       "application/json");
     return res ? res->status : -1;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The signal comes once the server has admitted the request (a fixed wait lost that race on a
+  // loaded machine, and the request arrived after the signal).
+  for (int i = 0; i < 500 && metric(client, "requests_accepted_total") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   kill(pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);

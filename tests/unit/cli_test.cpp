@@ -162,8 +162,14 @@ TEST_F(Cli, GenerateRunsThePlannersPolicyWithinTheHostMemoryLimit) {
   auto starved = run_command(sluice_command(base + " --host-mem 64KiB"));
   EXPECT_EQ(starved.status, 1);
   EXPECT_EQ(lines_of(starved.output).size(), 1u) << starved.output;
-  EXPECT_EQ(starved.output.rfind("error: planner: needs at least ", 0), 0u) << starved.output;
-  EXPECT_NE(starved.output.find("got 64.00 KiB"), std::string::npos) << starved.output;
+  // Refused before loading: not even the disk tier's resident part fits.
+  EXPECT_EQ(starved.output.rfind("error: " + model().string() + ": the weights need ", 0), 0u)
+      << starved.output;
+  EXPECT_NE(starved.output.find("more than the budget of 64.00 KiB (--host-mem); even with the "
+                                "routed experts on disk"),
+            std::string::npos)
+      << starved.output;
+  EXPECT_NE(starved.output.find("sluice quantize"), std::string::npos) << starved.output;
 }
 
 TEST_F(Cli, SampledGenerationDependsOnTheSeedOnly) {

@@ -28,6 +28,13 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
+// The model at `dir` loaded with a budget one byte short of its weights: the routed experts stay
+// on disk (the resident part and a small pool fit).
+Model load_with_experts_on_disk(const fs::path& dir) {
+  const size_t weights = model_weight_bytes(load_model_config(dir));
+  return load_model_for_run(dir, {}, {weights - 1, "a test's budget"});
+}
+
 struct RunResult {
   std::map<std::pair<int64_t, int>, std::vector<float>> logits;
   std::vector<std::vector<int>> tokens;
@@ -82,7 +89,7 @@ TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 11);
   const Model in_memory = load_model(model_dir);
-  const Model on_disk = load_model_for_run(model_dir, {}, 1);  // 1 byte: nothing fits
+  const Model on_disk = load_with_experts_on_disk(model_dir);
   ASSERT_TRUE(on_disk.expert_files);
   EXPECT_TRUE(on_disk.weights.layers.back().expert_gate.empty());
   const int64_t experts = all_experts(on_disk.config);
@@ -110,7 +117,7 @@ TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
 TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);
-  const Model on_disk = load_model_for_run(model_dir, {}, 1);
+  const Model on_disk = load_with_experts_on_disk(model_dir);
   const int64_t experts = all_experts(on_disk.config);
   const RunResult got = run_engine(on_disk, int(experts), 6);
   const ExpertPoolStats& s = got.stats.disk;
@@ -138,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir / "m", 13);
-  const Model on_disk = load_model_for_run(dir / "m", {}, 1);
+  const Model on_disk = load_with_experts_on_disk(dir / "m");
   // The expert range that ends the file is cut after its first byte.
   const ExpertFiles& files = *on_disk.expert_files;
   ASSERT_EQ(files.files.size(), 1u);

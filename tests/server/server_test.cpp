@@ -552,10 +552,12 @@ TEST_F(Server, TheBinaryExitsZeroOnSigterm) {
                       "application/json");
     return res ? res->status : -1;
   });
-  // The signal comes once the server has admitted the request (a fixed wait lost that race on a
-  // loaded machine, and the request arrived after the signal).
-  for (int i = 0; i < 500 && metric(client, "requests_accepted_total") < 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // The signal comes once the request runs (or has finished): one still waiting for its first
+  // step when the signal comes is failed with 503, as the server fails every waiting request.
+  for (int i = 0; i < 1000 && metric(client, "running_sequences") < 1 &&
+                  metric(client, "requests_finished_total") < 1;
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   kill(pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);

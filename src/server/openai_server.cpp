@@ -6,9 +6,8 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <chrono>
-#include <variant>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <thread>
@@ -192,7 +191,8 @@ void OpenAiServer::Impl::respond_stream(CompletionCall call,
     for (;;) {
       RequestState::Delta d = state->next_delta(1000);
       // A comment line when there is nothing to send: a client that went away is noticed.
-      const bool news = !d.text.empty() || (call.top_logprobs >= 0 && !d.logprobs.empty());
+      // (A request that asked for no logprobs gets none in its deltas.)
+      const bool news = !d.text.empty() || !d.logprobs.empty();
       const bool alive =
           news ? event(Json::array({choice(call, d.text, nullptr, logprobs_json(call, d.logprobs))}),
                        false)

@@ -49,14 +49,7 @@ RunResult run_engine(const Model& m, int pool_experts, int new_tokens = 4) {
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
     out.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
   });
-  std::vector<Request> requests;
-  for (int i = 0; i < int(std::size(testing::kPromptLengths)); ++i) {
-    Request r;
-    r.id = i;
-    r.prompt = testing::prompt_of(testing::kPromptLengths[i], i, m.config.vocab_size);
-    r.max_new_tokens = new_tokens;
-    requests.push_back(r);
-  }
+  std::vector<Request> requests = testing::prompt_length_requests(m.config.vocab_size, new_tokens);
   out.tokens.resize(requests.size());
   engine.run(requests, [&](Completion&& c) { out.tokens[size_t(c.id)] = c.tokens; });
   out.stats = engine.stats();

@@ -58,14 +58,7 @@ EngineRun run(BatchEngine& engine, const ModelConfig& c, bool observe = true) {
     out.max_kv_usage = std::max(out.max_kv_usage, progress.kv_usage);
     prefill = s.prefill_tokens, decode = s.decode_tokens;
   });
-  std::vector<Request> requests;
-  for (int i = 0; i < int(std::size(kPromptLengths)); ++i) {
-    Request r;
-    r.id = i;
-    r.prompt = prompt_of(kPromptLengths[i], i, c.vocab_size);
-    r.max_new_tokens = kNew;
-    requests.push_back(r);
-  }
+  std::vector<Request> requests = testing::prompt_length_requests(c.vocab_size, kNew);
   engine.run(requests, [&](Completion&& done) { out.done[done.id] = std::move(done); });
   out.stats = engine.stats();
   return out;

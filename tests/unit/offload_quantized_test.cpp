@@ -36,14 +36,7 @@ QuantRun run(BatchEngine& engine, const ModelConfig& c) {
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
     out.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
   });
-  std::vector<Request> requests;
-  for (int i = 0; i < int(std::size(testing::kPromptLengths)); ++i) {
-    Request r;
-    r.id = i;
-    r.prompt = testing::prompt_of(testing::kPromptLengths[i], i, c.vocab_size);
-    r.max_new_tokens = kNew;
-    requests.push_back(r);
-  }
+  std::vector<Request> requests = testing::prompt_length_requests(c.vocab_size, kNew);
   engine.run(requests, [&](Completion&& done) { out.tokens[done.id] = done.tokens; });
   out.stats = engine.stats();
   return out;

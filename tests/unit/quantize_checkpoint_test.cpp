@@ -33,14 +33,7 @@ std::vector<float> engine_logits(const Model& m) {
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
     rows[{id, pos}] = std::vector<float>(row.begin(), row.end());
   });
-  std::vector<Request> requests;
-  for (int i = 0; i < int(std::size(testing::kPromptLengths)); ++i) {
-    Request r;
-    r.id = i;
-    r.prompt = testing::prompt_of(testing::kPromptLengths[i], i, m.config.vocab_size);
-    r.max_new_tokens = 4;
-    requests.push_back(r);
-  }
+  std::vector<Request> requests = testing::prompt_length_requests(m.config.vocab_size, 4);
   engine.run(requests, [](Completion&&) {});
   std::vector<float> all;
   for (auto& [key, row] : rows) all.insert(all.end(), row.begin(), row.end());

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <functional>
+#include <iterator>
 #include <vector>
 
 #include "model/config.h"
 #include "model/presets.h"
 #include "runtime/policy.h"
+#include "runtime/request.h"
 
 namespace sluice::testing {
 
@@ -126,6 +128,19 @@ inline std::vector<int> prompt_of(int length, int salt, int vocab) {
   std::vector<int> p;
   for (int i = 0; i < length; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
   return p;
+}
+
+// One request of each of kPromptLengths (ids 0, 1, ...), each asking for `new_tokens`.
+inline std::vector<Request> prompt_length_requests(int vocab, int new_tokens) {
+  std::vector<Request> requests;
+  for (int i = 0; i < int(std::size(kPromptLengths)); ++i) {
+    Request r;
+    r.id = i;
+    r.prompt = prompt_of(kPromptLengths[i], i, vocab);
+    r.max_new_tokens = new_tokens;
+    requests.push_back(r);
+  }
+  return requests;
 }
 
 // A policy that exercises every mechanism of the engine on those requests, each generating

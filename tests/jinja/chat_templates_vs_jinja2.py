@@ -20,6 +20,7 @@ Exits 77 (skipped) when jinja2 or the shared folder is absent.
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -161,6 +162,7 @@ def preset_templates(sluice, work):
     found = []
     for preset in PRESETS:
         out = work / preset
+        shutil.rmtree(out, ignore_errors=True)  # make-model writes only into a new folder
         subprocess.run([sluice, "make-model", "--preset", preset, "--out", str(out),
                         "--layers", "1"], check=True, stdout=subprocess.DEVNULL)
         config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))

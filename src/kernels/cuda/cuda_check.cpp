@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_check.h"
 
 #include "core/error.h"
+#include "kernels/cuda/cublaslt_library.h"
 
 namespace sluice::gpu {
 
@@ -16,8 +17,9 @@ void cuda_check(cudaError_t status, const char* operation, const char* file, int
 
 void cublas_check(cublasStatus_t status, const char* operation, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  fail("cuBLAS error in {} ({}:{}): {}: {}", operation, file, line, cublasGetStatusName(status),
-       cublasGetStatusString(status));
+  const cuda::CublasLt& lt = cuda::cublaslt();
+  fail("cuBLAS error in {} ({}:{}): {}: {}", operation, file, line, lt.get_status_name(status),
+       lt.get_status_string(status));
 }
 
 int cuda_device_count() {

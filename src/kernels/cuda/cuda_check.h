@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 namespace sluice::gpu {

@@ -1,11 +1,10 @@
 #include "kernels/cuda/gemm.h"
 
-#include <cublasLt.h>
-
 #include <map>
 #include <tuple>
 
 #include "core/error.h"
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace sluice::cuda {
@@ -31,6 +30,7 @@ uint32_t alignment_of(const void* p) {
 }  // namespace
 
 struct GemmContext::Impl {
+  const CublasLt& lt = cublaslt();  // opened by the first GPU GEMM context
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -38,16 +38,16 @@ struct GemmContext::Impl {
   std::map<std::tuple<int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t>, Plan> plans;
 
   Impl(void* ws, size_t ws_bytes) : workspace(ws), workspace_bytes(ws_bytes) {
-    SLUICE_CUBLAS_CHECK(cublasLtCreate(&handle));
+    SLUICE_CUBLAS_CHECK(lt.create(&handle));
   }
   ~Impl() {
     for (auto& [key, p] : plans) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.c);
-      cublasLtMatmulDescDestroy(p.op);
+      lt.matrix_layout_destroy(p.a);
+      lt.matrix_layout_destroy(p.b);
+      lt.matrix_layout_destroy(p.c);
+      lt.matmul_desc_destroy(p.op);
     }
-    cublasLtDestroy(handle);
+    lt.destroy(handle);
   }
 
   const Plan& plan(const GemmShape& s, bool accumulate, uint32_t align_w, uint32_t align_x,
@@ -56,35 +56,35 @@ struct GemmContext::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
-    SLUICE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    SLUICE_CUBLAS_CHECK(lt.matmul_desc_create(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-    SLUICE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
+    SLUICE_CUBLAS_CHECK(lt.matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
                                                        &transpose, sizeof(transpose)));
     SLUICE_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+        lt.matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
     // Column-major: A = W stored k×n (ld k), used transposed; B = X stored k×m (ld k);
     // C = Y stored n×m (ld n).
     SLUICE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.n), s.k));
+        lt.matrix_layout_create(&p.a, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.n), s.k));
     SLUICE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.m), s.k));
+        lt.matrix_layout_create(&p.b, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.m), s.k));
     SLUICE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(s.n), uint64_t(s.m), s.n));
+        lt.matrix_layout_create(&p.c, CUDA_R_32F, uint64_t(s.n), uint64_t(s.m), s.n));
     cublasLtMatmulPreference_t pref = nullptr;
-    SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    SLUICE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    SLUICE_CUBLAS_CHECK(lt.matmul_preference_create(&pref));
+    SLUICE_CUBLAS_CHECK(lt.matmul_preference_set_attribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
     for (auto [attribute, align] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
                                     {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x},
                                     {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y},
                                     {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y}})
       SLUICE_CUBLAS_CHECK(
-          cublasLtMatmulPreferenceSetAttribute(pref, attribute, &align, sizeof(align)));
+          lt.matmul_preference_set_attribute(pref, attribute, &align, sizeof(align)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+        lt.matmul_algo_get_heuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    lt.matmul_preference_destroy(pref);
     SLUICE_CUBLAS_CHECK(status);
     if (found == 0)
       fail(
@@ -107,7 +107,7 @@ void GemmContext::gemm(const GemmShape& s, const uint16_t* x, const uint16_t* w,
     fail("cuda gemm: field 'shape': expected n, k > 0, got m={} n={} k={}", s.m, s.n, s.k);
   const Plan& p = impl_->plan(s, beta != 0.0f, alignment_of(w), alignment_of(x), alignment_of(y));
   const float alpha = 1.0f;
-  SLUICE_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,
+  SLUICE_CUBLAS_CHECK(impl_->lt.matmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,
                                      p.c, &p.algo, impl_->workspace, impl_->workspace_bytes,
                                      stream));
 }

@@ -6,7 +6,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,9 +13,9 @@
 #include "cli/command.h"
 #include "cli/machine_report.h"
 #include "cli/policy_options.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "model/expert_quant.h"
 #include "engine/batch_engine.h"
 #include "engine/device_report.h"
 #include "engine/disk_report.h"
@@ -24,6 +23,7 @@
 #include "engine/throughput_report.h"
 #include "engine/weights_in_memory.h"
 #include "kernels/cpu/isa.h"
+#include "model/expert_quant.h"
 #include "model/model_stats.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
@@ -67,7 +67,7 @@ struct LoadedModel {
 };
 
 LoadedModel load_for_bench(const Options& o, const HostBudget& budget) {
-  auto t_load = std::chrono::steady_clock::now();
+  const auto t_load = Clock::now();
   LoadedModel l;
   const ExpertQuant quant{o.policy.expert_dtype, o.policy.expert_group};
   if (o.preset.empty()) {
@@ -77,8 +77,7 @@ LoadedModel load_for_bench(const Options& o, const HostBudget& budget) {
     quantize_model_experts(l.model, quant);
   }
   l.read_in = read_weights_if_they_fit(l.model);
-  l.load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  l.load_seconds = seconds_since(t_load);
   return l;
 }
 
@@ -195,12 +194,11 @@ void print_json(const BenchResult& b) {
   j["profile_dram_bytes_per_s"] = b.hw->dram_bytes_per_s;
   j["peak_resident_bytes"] = b.peak_rss;
   j["weights_bytes"] = b.ms->total_bytes;
-  if (!s.disk_reads.empty())
-    add_disk_report(j, disk_report(s, b.wall, b.hw->disk_bytes_per_s), s);
+  if (!s.disk_reads.empty()) add_disk_report(j, disk_report(s, b.wall, b.hw->disk_bytes_per_s), s);
   if (const auto& backend = b.device->backend) {
     j["device"] = backend->device->name();
-    add_device_report(
-        j, device_report(s, b.wall, b.device->h2d_reference, b.device->h2d_source), s);
+    add_device_report(j, device_report(s, b.wall, b.device->h2d_reference, b.device->h2d_source),
+                      s);
   }
   fmt::print("{}\n", j.dump());
 }
@@ -250,17 +248,15 @@ void print_prediction_and_share(const BenchResult& b) {
       "           ceilings now are {:.0f}% (compute), {:.0f}% (sluice's GEMM) and {:.0f}% (DRAM) "
       "of the profile's: {}\n",
       100 * compute_ratio, 100 * gemm_ratio, 100 * dram_ratio,
-      profile_depressed
-          ? "the profile was measured under load; `sluice profile` measures it again"
-          : "other load on the machine slows the measurement, not the prediction");
+      profile_depressed ? "the profile was measured under load; `sluice profile` measures it again"
+                        : "other load on the machine slows the measurement, not the prediction");
 }
 
 void print_memory(const BenchResult& b) {
   const EngineStats& s = *b.stats;
   // With the experts on disk: the resident weights and the page pool.
-  const size_t weights_bytes =
-      b.ms->total_bytes +
-      size_t(b.plan->policy.pool_experts) * expert_slot_bytes(b.loaded->model.config);
+  const size_t weights_bytes = b.ms->total_bytes + size_t(b.plan->policy.pool_experts) *
+                                                       expert_slot_bytes(b.loaded->model.config);
   const double memory_bound = double(weights_bytes + s.kv_cache_bytes) * 1.10;
   fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
              human_bytes(double(b.peak_rss)), human_bytes(double(weights_bytes)),
@@ -308,8 +304,7 @@ int run(Options o) {
   const HardwareProfile hw = planner_profile(o.policy.threads);
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   DeviceOptions device_options = o.device;
-  const EnginePlan plan =
-      plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);
+  const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);
   const Prediction predicted = predict(hw, c, plan.policy, plan.offload, work);
   omp_set_num_threads(plan.policy.threads);
 
@@ -323,7 +318,7 @@ int run(Options o) {
   engine.set_step_observer(
       [&](const EngineStats& st, const BatchEngine::Progress&) { share.observe(st); });
   int64_t generated = 0;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   engine.run(synthetic_requests(o, c), [&](Completion&& done) {
     // Every request has the same shape: one that can never run means none can, and the
     // measurement would be of nothing.
@@ -334,13 +329,21 @@ int run(Options o) {
           done.id, done.error);
     generated += int64_t(done.tokens.size());
   });
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = seconds_since(t0);
 
   const EngineStats& s = engine.stats();
-  BenchResult b{&o, &loaded, &ms, &ceilings, &hw, &plan, &predicted, &device, &s};
+  BenchResult b{&o,
+                &loaded,
+                &ms,
+                &ceilings,
+                &hw,
+                &plan,
+                &predicted,
+                &device,
+                &s,
+                summarize(s, wall, int64_t(o.requests) * o.prompt_len, generated, ceilings,
+                          plan.policy.precision)};
   b.wall = wall;
-  b.report = summarize(s, wall, int64_t(o.requests) * o.prompt_len, generated, ceilings,
-                       plan.policy.precision);
   b.prefill_share = share.prefill_share(s.prefill_seconds, plan.policy.threads);
   b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);
   b.peak_rss = peak_resident_bytes();

@@ -4,21 +4,21 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <chrono>
 #include <fstream>
 #include <memory>
 #include <optional>
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "engine/weights_in_memory.h"
-#include "model/expert_quant.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
+#include "engine/weights_in_memory.h"
 #include "io/chat_prompt.h"
 #include "io/tokenizer.h"
+#include "model/expert_quant.h"
 #include "model/reference_forward.h"
 
 namespace sluice::cli {
@@ -65,7 +65,7 @@ int generate_with_reference(const Model& model, const Tokenizer& tok, const Opti
   Sampler sampler(o.sampling);
   StreamingDecoder out(tok);
   const auto& eos = model.config.eos_token_ids;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   std::vector<float> logits = forward.forward(ids);
   int generated = 0;
   if (!chat) fmt::print("{}", o.prompt);
@@ -81,7 +81,7 @@ int generate_with_reference(const Model& model, const Tokenizer& tok, const Opti
     logits = forward.forward(one);
   }
   fmt::print("{}\n", out.flush());
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double seconds = seconds_since(t0);
   fmt::print(stderr,
              "{} prompt + {} generated tokens in {:.2f} s ({:.1f} tokens/s, reference path)\n",
              ids.size(), generated, seconds, generated / seconds);
@@ -94,8 +94,8 @@ int run(const Options& o) {
   validate(o.sampling);
   // The reference forward reads every weight where it is: the experts stay mapped, whatever the
   // budget.
-  const HostBudget budget = o.reference ? HostBudget{SIZE_MAX, "--reference"}
-                                        : host_memory_budget(o.host_mem, true);
+  const HostBudget budget =
+      o.reference ? HostBudget{SIZE_MAX, "--reference"} : host_memory_budget(o.host_mem, true);
   Model model =
       load_model_for_run(o.model_dir, {o.policy.expert_dtype, o.policy.expert_group}, budget);
   auto tok = Tokenizer::load(o.model_dir);
@@ -122,15 +122,14 @@ int run(const Options& o) {
     requests.push_back(std::move(r));
   }
   DeviceOptions device = o.device;
-  const EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests,
-                                            budget.bytes);
+  const EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests, budget.bytes);
   const Policy& policy = plan.policy;
   omp_set_num_threads(policy.threads);
   BatchEngine engine(model, policy, device);
   std::vector<Completion> results(requests.size());
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   engine.run(std::move(requests), [&](Completion&& c) { results[size_t(c.id)] = std::move(c); });
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double seconds = seconds_since(t0);
   int64_t generated = 0;
   int failed = 0;
   const auto& eos = model.config.eos_token_ids;

@@ -1,10 +1,10 @@
 // sluice make-model: writes a Hugging Face model folder with random weights of a preset's shape.
 #include <fmt/core.h>
 
-#include <chrono>
 #include <memory>
 
 #include "cli/command.h"
+#include "core/clock.h"
 #include "core/units.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
@@ -22,10 +22,10 @@ struct Options {
 
 int run(const Options& o) {
   ModelConfig config = preset_config(o.preset, o.layers);
-  auto start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
   WriteStats stats =
       write_random_checkpoint(config, o.out, o.seed, parse_bytes(o.shard_size, "--shard-size"));
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = seconds_since(start);
   fmt::print("wrote {} ({} layers of {}) to {}: {} in {} file(s), {:.1f} s, {}/s\n", o.preset,
              config.num_layers, config.architecture, o.out, human_bytes(double(stats.bytes)),
              stats.shards, seconds, human_bytes(double(stats.bytes) / seconds));

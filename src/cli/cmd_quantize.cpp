@@ -2,11 +2,11 @@
 // group-wise scales (README.md, "Quantized checkpoints"), tensor by tensor in bounded memory.
 #include <fmt/core.h>
 
-#include <chrono>
 #include <memory>
 
 #include "cli/command.h"
 #include "cli/policy_options.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "model/expert_quant.h"
@@ -22,10 +22,9 @@ struct Options {
 };
 
 int run(const Options& o) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const QuantizeStats s = quantize_checkpoint(o.model, o.out, o.dtype, o.group);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_since(start);
   fmt::print("quantized {} expert matrices to {} (group {}): {} -> {} in {:.1f} s, wrote {}\n",
              s.matrices, expert_dtype_name(o.dtype), s.group_size, human_bytes(double(s.bytes_in)),
              human_bytes(double(s.bytes_out)), seconds, o.out);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/disk_experts.h"
 #include "engine/host_attention.h"
@@ -28,11 +29,6 @@
 namespace sluice {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The GEMMs run on bf16 weights, or on FP8 ones with block scales (dequantised tile by tile);
 // other dtypes are converted once here.

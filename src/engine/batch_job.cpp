@@ -1,4 +1,3 @@
-#include "model/expert_quant.h"
 #include "engine/batch_job.h"
 
 #include <fmt/format.h>
@@ -14,6 +13,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
@@ -25,17 +25,12 @@
 #include "io/chat_prompt.h"
 #include "io/results_file.h"
 #include "io/tokenizer.h"
+#include "model/expert_quant.h"
 #include "model/weights.h"
 #include "runtime/memory_info.h"
 
 namespace sluice {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct InputLine {
   int number = 0;

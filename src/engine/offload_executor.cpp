@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/host_attention.h"
@@ -29,11 +30,6 @@
 namespace sluice {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 size_t free_bytes(const offload::Device& d) {
   const offload::MemoryBudget& b = d.budget();

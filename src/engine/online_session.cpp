@@ -3,10 +3,10 @@
 #include <chrono>
 #include <exception>
 
+#include "core/clock.h"
+
 namespace sluice {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 Completion failed_completion(int64_t id, int prompt_tokens, std::string why) {
   Completion c;
@@ -38,8 +38,7 @@ OnlineSession::Submitted OnlineSession::submit(Request r,
   }
   r.id = next_id_++;
   OnlineListener* hears = listener.get();
-  r.on_generated = [hears](std::span<const int> generated,
-                           std::span<const TokenLogprob> logprobs) {
+  r.on_generated = [hears](std::span<const int> generated, std::span<const TokenLogprob> logprobs) {
     hears->on_tokens(generated, logprobs);
   };
   const int64_t id = r.id;
@@ -62,9 +61,8 @@ void OnlineSession::shutdown(double grace_seconds) {
     wake_.notify_one();
   }
   if (!thread_.joinable()) return;
-  const auto deadline =
-      Clock::now() +
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_seconds));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(grace_seconds));
   {
     std::unique_lock lock(mutex_);
     while (metrics_.running + metrics_.waiting + int64_t(inbox_.size()) > 0 &&
@@ -132,7 +130,7 @@ void OnlineSession::run_one_step() {
     fail_all(std::string("engine: ") + e.what(), /*running_too=*/true);
     return;
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   for (Completion& c : done) finish(std::move(c));
   std::lock_guard lock(mutex_);
   ++metrics_.steps;

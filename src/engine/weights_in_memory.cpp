@@ -3,15 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
 #include <map>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "model/expert_quant.h"
 #include "model/model_stats.h"
-#include "runtime/planner/planner.h"
 #include "runtime/memory_info.h"
+#include "runtime/planner/planner.h"
 
 namespace sluice {
 
@@ -75,9 +75,9 @@ WeightsRead read_weights_if_they_fit(const Model& model) {
     r.skipped = true;
     return r;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   r.bytes = read_weights_into_memory(model);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.seconds = seconds_since(start);
   return r;
 }
 

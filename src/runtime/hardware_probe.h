@@ -21,8 +21,9 @@ struct InstructionCeilings {
 // About 0.3-0.8 s: each peak is a short loop on every OpenMP thread.
 InstructionCeilings measure_instruction_ceilings();
 
-// Achieved FLOP/s of one large bf16 GEMM through cpu::gemm (m=2048, n=k=4096, bf16 activations,
-// all OpenMP threads): the compute ceiling of expert GEMMs on this CPU.
+// Achieved FLOP/s of one large bf16 GEMM through cpu::gemm (n=k=4096, bf16 activations, all
+// OpenMP threads; m=2048, or the rows that run in about 0.2 s at a slow ISA level): the compute
+// ceiling of expert GEMMs on this CPU.
 double measure_gemm_peak();
 
 // Achieved bytes/s of a streaming read, by all OpenMP threads, of a buffer several times larger

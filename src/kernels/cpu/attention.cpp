@@ -430,7 +430,10 @@ void attention_vector(const AttentionParams& p, int group, const KvLayerView& kv
 
 void paged_attention(const AttentionParams& params, const KvLayerView& kv,
                      std::span<const AttentionSequence> seqs) {
-  const auto [p, group] = resolve(params);
+  // Named members, not a structured binding: clang 14 cannot capture one in the OpenMP region.
+  const Resolved resolved = resolve(params);
+  const AttentionParams& p = resolved.p;
+  const int group = resolved.group;
   for (const auto& s : seqs) check_sequence(p, kv, s);
   if (isa_at_least(IsaLevel::kAvx512)) return attention_vector<Avx512Leaves>(p, group, kv, seqs);
   if (isa_at_least(IsaLevel::kAvx2)) return attention_vector<Avx2Leaves>(p, group, kv, seqs);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_int8.h"
@@ -22,9 +23,9 @@ double best_seconds(F&& run, double min_seconds) {
   run();  // warm-up: primitive creation, first touch, page faults
   double best = 1e30, total = 0;
   for (int rep = 0; rep < 3 || total < min_seconds; ++rep) {
-    auto start = std::chrono::steady_clock::now();
+    auto start = Clock::now();
     run();
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double s = seconds_since(start);
     best = std::min(best, s);
     total += s;
   }
@@ -38,11 +39,11 @@ std::pair<double, double> best_paired_seconds(F&& run, G&& read, double min_seco
   read();
   double best = 1e30, best_read = 1e30, total = 0;
   for (int rep = 0; rep < 3 || total < min_seconds; ++rep) {
-    auto start = std::chrono::steady_clock::now();
+    auto start = Clock::now();
     run();
-    const auto middle = std::chrono::steady_clock::now();
+    const auto middle = Clock::now();
     read();
-    const auto end = std::chrono::steady_clock::now();
+    const auto end = Clock::now();
     const double s = std::chrono::duration<double>(middle - start).count();
     best = std::min(best, s);
     best_read = std::min(best_read, std::chrono::duration<double>(end - middle).count());
@@ -126,7 +127,9 @@ KernelTiming bench_gemm(int64_t m, int64_t n, int64_t k, DType x_dtype, GemmRowM
         a.w = w.data() + (call % copies) * w_elems;
         gemm(a);
       },
-      [&] { sink += read_stream(w.data() + ((call++ + copies / 2) % copies) * w_elems, 2 * w_elems); },
+      [&] {
+        sink += read_stream(w.data() + ((call++ + copies / 2) % copies) * w_elems, 2 * w_elems);
+      },
       min_seconds);
   t.read_bytes = sink == -1.0 ? 0 : 2.0 * double(w_elems);
   set_gemm_row_mode(saved);

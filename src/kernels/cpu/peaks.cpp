@@ -7,6 +7,7 @@
 #include <chrono>
 #include <iterator>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace sluice::cpu {
@@ -322,12 +323,6 @@ static_assert(loops_in_enum_order(), "kLoops is indexed by PeakLoop");
 
 const LoopSpec& spec_of(PeakLoop loop) {
   return kLoops[size_t(loop)];
-}
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 // Iterations per call of a loop so that one call takes about 20 us: short beside a window, long

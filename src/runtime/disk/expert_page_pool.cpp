@@ -4,17 +4,13 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "model/expert_quant.h"
 
 namespace sluice {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 // A read buffer for `bytes` at any offset: whole blocks, one more for the misaligned start.

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <utility>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace sluice::offload {
@@ -108,7 +109,7 @@ void CpuStandinDevice::worker_loop(Worker& w, Queue q) {
     }
     op.entry.queue = q;
     op.entry.start_tick = tick_++;
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     try {
       op.run();
     } catch (...) {
@@ -117,7 +118,7 @@ void CpuStandinDevice::worker_loop(Worker& w, Queue q) {
     }
     op.entry.end_tick = tick_++;
     if (op.traced) {  // copies and work; an event wait is not busy time
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double s = seconds_since(t0);
       std::lock_guard lock(busy_mutex_);
       busy_[q] += s;
     }
@@ -142,7 +143,7 @@ void CpuStandinDevice::copy(Queue q, void* dst, const void* src, size_t bytes,
   op.entry.bytes = bytes;
   const double rate = copy_rate_;
   op.run = [dst, src, bytes, rate] {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     std::memcpy(dst, src, bytes);
     if (rate > 0)
       std::this_thread::sleep_until(t0 + std::chrono::duration<double>(double(bytes) / rate));
@@ -254,12 +255,11 @@ double CpuStandinDevice::measure_host_to_device(size_t bytes, int repeats) {
   std::vector<char> src(bytes, 1), dst(bytes);
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     std::memcpy(dst.data(), src.data(), bytes);
     if (copy_rate_ > 0)
       std::this_thread::sleep_until(t0 + std::chrono::duration<double>(double(bytes) / copy_rate_));
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds_since(t0));
   }
   return best > 0 ? double(bytes) / best : 0;
 }

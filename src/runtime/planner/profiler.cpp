@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/staged_output.h"
@@ -25,11 +26,6 @@
 
 namespace sluice {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 std::string first_match(const char* file, const std::string& prefix) {
   std::ifstream in(file);

@@ -20,9 +20,11 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_fp8.h"
 #include "kernels/cpu/gemm_int8.h"
-#include "model/expert_quant.h"
 #include "kernels/cpu/rope.h"
+#include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 #include "runtime/offload/host_array.h"
 #include "runtime/offload/step_pipeline.h"
 #include "runtime/planner/layer_resident.h"
@@ -142,11 +144,6 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         kv_layout(config, p, sh.gpu_kv_blocks),
         device_kv(device_cache),
         lm_layout(config) {
-    for (const Tensor* t : weight_tensors(w))
-      if (t->dtype == DType::F8_E4M3)
-        fail(
-            "offload executor: the model has FP8 (F8_E4M3) weights, which the offload path does "
-            "not run yet (no device kernel dequantises them); run it with --device cpu");
     if (c.expert_quant.quantized() && !math.supports_quantized_experts())
       fail(
           "offload executor: the {} device math has no kernel for quantized expert weights "
@@ -220,7 +217,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       register_streamed_weights();
       allocate_host_buffers();
     } catch (...) {
-      release();
+      settle_and_release();
       throw;
     }
   }
@@ -256,9 +253,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     }
   }
 
-  ~Impl() override {
+  ~Impl() override { settle_and_release(); }
+
+  // Waits for every queue (no queued copy or work may still use the memory released below: a
+  // failed upload leaves copies in flight), then releases.
+  void settle_and_release() {
     try {
-      dev.synchronize_all();  // no queued work may still use the memory released below
+      dev.synchronize_all();
     } catch (const std::exception&) {
       // A failed step has already reported its error; the memory goes back all the same.
     }
@@ -294,12 +295,21 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       if (j < 0 || !res[size_t(l)].moe) continue;  // streamed, or a dense layer (no experts)
       const LayerWeights& L = w.layers[size_t(l)];
       const Tensor* mats[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
-      const char* names[] = {"resident expert_gate", "resident expert_up", "resident expert_down"};
+      const char* names[] = {"expert_gate", "expert_up", "expert_down"};
       for (int m = 0; m < 3; ++m) {
         const size_t bytes = matrix_bytes(m);
+        const auto [n, k] = expert_matrix_shape(m);
+        if (fp8_experts()) {
+          for (int e = 0; e < sh.E; ++e)
+            upload_fp8(resident_experts + resident_expert_offset(c, j, m, e), mats[m]->slice0(e), n,
+                       k, fmt::format("layer {} {} {}", l, names[m], e));
+          continue;
+        }
         if (mats[m]->nbytes() != bytes * size_t(sh.E))
-          fail("offload executor: tensor '{}': expected {} experts of {} bytes, got {} bytes",
-               names[m], sh.E, bytes, mats[m]->nbytes());
+          fail(
+              "offload executor: tensor 'layer {} {}': expected {} experts of {} bytes, got {} "
+              "bytes",
+              l, names[m], sh.E, bytes, mats[m]->nbytes());
         for (int e = 0; e < sh.E; ++e)
           dev.copy_to_device(offload::Queue::kWeights,
                              resident_experts + resident_expert_offset(c, j, m, e),
@@ -315,14 +325,18 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       const LayerResident& r = res[size_t(l)];
       up(r.attn_norm, L.attn_norm, H * 4, "attn_norm");
       up(r.ffn_norm, L.ffn_norm, H * 4, "ffn_norm");
+      auto matrix = [&](size_t offset, const Tensor& t, int64_t n, int64_t k, const char* what) {
+        upload_projection(resident + offset, t, n, k, fmt::format("layer {} {}", l, what));
+      };
       if (c.attention == AttentionKind::kLatent) {
-        upload_latent_projections(L, r);
+        upload_latent_projections(L, r, matrix);
+        if (sh.qa > 0) up(r.q_a_norm, L.q_a_norm, size_t(sh.qa) * 4, "q_a_layernorm");
       } else {
-        up(r.wq, L.wq, size_t(sh.qd) * H * 2, "wq");
-        up(r.wk, L.wk, size_t(sh.kvd) * H * 2, "wk");
-        up(r.wv, L.wv, size_t(sh.kvd) * H * 2, "wv");
+        matrix(r.wq, L.wq, sh.qd, sh.H, "q_proj");
+        matrix(r.wk, L.wk, sh.kvd, sh.H, "k_proj");
+        matrix(r.wv, L.wv, sh.kvd, sh.H, "v_proj");
       }
-      up(r.wo, L.wo, H * size_t(sh.ad) * 2, "wo");
+      matrix(r.wo, L.wo, sh.H, sh.ad, "o_proj");
       if (r.moe) up(r.router, L.router, size_t(sh.E) * H * 2, "router");
       if (r.moe && c.router_selection_bias)
         up(r.router_bias, L.router_bias, size_t(sh.E) * 4, "e_score_correction_bias");
@@ -334,7 +348,11 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         up(r.bv, L.bv, size_t(sh.kvd) * 4, "v_proj.bias");
       }
       if (r.o_bias) up(r.bo, L.bo, H * 4, "o_proj.bias");
-      if (r.mlp_I > 0) {
+      if (r.mlp_I > 0 && fp8_experts()) {
+        matrix(r.mlp_gate, L.mlp_gate, r.mlp_I, sh.H, "mlp gate_proj");
+        matrix(r.mlp_up, L.mlp_up, r.mlp_I, sh.H, "mlp up_proj");
+        matrix(r.mlp_down, L.mlp_down, sh.H, r.mlp_I, "mlp down_proj");
+      } else if (r.mlp_I > 0) {
         const int64_t I = r.mlp_I, Hs = int64_t(H);
         up(r.mlp_gate, L.mlp_gate, expert_matrix_bytes(c, I, Hs), "mlp gate_proj");
         up(r.mlp_up, L.mlp_up, expert_matrix_bytes(c, I, Hs), "mlp up_proj");
@@ -348,22 +366,57 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     dev.synchronize(dev.record(offload::Queue::kWeights));
   }
 
-  // MLA's projections: q_proj, or q_a_proj, q_a_layernorm and q_b_proj; kv_a_proj_with_mqa.
-  void upload_latent_projections(const LayerWeights& L, const LayerResident& r) {
-    const size_t H = size_t(c.hidden_size), qa = size_t(sh.qa);
-    auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
-      if (t.nbytes() != bytes)
-        fail("offload executor: tensor '{}': expected {} bytes, got {}", what, bytes, t.nbytes());
-      dev.copy_to_device(offload::Queue::kWeights, resident + offset, t.data, bytes, what);
-    };
-    if (qa > 0) {
-      up(r.q_a, L.q_a, qa * H * 2, "q_a_proj");
-      up(r.q_a_norm, L.q_a_norm, qa * 4, "q_a_layernorm");
-      up(r.q_b, L.q_b, size_t(sh.qd) * qa * 2, "q_b_proj");
+  // MLA's projections: q_proj, or q_a_proj and q_b_proj; kv_a_proj_with_mqa. `matrix` uploads
+  // a projection (upload_projection).
+  template <typename Matrix>
+  void upload_latent_projections(const LayerWeights& L, const LayerResident& r, Matrix matrix) {
+    if (sh.qa > 0) {
+      matrix(r.q_a, L.q_a, sh.qa, sh.H, "q_a_proj");
+      matrix(r.q_b, L.q_b, sh.qd, sh.qa, "q_b_proj");
     } else {
-      up(r.wq, L.wq, size_t(sh.qd) * H * 2, "q_proj");
+      matrix(r.wq, L.wq, sh.qd, sh.H, "q_proj");
     }
-    up(r.kv_a, L.kv_a, size_t(sh.kvd) * H * 2, "kv_a_proj_with_mqa");
+    matrix(r.kv_a, L.kv_a, sh.kvd, sh.H, "kv_a_proj_with_mqa");
+  }
+
+  // Whether the device holds the attention projections in FP8, and the experts and dense MLPs
+  // (unless they are quantized, which the CPU does from the dequantised weights at load).
+  bool fp8_projections() const { return c.fp8_weights; }
+  bool fp8_experts() const { return c.fp8_weights && !c.expert_quant.quantized(); }
+
+  // A projection n × k to `dst`: bf16 as it is, or with FP8 weights in fp8_device_matrix's form.
+  void upload_projection(char* dst, const Tensor& t, int64_t n, int64_t k,
+                         const std::string& what) {
+    if (fp8_projections()) return upload_fp8(dst, t, n, k, what);
+    const size_t bytes = size_t(n) * size_t(k) * 2;
+    if (t.dtype != DType::BF16 || t.nbytes() != bytes)
+      fail("offload executor: tensor '{}': expected BF16 [{}, {}] ({} bytes), got {} {}", what, n,
+           k, bytes, dtype_name(t.dtype), shape_str(t.shape));
+    dev.copy_to_device(offload::Queue::kWeights, dst, t.data, bytes, what);
+  }
+
+  // An FP8 matrix n × k to `dst` as fp8_device_matrix reads it: its block scales, then its
+  // codes, both as the host holds them (1 byte per weight).
+  void upload_fp8(char* dst, const Tensor& t, int64_t n, int64_t k, const std::string& what) {
+    const auto [scales, scale_bytes] = fp8_parts(t, n, k, what);
+    dev.copy_to_device(offload::Queue::kWeights, dst, scales, scale_bytes, what);
+    dev.copy_to_device(offload::Queue::kWeights, dst + scale_bytes, t.data, size_t(n * k), what);
+  }
+
+  // The block scales of FP8 matrix `t` and their bytes, checked: config.json declares FP8
+  // weights, so the device holds this projection in FP8 and expects it so.
+  std::pair<const void*, size_t> fp8_parts(const Tensor& t, int64_t n, int64_t k,
+                                           const std::string& what) const {
+    const size_t scale_bytes = size_t(shape_numel(fp8_scale_shape(n, k))) * 4;
+    if (t.dtype != DType::F8_E4M3 || t.numel() != n * k || !t.block_scales ||
+        t.block_scales->nbytes() != scale_bytes)
+      fail(
+          "offload executor: tensor '{}': expected F8_E4M3 [{}, {}] with {} F32 block scales "
+          "(config.json's quantization_config declares FP8 weights, which the device holds as "
+          "they are), got {} {}{}",
+          what, n, k, shape_str(fp8_scale_shape(n, k)), dtype_name(t.dtype), shape_str(t.shape),
+          t.block_scales ? " with scales " + shape_str(t.block_scales->shape) : " without scales");
+    return {t.block_scales->data, scale_bytes};
   }
 
   // Page-locks the host memory of every streamed expert matrix, so each page's copy is a direct
@@ -379,9 +432,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       const LayerWeights& L = w.layers[size_t(l)];
       for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
         if (t->empty()) continue;  // a dense layer
-        const auto begin = reinterpret_cast<uintptr_t>(t->data);
-        ranges.push_back(
-            {begin / os_page * os_page, (begin + t->nbytes() + os_page - 1) / os_page * os_page});
+        // FP8 experts stream their block scales with their codes.
+        for (const Tensor* part : {t, t->block_scales.get()}) {
+          if (!part) continue;
+          const auto begin = reinterpret_cast<uintptr_t>(part->data);
+          ranges.push_back({begin / os_page * os_page,
+                            (begin + part->nbytes() + os_page - 1) / os_page * os_page});
+        }
       }
     }
     if (ranges.empty()) return;
@@ -412,7 +469,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
                  seconds_since(t0));
   }
 
-  // Every expert matrix is one page; a step streams the streamed layers' experts in order.
+  // Every expert matrix is one page (an FP8 one: its block scales, then its codes, in
+  // fp8_device_matrix's form); a step streams the streamed layers' experts in order.
   // A resident layer's experts have no pages (gpu_expert finds their weights itself), so the
   // copies of the next streamed layer run ahead while it computes.
   void build_pages() {
@@ -434,8 +492,19 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         const char* names[] = {"w1", "w3", "w2"};
         for (int m = 0; m < 3; ++m) {
           ids.push_back(int(pages.size()));
-          pages.push_back({mats[m]->slice0(e).data, matrix_bytes(m),
-                           fmt::format("L{}.e{}.{}", l, e, names[m])});
+          const Tensor matrix = mats[m]->slice0(e);
+          std::string name = fmt::format("L{}.e{}.{}", l, e, names[m]);
+          if (fp8_experts()) {
+            const auto [n, k] = expert_matrix_shape(m);
+            const auto [scales, scale_bytes] = fp8_parts(matrix, n, k, name);
+            pages.push_back({.host = scales,
+                             .bytes = scale_bytes,
+                             .name = std::move(name),
+                             .then_host = matrix.data,
+                             .then_bytes = size_t(n * k)});
+          } else {
+            pages.push_back({matrix.data, matrix_bytes(m), std::move(name)});
+          }
         }
         lp.experts.push_back(std::move(ids));
       }
@@ -443,17 +512,79 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     }
   }
 
-  // y = x · Wᵀ + beta · y, with x rounded to bf16 first unless the policy keeps fp32 (as the CPU
-  // engine's gemm()). `scratch` holds the bf16 rows.
-  void gemm(void* s, int m, int n, int k, const float* x, const uint16_t* wt, float* y, float beta,
+  // A weight matrix n × k at a device address, in the form the device holds it: bf16, FP8
+  // (fp8_device_matrix) or packed quantized (cpu::QuantView).
+  enum class Form { kBf16, kFp8, kQuant };
+  struct DeviceMatrix {
+    const void* data;
+    int64_t n, k;
+    Form form;
+  };
+  // A resident projection, and an expert's or dense MLP's matrix.
+  DeviceMatrix projection(size_t offset, int64_t n, int64_t k) const {
+    return {resident + offset, n, k, fp8_projections() ? Form::kFp8 : Form::kBf16};
+  }
+  DeviceMatrix expert_matrix(const void* data, int64_t n, int64_t k) const {
+    return {data, n, k,
+            c.expert_quant.quantized() ? Form::kQuant
+            : fp8_experts()            ? Form::kFp8
+                                       : Form::kBf16};
+  }
+  // Expert matrix m's shape (0 gate, 1 up: I × H; 2 down: H × I).
+  std::pair<int64_t, int64_t> expert_matrix_shape(int m) const {
+    return m == 2 ? std::pair<int64_t, int64_t>{sh.H, sh.I}
+                  : std::pair<int64_t, int64_t>{sh.I, sh.H};
+  }
+
+  // y = x · Wᵀ + beta · y with x the GEMM input as the step holds it: bf16 rows, or fp32 in f32
+  // precision. Quantized weights quantize it to int8 on the fly (the CPU engine's gemm_int8).
+  void linear(void* s, const DeviceMatrix& w, int m, const void* x, float* y, float beta) {
+    switch (w.form) {
+      case Form::kQuant:
+        math.gemm_quant(s, quant_view(w), m, x, !sh.f32, y, beta);
+        return;
+      case Form::kFp8:
+        math.gemm_fp8(s, {.w = fp8_device_matrix(w.data, w.n, w.k),
+                          .m = m,
+                          .x = x,
+                          .x_bf16 = !sh.f32,
+                          .y = y,
+                          .beta = beta,
+                          .tile = at<uint16_t>(buf.fp8_tile),
+                          .tile_elements = sh.fp8_tile});
+        return;
+      case Form::kBf16:
+        if (sh.f32)
+          math.gemm_f32(s, {m, w.n, w.k}, static_cast<const float*>(x),
+                        static_cast<const uint16_t*>(w.data), y, beta);
+        else
+          math.gemm_bf16(s, {m, w.n, w.k}, static_cast<const uint16_t*>(x),
+                         static_cast<const uint16_t*>(w.data), y, beta);
+        return;
+    }
+  }
+
+  // y = x · Wᵀ + beta · y for fp32 rows x, rounded to bf16 into `scratch` first unless the policy
+  // keeps fp32 (as the CPU engine's gemm()); quantized weights take the fp32 rows as they are.
+  void gemm(void* s, int m, const DeviceMatrix& w, const float* x, float* y, float beta,
             uint16_t* scratch) {
     if (m == 0) return;
-    if (sh.f32) {
-      math.gemm_f32(s, {m, n, k}, x, wt, y, beta);
+    if (w.form == Form::kQuant) {
+      math.gemm_quant(s, quant_view(w), m, x, false, y, beta);
       return;
     }
-    math.to_bf16(s, x, scratch, int64_t(m) * k);
-    math.gemm_bf16(s, {m, n, k}, scratch, wt, y, beta);
+    if (sh.f32) return linear(s, w, m, x, y, beta);
+    math.to_bf16(s, x, scratch, int64_t(m) * w.k);
+    linear(s, w, m, scratch, y, beta);
+  }
+
+  // A packed matrix as the quantized GEMM reads it (cpu::QuantView's layout).
+  cpu::QuantView quant_view(const DeviceMatrix& w) const {
+    return {.format = quant_format(c.expert_quant.dtype),
+            .n = w.n,
+            .k = w.k,
+            .group_size = c.expert_quant.group_size,
+            .data = static_cast<const uint8_t*>(w.data)};
   }
 
   // The model's norm (RMSNorm or LayerNorm, config `norm`) over n rows of H with fp32 weights
@@ -475,39 +606,35 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const LayerResident& r = res[size_t(l)];
     if (r.mlp_I == 0) return;
     const int T = mb_row.back(), H = sh.H, I = r.mlp_I;
-    const uint16_t *wg = weight<uint16_t>(r.mlp_gate), *wu = weight<uint16_t>(r.mlp_up),
-                   *wd = weight<uint16_t>(r.mlp_down);
+    const DeviceMatrix wg = expert_matrix(weight<char>(r.mlp_gate), I, H),
+                       wu = expert_matrix(weight<char>(r.mlp_up), I, H),
+                       wd = expert_matrix(weight<char>(r.mlp_down), H, I);
     float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
-    const bool quantized = c.expert_quant.quantized();
     for (int begin = 0; begin < T; begin += sh.be) {
       const int m = std::min(T - begin, sh.be);
       const float* h = at<float>(buf.h) + size_t(begin) * H;
-      if (quantized) {  // the CPU engine's dense_mlp_phase on the packed weights
-        const void* xin = h;
-        if (!sh.f32) {
-          math.to_bf16(s, h, at<uint16_t>(buf.ex), int64_t(m) * H);
-          xin = at<uint16_t>(buf.ex);
-        }
-        math.gemm_quant(s, device_matrix(wg, I, H), m, xin, !sh.f32, gate, 0);
-        math.gemm_quant(s, device_matrix(wu, I, H), m, xin, !sh.f32, up, 0);
-        math.silu_mul(s, gate, up, gate, int64_t(m) * I);
-        math.gemm_quant(s, device_matrix(wd, H, I), m, gate, false, down, 0);
-      } else if (sh.f32) {
-        math.gemm_f32(s, {m, I, H}, h, wg, gate, 0);
-        math.gemm_f32(s, {m, I, H}, h, wu, up, 0);
-      } else {
-        uint16_t* ex = at<uint16_t>(buf.ex);
-        math.to_bf16(s, h, ex, int64_t(m) * H);
-        math.gemm_bf16(s, {m, I, H}, ex, wg, gate, 0);
-        math.gemm_bf16(s, {m, I, H}, ex, wu, up, 0);
+      const void* xin = h;  // rounded to bf16 once for gate and up, unless the policy keeps fp32
+      if (!sh.f32) {
+        math.to_bf16(s, h, at<uint16_t>(buf.ex), int64_t(m) * H);
+        xin = at<uint16_t>(buf.ex);
       }
-      if (!quantized) {
-        math.silu_mul(s, gate, up, gate, int64_t(m) * I);
-        gemm(s, m, H, I, gate, wd, down, 0, at<uint16_t>(buf.actb));
-      }
+      linear(s, wg, m, xin, gate, 0);
+      linear(s, wu, m, xin, up, 0);
+      math.silu_mul(s, gate, up, gate, int64_t(m) * I);
+      gemm(s, m, wd, gate, down, 0, at<uint16_t>(buf.actb));
       math.add_scaled_rows(s, down, H, r.mlp_scaled ? at<float>(buf.mlp_scale) + begin : nullptr, m,
                            at<float>(buf.x) + size_t(begin) * H);
     }
+  }
+
+  // Bytes of a layer's attention projections on the device (bf16 or FP8 with their scales).
+  double attention_projection_bytes() const {
+    const int64_t H = sh.H;
+    auto bytes = [&](int64_t n, int64_t k) { return double(projection_bytes(c, n, k)); };
+    if (c.attention != AttentionKind::kLatent)
+      return bytes(sh.qd, H) + 2 * bytes(sh.kvd, H) + bytes(H, sh.ad);
+    return (sh.qa > 0 ? bytes(sh.qa, H) + bytes(sh.qd, sh.qa) : bytes(sh.qd, H)) +
+           bytes(sh.kvd, H) + bytes(H, sh.ad);
   }
 
   // The resident GEMMs of a step of T rows in M micro-batches, as the CPU engine's gemm()
@@ -521,10 +648,12 @@ struct OffloadExecutor::Impl final : offload::StepOps {
                                                      (c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
                                                      c.mla.kv_lora_rank / H
                                            : double(sh.qd) * 2 + double(sh.kvd) * 2;
+    const double attention_bytes = attention_projection_bytes();
     for (const LayerResident& r : res) {
       const double columns = attention + (r.moe ? sh.E : 0) + (r.mlp_scaled ? 1 : 0);
       stats->flops += 2.0 * T * H * columns;
-      stats->weight_bytes += H * columns * 2 * M;
+      // The router and the dense MLP's gate are bf16 whatever the projections are.
+      stats->weight_bytes += (attention_bytes + H * (columns - attention) * 2) * M;
       for (int begin = 0; begin < T && r.mlp_I > 0; begin += sh.be) {
         stats->flops += 6.0 * std::min(T - begin, sh.be) * r.mlp_I * H;
         stats->weight_bytes += 2.0 * double(expert_matrix_bytes(c, r.mlp_I, sh.H)) +
@@ -609,13 +738,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     norm(s, at<float>(buf.x) + size_t(r0) * H, h, n, r.attn_norm);
     if (sh.qa > 0) {
       float* qa = at<float>(buf.q_a) + size_t(r0) * sh.qa;
-      gemm(s, n, sh.qa, H, h, weight<uint16_t>(r.q_a), qa, 0, xb);
+      gemm(s, n, projection(r.q_a, sh.qa, H), h, qa, 0, xb);
       math.rms_norm(s, qa, qa, n, sh.qa, weight<float>(r.q_a_norm), c.rms_norm_eps);
-      gemm(s, n, sh.qd, sh.qa, qa, weight<uint16_t>(r.q_b), q, 0, xb);
+      gemm(s, n, projection(r.q_b, sh.qd, sh.qa), qa, q, 0, xb);
     } else {
-      gemm(s, n, sh.qd, H, h, weight<uint16_t>(r.wq), q, 0, xb);
+      gemm(s, n, projection(r.wq, sh.qd, H), h, q, 0, xb);
     }
-    gemm(s, n, sh.kvd, H, h, weight<uint16_t>(r.kv_a), ckv, 0, xb);
+    gemm(s, n, projection(r.kv_a, sh.kvd, H), h, ckv, 0, xb);
   }
 
   void attention_in(void* s, int l, int mb, std::span<void* const>) override {
@@ -631,12 +760,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     // hidden_states = input_layernorm(x); q, k, v = q_proj(h), k_proj(h), v_proj(h) (+ biases)
     norm(s, x, h, n, r.attn_norm);
     if (!sh.f32) math.to_bf16(s, h, xb, int64_t(n) * H);  // once for the three projections
+    const void* xin = sh.f32 ? static_cast<const void*>(h) : xb;
     for (auto [wt, bias, y, out] :
          {std::tuple{r.wq, r.bq, q, sh.qd}, {r.wk, r.bk, k, sh.kvd}, {r.wv, r.bv, v, sh.kvd}}) {
-      if (sh.f32)
-        math.gemm_f32(s, {n, out, H}, h, weight<uint16_t>(wt), y, 0);
-      else
-        math.gemm_bf16(s, {n, out, H}, xb, weight<uint16_t>(wt), y, 0);
+      linear(s, projection(wt, out, H), n, xin, y, 0);
       if (r.qkv_bias) math.add_bias(s, y, weight<float>(bias), n, out);
     }
     // q = q_norm(q); k = k_norm(k) (per head, or over the row), as the CPU engine's qk_norm
@@ -735,8 +862,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       math.gather_rows_f32(s, at<float>(buf.attn_parts) + size_t(r0) * sh.ad, sh.ad,
                            index(kMerge, r0), n, at<float>(buf.attn) + size_t(r0) * sh.ad);
     // x = x + o_proj(attn) (+ bias); h = post_attention_layernorm(x); router_logits = gate(h)
-    gemm(s, n, H, sh.ad, at<float>(buf.attn) + size_t(r0) * sh.ad, weight<uint16_t>(r.wo), x, 1.0f,
-         xb);
+    gemm(s, n, projection(r.wo, H, sh.ad), at<float>(buf.attn) + size_t(r0) * sh.ad, x, 1.0f, xb);
     if (r.o_bias) math.add_bias(s, x, weight<float>(r.bo), n, H);
     norm(s, x, h, n, r.ffn_norm);
     // scale = sigmoid(shared_expert_gate(h)), fp32 input as the router
@@ -840,12 +966,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // `p`: the expert's gate, up and down pages; empty for a resident layer's expert.
   void gpu_expert(void* s, int l, int e, std::span<void* const> p) override {
     const int T = mb_row.back(), H = sh.H, I = sh.I;
-    const uint16_t* mats[3];
+    DeviceMatrix mats[3];
     const int j = expert_layer_index[size_t(l)];
-    for (int m = 0; m < 3; ++m)
-      mats[m] = j >= 0 ? reinterpret_cast<const uint16_t*>(resident_experts +
-                                                           resident_expert_offset(c, j, m, e))
-                       : static_cast<const uint16_t*>(p[size_t(m)]);
+    for (int m = 0; m < 3; ++m) {
+      const auto [n, k] = expert_matrix_shape(m);
+      mats[m] = expert_matrix(
+          j >= 0 ? resident_experts + resident_expert_offset(c, j, m, e) : p[size_t(m)], n, k);
+    }
     const int32_t* rows = at<int32_t>(buf.expert_lists) + list_begin[size_t(e)];
     const float* weights =
         at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
@@ -857,52 +984,18 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         math.gather_rows_f32(s, h, H, rows + begin, m, at<float>(buf.ex));
       else
         math.gather_rows_bf16(s, h, H, rows + begin, m, at<uint16_t>(buf.ex));
-      expert_gate_up(s, mats, m, gate, up);
+      linear(s, mats[0], m, at<char>(buf.ex), gate, 0);
+      linear(s, mats[1], m, at<char>(buf.ex), up, 0);
       math.silu_mul(s, gate, up, gate, int64_t(m) * I);
-      expert_down(s, mats[2], m, gate, down);
+      gemm(s, m, mats[2], gate, down, 0, at<uint16_t>(buf.actb));
       math.scatter_add_rows(s, down, H, rows + begin, weights + begin, m, at<float>(buf.x));
     }
-  }
-
-  // gate = ex · w1ᵀ and up = ex · w3ᵀ for the m gathered rows in buf.ex, on the weights' form:
-  // bf16 (activations in bf16, or fp32 at f32 precision), or packed quantized, where the device
-  // GEMM quantizes the activations as the CPU engine's gemm_int8 does.
-  void expert_gate_up(void* s, const uint16_t* const (&mats)[3], int m, float* gate, float* up) {
-    const int H = sh.H, I = sh.I;
-    if (c.expert_quant.quantized()) {
-      const void* ex = at<char>(buf.ex);
-      math.gemm_quant(s, device_matrix(mats[0], I, H), m, ex, !sh.f32, gate, 0);
-      math.gemm_quant(s, device_matrix(mats[1], I, H), m, ex, !sh.f32, up, 0);
-    } else if (sh.f32) {
-      math.gemm_f32(s, {m, I, H}, at<float>(buf.ex), mats[0], gate, 0);
-      math.gemm_f32(s, {m, I, H}, at<float>(buf.ex), mats[1], up, 0);
-    } else {
-      math.gemm_bf16(s, {m, I, H}, at<uint16_t>(buf.ex), mats[0], gate, 0);
-      math.gemm_bf16(s, {m, I, H}, at<uint16_t>(buf.ex), mats[1], up, 0);
-    }
-  }
-
-  // down = silu-product · w2ᵀ (fp32 activations into the quantized GEMM).
-  void expert_down(void* s, const uint16_t* wd, int m, float* gate, float* down) {
-    if (c.expert_quant.quantized())
-      math.gemm_quant(s, device_matrix(wd, sh.H, sh.I), m, gate, false, down, 0);
-    else
-      gemm(s, m, sh.H, sh.I, gate, wd, down, 0, at<uint16_t>(buf.actb));
   }
 
   // Bytes of an expert's matrix m (0 gate, 1 up, 2 down): 2·I·H in bf16, else packed.
   size_t matrix_bytes(int m) const {
     const int64_t H = sh.H, I = sh.I;
     return m == 2 ? expert_matrix_bytes(c, H, I) : expert_matrix_bytes(c, I, H);
-  }
-
-  // The packed matrix at device address `data`, n × k (cpu::QuantView's layout).
-  cpu::QuantView device_matrix(const void* data, int64_t n, int64_t k) const {
-    return {.format = quant_format(c.expert_quant.dtype),
-            .n = n,
-            .k = k,
-            .group_size = c.expert_quant.group_size,
-            .data = static_cast<const uint8_t*>(data)};
   }
 
   // The same expert on the host's kernels and weights, into the host block added on the device.
@@ -913,7 +1006,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const auto* rows = reinterpret_cast<const int32_t*>(h_lists.data());
     const auto* weights = reinterpret_cast<const float*>(h_lists.data() + size_t(T) * sh.K * 4);
     const int first = list_begin[size_t(e)], count = list_count[size_t(e)];
-    // The CPU engine's expert GEMM: bf16 (or fp32) weights, or the packed quantized ones.
+    // The CPU engine's expert GEMM: bf16 (or fp32) weights, FP8 ones dequantised tile by tile,
+    // or the packed quantized ones.
     auto host_gemm = [&](int m, int n, int k, const void* x, DType xt, const Tensor& slot,
                          float* y) {
       if (c.expert_quant.quantized()) {
@@ -921,7 +1015,14 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         cpu::gemm_int8({.m = m, .x = x, .x_dtype = xt, .w = &wq, .y = y});
         return;
       }
-      const uint16_t* wt = slot.slice0(e).as<const uint16_t>();
+      const Tensor matrix = slot.slice0(e);
+      if (matrix.dtype == DType::F8_E4M3) {
+        const cpu::Fp8Matrix fp8 = fp8_matrix(matrix);
+        cpu::gemm_fp8(
+            {.m = m, .x = x, .x_dtype = xt, .w = &fp8, .y = y, .round_x_to_bf16 = !sh.f32});
+        return;
+      }
+      const uint16_t* wt = matrix.as<const uint16_t>();
       if (xt == DType::F32 && sh.f32) {
         cpu::gemm_f32({m, n, k, static_cast<const float*>(x), wt, y, 0});
         return;
@@ -1088,8 +1189,7 @@ OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float*
         float* normed = mp->at<float>(mp->buf.h);  // the layers are done with it
         mp->norm(s, rows, normed, S,
                  reinterpret_cast<const float*>(mp->lm_head + mp->lm_layout.final_norm));
-        mp->gemm(s, S, V, H, normed,
-                 reinterpret_cast<const uint16_t*>(mp->lm_head + mp->lm_layout.lm_head),
+        mp->gemm(s, S, {mp->lm_head + mp->lm_layout.lm_head, V, H, Impl::Form::kBf16}, normed,
                  mp->at<float>(mp->buf.lm_logits), 0, mp->at<uint16_t>(mp->buf.xb));
         // The tokens take the place of the sample rows, which the gather above has consumed.
         if (greedy)

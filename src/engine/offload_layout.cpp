@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "engine/offload_executor.h"
 #include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 
@@ -31,14 +32,18 @@ size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers,
     const size_t I = size_t(r.mlp_I);
     r.attn_norm = L.add(H * 4);
     r.ffn_norm = L.add(H * 4);
-    r.wq = L.add(qa > 0 ? 0 : qd * H * 2);
-    r.wk = L.add(kvd * H * 2);
-    r.wv = L.add(kvd * H * 2);
-    r.wo = L.add(H * ad * 2);
-    r.q_a = L.add(qa * H * 2);
+    // An absent projection (n = 0) takes no bytes in either form.
+    auto projection = [&](size_t n, size_t k) {
+      return L.add(projection_bytes(c, int64_t(n), int64_t(k)));
+    };
+    r.wq = projection(qa > 0 ? 0 : qd, H);
+    r.wk = projection(kvd, H);
+    r.wv = projection(kvd, H);
+    r.wo = projection(H, ad);
+    r.q_a = projection(qa, H);
     r.q_a_norm = L.add(qa * 4);
-    r.q_b = L.add(qd * qa * 2);
-    r.kv_a = L.add(ckv * H * 2);
+    r.q_b = projection(qd, qa);
+    r.kv_a = projection(ckv, H);
     r.router_bias = L.add(r.moe && c.router_selection_bias ? size_t(c.num_experts) * 4 : 0);
     r.router = L.add(r.moe ? size_t(c.num_experts) * H * 2 : 0);
     r.q_norm = L.add(size_t(c.q_norm_size()) * 4);
@@ -56,6 +61,13 @@ size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers,
   const size_t f = L.add(size_t(c.head_dim / 2) * 4);
   if (inv_freq) *inv_freq = f;
   return L.size();
+}
+
+cpu::Fp8Matrix fp8_device_matrix(const void* base, int64_t n, int64_t k) {
+  const auto* scales = static_cast<const float*>(base);
+  const size_t scale_count = size_t(shape_numel(fp8_scale_shape(n, k)));
+  return {
+      .q = reinterpret_cast<const uint8_t*>(scales + scale_count), .scale = scales, .n = n, .k = k};
 }
 
 size_t expert_matrix_bytes(const ModelConfig& c) {

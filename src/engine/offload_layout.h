@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "engine/engine_device.h"
+#include "kernels/cpu/gemm_fp8.h"
 #include "model/config.h"
+#include "model/fp8_weights.h"
 #include "runtime/planner/gpu_kv_blocks.h"
 #include "runtime/policy.h"
 
@@ -42,6 +44,7 @@ struct StepShape {
   int mlp_I;  // the widest dense MLP (shared expert or dense layer); 0: none
   bool f32, cpu_experts, lm_head;
   int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none
+  int64_t fp8_tile;       // bf16 elements of the FP8 GEMMs' dequantisation scratch; 0: none
   explicit StepShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
       : H(c.hidden_size),
         I(c.expert_intermediate_size),
@@ -61,7 +64,8 @@ struct StepShape {
         f32(p.precision == Precision::kF32),
         cpu_experts(s.cpu_expert_max_tokens > 0),
         lm_head(s.lm_head != LmHeadPlace::kHost),
-        gpu_kv_blocks(sluice::gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s))) {}
+        gpu_kv_blocks(sluice::gpu_kv_blocks(p.kv_blocks, cpu_attention_share(s))),
+        fp8_tile(fp8_tile_elements(c)) {}
   bool gpu_attention() const { return gpu_kv_blocks > 0; }
   int qkv_row() const { return qd + kvd + vd; }  // floats per row of a micro-batch's q|k|v block
   // The widest bf16 GEMM input of the attention block (h, the q-LoRA rows, the output).
@@ -86,6 +90,7 @@ struct BufferLayout {
   size_t x, h, xb, qkv, q_a, attn, logits, routing, positions, sample_rows, final_rows,
       expert_lists, ex, gate, up, actb, down, cpu_block, lm_logits;
   size_t mlp_scale;  // per row: sigmoid of the dense MLP's gate (when the model has one)
+  size_t fp8_tile;   // FP8 weights: the device GEMM's dequantised row panels (gemm_fp8)
   // The GPU share of attention (empty without one): the CPU share's q|k|v gathered per
   // micro-batch, the GPU share's q, both shares' outputs ([GPU rows | CPU rows] per micro-batch),
   // the step's row indices (AttentionIndex) and the GPU share's block tables.
@@ -117,6 +122,7 @@ struct BufferLayout {
     // The sampled rows' logits when the lm_head runs on the device (its bf16 input is in xb).
     lm_logits = L.add(s.lm_head ? size_t(s.S) * size_t(s.V) * 4 : 0);
     mlp_scale = L.add(s.mlp_I > 0 ? T * 4 : 0);
+    fp8_tile = L.add(size_t(s.fp8_tile) * 2);
     const bool g = s.gpu_attention();
     qkv_cpu = L.add(g ? T * size_t(s.qkv_row()) * 4 : 0);
     q_gpu = L.add(g ? T * size_t(s.qd) * 4 : 0);
@@ -132,6 +138,8 @@ struct BufferLayout {
 // block in a dense layer) takes no bytes, and `has` says which are present.
 // Multi-head latent attention keeps q_proj in wq (or q_a, q_a_norm and q_b with q-LoRA) and
 // kv_a_proj_with_mqa in kv_a; its kv_b_proj stays on the host, where its attention runs.
+// The projections (wq … kv_a, and the dense MLP unless quantized) are bf16, or with FP8 weights
+// in fp8_device_matrix's form.
 struct LayerResident {
   size_t attn_norm, ffn_norm, wq, wk, wv, wo;
   size_t q_a, q_a_norm, q_b, kv_a;    // MLA's
@@ -140,7 +148,7 @@ struct LayerResident {
   size_t q_norm, k_norm;              // fp32, when the model has q/k norms
   size_t bq, bk, bv, bo;              // fp32, when the model has projection biases
   size_t mlp_gate, mlp_up, mlp_down;  // the layer's dense MLP (shared expert or dense FFN): bf16,
-                                      // or packed with quantized experts
+                                      // FP8, or packed with quantized experts
   size_t mlp_scale;                   // bf16 [1, H], the dense MLP's sigmoid gate
   bool moe = true, qkv_bias = false, o_bias = false, mlp_scaled = false;
   int mlp_I = 0;  // the dense MLP's intermediate size; 0: none
@@ -149,8 +157,14 @@ struct LayerResident {
 // Lays out every layer's resident tensors; returns the bytes, fills `layers` and the RoPE table's
 // offset when given.
 size_t resident_layout(const ModelConfig& c, std::vector<LayerResident>* layers, size_t* inv_freq);
-// One expert matrix as the config holds it: I·H bf16, or the larger of the packed w1/w3 and w2
-// with quantized experts (a page, and the stride of the resident experts).
+// An FP8 matrix as the device holds it (a resident projection, an expert page): its block scales,
+// fp32 [⌈n/128⌉, ⌈k/128⌉], then its n·k e4m3 codes: fp8_matrix_bytes in all, and the scales
+// first so that they are 4-byte aligned whatever n·k is. The kernels' view of one at `base`.
+cpu::Fp8Matrix fp8_device_matrix(const void* base, int64_t n, int64_t k);
+
+// One expert matrix as the config holds it: I·H bf16, FP8 (codes and block scales), or the
+// larger of the packed w1/w3 and w2 with quantized experts (a page, and the stride of the resident
+// experts).
 size_t expert_matrix_bytes(const ModelConfig& c);
 
 // The resident experts of `resident_layers` layers: per layer the gate, up and down tensors of

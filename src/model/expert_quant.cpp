@@ -91,7 +91,7 @@ int resolve_expert_group(const ModelConfig& c, ExpertDtype d, int requested,
 
 size_t expert_matrix_bytes(const ModelConfig& c, int64_t n, int64_t k) {
   const ExpertQuant& q = c.expert_quant;
-  if (!q.quantized()) return c.fp8_weights ? fp8_matrix_bytes(n, k) : size_t(n) * size_t(k) * 2;
+  if (!q.quantized()) return projection_bytes(c, n, k);
   return cpu::quant_bytes(quant_format(q.dtype), n, k, q.group_size);
 }
 

@@ -51,6 +51,28 @@ size_t fp8_matrix_bytes(int64_t n, int64_t k) {
   return size_t(n) * size_t(k) + size_t(shape_numel(fp8_scale_shape(n, k))) * 4;
 }
 
+size_t projection_bytes(const ModelConfig& c, int64_t n, int64_t k) {
+  return c.fp8_weights ? fp8_matrix_bytes(n, k) : size_t(n) * size_t(k) * 2;
+}
+
+int64_t largest_fp8_matrix(const ModelConfig& c) {
+  if (!c.fp8_weights) return 0;
+  const int64_t H = c.hidden_size, qd = c.q_dim(), qa = c.mla.q_lora_rank;
+  const bool latent = c.attention == AttentionKind::kLatent;
+  int64_t most =
+      std::max({latent && qa > 0 ? std::max(qa * H, qd * qa) : qd * H,
+                (latent ? c.kv_cache_values_per_token() : c.kv_dim()) * H, H * c.attn_out_dim()});
+  if (!c.expert_quant.quantized()) {
+    if (c.num_experts > 0) most = std::max(most, int64_t(c.expert_intermediate_size) * H);
+    for (int l = 0; l < c.num_layers; ++l) most = std::max(most, c.dense_mlp_size(l) * H);
+  }
+  return most;
+}
+
+int64_t fp8_tile_elements(const ModelConfig& c) {
+  return std::min(largest_fp8_matrix(c), kFp8TileMaxElements);
+}
+
 bool fp8_slot_allowed(const ModelWeights& w, const Tensor* slot) {
   for (const LayerWeights& L : w.layers)
     for (const Tensor* t :

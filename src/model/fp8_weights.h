@@ -29,6 +29,19 @@ void write_fp8_quantization_config(const ModelConfig& c, nlohmann::json& j);
 std::string fp8_scale_name(const std::string& weight_name);
 Shape fp8_scale_shape(int64_t n, int64_t k);    // [⌈n/128⌉, ⌈k/128⌉]
 size_t fp8_matrix_bytes(int64_t n, int64_t k);  // n·k codes and the fp32 block scales
+// Bytes of an n × k projection as the config holds it: fp8_matrix_bytes with FP8 weights, else
+// 2·n·k in bf16 (quantized experts: expert_matrix_bytes).
+size_t projection_bytes(const ModelConfig& c, int64_t n, int64_t k);
+
+// The largest FP8 matrix a device GEMM reads (the attention projections, and the experts and
+// dense MLPs unless they are quantized), in elements; 0 without FP8 weights.
+int64_t largest_fp8_matrix(const ModelConfig& c);
+// The device scratch an FP8 GEMM may dequantise row panels of W into before a bf16 GEMM
+// (offload::DeviceMath::gemm_fp8): the largest FP8 matrix, at most kFp8TileMaxElements (16 MiB
+// of bf16; a panel then still holds hundreds of rows of the widest matrix, DeepSeek-V3's
+// 7168 × 18432 dense down_proj). 0 without FP8 weights.
+constexpr int64_t kFp8TileMaxElements = int64_t(8) << 20;
+int64_t fp8_tile_elements(const ModelConfig& c);
 
 // Whether a canonical slot may hold FP8: the projections the GEMMs read (attention, MLA,
 // experts, dense MLP), not the embedding, norms, biases, router or lm_head.

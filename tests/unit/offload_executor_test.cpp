@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/batch_engine.h"
+#include "engine/offload_layout.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "runtime/offload/cpu_standin_device.h"
@@ -127,10 +128,6 @@ bool refuses_gpu_share(const Model& m) {
                                     EngineDevice{&device, &math, settings}),
                         "cpu_attention_share", "multi-head latent attention");
   return true;
-}
-
-size_t expert_matrix_bytes(const ModelConfig& c) {
-  return size_t(c.expert_intermediate_size) * c.hidden_size * 2;
 }
 
 // f32 precision, 3 page slots (one expert: every page is streamed and its slot reused), experts
@@ -420,9 +417,7 @@ TEST(KvCacheBytes, LatentCacheStoresTheLatentAndTheRopeKeyOnly) {
   for (const char* preset :
        {"tiny-deepseek-v2-lite", "tiny-deepseek-v2", "tiny-deepseek-v3", "tiny-mixtral"}) {
     SCOPED_TRACE(preset);
-    ModelConfig config = preset_config(preset);
-    config.fp8_weights = false;  // V3's FP8 projections: the offload path refuses them
-    const Model m = make_random_model(config, 42);
+    const Model m = make_random_model(preset_config(preset), 42);
     const ModelConfig& c = m.config;
     const Policy p = test_policy(Precision::kBf16);
     const int64_t per_token_layer = c.attention == AttentionKind::kLatent
@@ -448,21 +443,6 @@ TEST(KvCacheBytes, LatentCacheStoresTheLatentAndTheRopeKeyOnly) {
   }
 }
 
-// FP8 weights are refused by the offload path with one clear error (the CPU engine runs them).
-TEST(OffloadEngineBudget, Fp8WeightsAreRefusedNamingTheCpuDevice) {
-  const Model m = make_random_model(preset_config("tiny-deepseek-v3"), 42);
-  offload::CpuStandinDevice device(size_t(1) << 30);
-  offload::HostMath math;
-  try {
-    BatchEngine engine(m, test_policy(Precision::kBf16), EngineDevice{&device, &math, {0, 6, 0}});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("FP8"), std::string::npos) << what;
-    EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
-  }
-}
-
 // ω outside [0, 1] is refused, naming the field.
 TEST(OffloadEngineBudget, CpuAttentionShareOutsideZeroToOneIsRefused) {
   const Model m = make_random_model(preset_config("tiny-mixtral"), 42);
@@ -478,7 +458,7 @@ TEST(OffloadEngineBudget, CpuAttentionShareOutsideZeroToOneIsRefused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine, ::testing::ValuesIn(testing::offload_cases()),
+INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadEngine, ::testing::ValuesIn(testing::family_cases()),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // A budget one byte under the minimum footprint is refused, naming the minimum. By default the

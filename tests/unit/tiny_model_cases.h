@@ -1,8 +1,8 @@
 // The tiny models the engine tests run on: tiny-mixtral as it is, a variant with a sliding
 // window, grouped-query attention (3 query heads per KV head), top-3 routing over 5 experts and
 // an odd vocabulary, and one tiny model of every other family; and the workload and policy both
-// engine tests run them with. Shared by batch_engine_test (which adds more cases) and
-// offload_executor_test.
+// engine tests run them with. Shared by batch_engine_test (which adds more cases),
+// offload_executor_test and the CUDA engine test.
 #pragma once
 
 #include <functional>
@@ -104,18 +104,6 @@ inline std::vector<TinyModelCase> family_cases() {
                      c.fp8_weights = false;
                    }});
   return cases;
-}
-
-// The cases the offload path runs: all but those with FP8 weights, which it refuses (no device
-// kernel dequantises them yet; offload_executor_test checks the refusal).
-inline std::vector<TinyModelCase> offload_cases() {
-  std::vector<TinyModelCase> out;
-  for (auto& c : family_cases()) {
-    ModelConfig config = preset_config("tiny-mixtral");
-    c.edit(config);
-    if (!config.fp8_weights) out.push_back(c);
-  }
-  return out;
 }
 
 // Prompt lengths of the engine tests' requests: 1 token, several in one KV block, several blocks,

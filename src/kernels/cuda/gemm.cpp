@@ -34,8 +34,9 @@ struct GemmContext::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // Shape, accumulate, and the alignments of W, X and Y.
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t>, Plan> plans;
+  // Shape, Y's row stride, accumulate, and the alignments of W, X and Y.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t>, Plan>
+      plans;
 
   Impl(void* ws, size_t ws_bytes) : workspace(ws), workspace_bytes(ws_bytes) {
     SLUICE_CUBLAS_CHECK(lt.create(&handle));
@@ -52,7 +53,7 @@ struct GemmContext::Impl {
 
   const Plan& plan(const GemmShape& s, bool accumulate, uint32_t align_w, uint32_t align_x,
                    uint32_t align_y) {
-    auto key = std::make_tuple(s.m, s.n, s.k, accumulate, align_w, align_x, align_y);
+    auto key = std::make_tuple(s.m, s.n, s.k, s.ldy, accumulate, align_w, align_x, align_y);
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     Plan p;
@@ -63,13 +64,13 @@ struct GemmContext::Impl {
     SLUICE_CUBLAS_CHECK(
         lt.matmul_desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
     // Column-major: A = W stored k×n (ld k), used transposed; B = X stored k×m (ld k);
-    // C = Y stored n×m (ld n).
+    // C = Y stored n×m (ld ldy, n by default).
     SLUICE_CUBLAS_CHECK(
         lt.matrix_layout_create(&p.a, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.n), s.k));
     SLUICE_CUBLAS_CHECK(
         lt.matrix_layout_create(&p.b, CUDA_R_16BF, uint64_t(s.k), uint64_t(s.m), s.k));
-    SLUICE_CUBLAS_CHECK(
-        lt.matrix_layout_create(&p.c, CUDA_R_32F, uint64_t(s.n), uint64_t(s.m), s.n));
+    SLUICE_CUBLAS_CHECK(lt.matrix_layout_create(&p.c, CUDA_R_32F, uint64_t(s.n), uint64_t(s.m),
+                                                s.ldy ? s.ldy : s.n));
     cublasLtMatmulPreference_t pref = nullptr;
     SLUICE_CUBLAS_CHECK(lt.matmul_preference_create(&pref));
     SLUICE_CUBLAS_CHECK(lt.matmul_preference_set_attribute(
@@ -103,8 +104,9 @@ GemmContext::~GemmContext() = default;
 void GemmContext::gemm(const GemmShape& s, const uint16_t* x, const uint16_t* w, float* y,
                        float beta, cudaStream_t stream) {
   if (s.m == 0) return;
-  if (s.n <= 0 || s.k <= 0)
-    fail("cuda gemm: field 'shape': expected n, k > 0, got m={} n={} k={}", s.m, s.n, s.k);
+  if (s.n <= 0 || s.k <= 0 || (s.ldy != 0 && s.ldy < s.n))
+    fail("cuda gemm: field 'shape': expected n, k > 0 and ldy 0 or >= n, got m={} n={} k={} ldy={}",
+         s.m, s.n, s.k, s.ldy);
   const Plan& p = impl_->plan(s, beta != 0.0f, alignment_of(w), alignment_of(x), alignment_of(y));
   const float alpha = 1.0f;
   SLUICE_CUBLAS_CHECK(impl_->lt.matmul(impl_->handle, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,

@@ -15,6 +15,7 @@ namespace sluice::cuda {
 
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
+  int64_t ldy = 0;  // Y's row stride in elements; 0: n (a panel of W's rows writes a column block)
 };
 
 class GemmContext {

@@ -1,5 +1,7 @@
 #include "runtime/gpu/cuda_math.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
@@ -34,6 +36,27 @@ void CudaMath::gemm_quant(void*, const cpu::QuantView& w, int64_t, const void*, 
       "cuda: quantized expert weights ({} experts) have no CUDA kernel yet; run them with "
       "--device cpu or --device standin, or use --expert-dtype bf16",
       cpu::quant_format_name(w.format));
+}
+
+void CudaMath::gemm_fp8(void* s, const offload::Fp8GemmArgs& a) {
+  const cpu::Fp8Matrix& w = a.w;
+  if (a.m == 0) return;
+  if (!a.tile || a.tile_elements < w.k)
+    fail(
+        "cuda gemm_fp8: field 'tile': expected device scratch of at least k = {} bf16 values (one "
+        "row of W), got {}",
+        w.k, a.tile ? a.tile_elements : 0);
+  const int64_t panel = std::min(w.n, a.tile_elements / w.k);
+  for (int64_t j0 = 0; j0 < w.n; j0 += panel) {
+    const int64_t rows = std::min(panel, w.n - j0);
+    cuda::dequantize_fp8(w.q, w.scale, w.k, j0, rows, a.tile, as_stream(s));
+    if (a.x_bf16)
+      gemm_.gemm({.m = a.m, .n = rows, .k = w.k, .ldy = w.n}, static_cast<const uint16_t*>(a.x),
+                 a.tile, a.y + j0, a.beta, as_stream(s));
+    else
+      cuda::gemm_f32_bf16w(static_cast<const float*>(a.x), a.tile, a.y + j0, a.m, rows, w.k, a.beta,
+                           as_stream(s), w.n);
+  }
 }
 
 void CudaMath::to_bf16(void* s, const float* x, uint16_t* y, int64_t n) {

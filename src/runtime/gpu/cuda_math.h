@@ -22,6 +22,10 @@ class CudaMath final : public offload::DeviceMath {
   // (supports_quantized_experts() is false), and this fails if reached anyway.
   void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
                   float* y, float beta) override;
+  // Row panels of W, as many rows as the tile holds, dequantised into the tile (dequantize_fp8),
+  // then multiplied by the bf16 cuBLASLt GEMM (or, for fp32 X, gemm_f32_bf16w) into their
+  // columns of Y.
+  void gemm_fp8(void* stream, const offload::Fp8GemmArgs& a) override;
   void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) override;
   void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
                 const float* weight, float eps) override;

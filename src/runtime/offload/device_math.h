@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/gemm_fp8.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/routing.h"
 
@@ -40,6 +41,23 @@ struct PagedAttentionRows {
   const int32_t* tables = nullptr;
 };
 
+// A GEMM against FP8 e4m3 weights with 128 × 128 block scales (DeepSeek-V3 and R1's projections):
+// Y = X · Wᵀ + beta · Y with W dequantised as cpu::gemm_fp8 does, bf16(code · block scale), and
+// fp32 sums. w.q and w.scale are device pointers: the codes and scales as the host holds and
+// streams them, 1 byte per weight (the whole matrix is never held in bf16).
+struct Fp8GemmArgs {
+  cpu::Fp8Matrix w;
+  int64_t m = 0;
+  const void* x = nullptr;  // [m, w.k]: bf16 (x_bf16), or fp32 used as it is (f32 precision)
+  bool x_bf16 = true;
+  float* y = nullptr;  // fp32 [m, w.n]
+  float beta = 0.0f;
+  // Device scratch of at least w.k bf16 values, where an implementation may dequantise row
+  // panels of W for a bf16 GEMM (CudaMath does; HostMath's kernel has its own cache-sized ones).
+  uint16_t* tile = nullptr;
+  int64_t tile_elements = 0;
+};
+
 class DeviceMath {
  public:
   virtual ~DeviceMath() = default;
@@ -64,6 +82,9 @@ class DeviceMath {
   virtual bool supports_quantized_experts() const { return false; }
   virtual void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x,
                           bool x_bf16, float* y, float beta) = 0;
+
+  // Fp8GemmArgs' GEMM (cpu::gemm_fp8, with X rounded to bf16 before the call or kept fp32).
+  virtual void gemm_fp8(void* stream, const Fp8GemmArgs& a) = 0;
 
   // y[i] = bf16(x[i]), round to nearest even (cpu::f32_to_bf16_row).
   virtual void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) = 0;

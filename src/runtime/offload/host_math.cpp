@@ -10,6 +10,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_fp8.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/routing.h"
@@ -45,6 +46,18 @@ void HostMath::gemm_quant(void*, const cpu::QuantView& w, int64_t m, const void*
                   .w = &w,
                   .y = y,
                   .beta = beta});
+}
+
+// The FP8 codes and scales in the stand-in's "device" memory, through the CPU engine's kernel
+// (its own panels, not the tile); fp32 X is the f32 precision's, used as it is.
+void HostMath::gemm_fp8(void*, const Fp8GemmArgs& a) {
+  cpu::gemm_fp8({.m = a.m,
+                 .x = a.x,
+                 .x_dtype = a.x_bf16 ? DType::BF16 : DType::F32,
+                 .w = &a.w,
+                 .y = a.y,
+                 .beta = a.beta,
+                 .round_x_to_bf16 = false});
 }
 
 void HostMath::to_bf16(void*, const float* x, uint16_t* y, int64_t n) {

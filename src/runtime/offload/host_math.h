@@ -17,6 +17,7 @@ class HostMath final : public DeviceMath {
   bool supports_quantized_experts() const override { return true; }
   void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
                   float* y, float beta) override;
+  void gemm_fp8(void* stream, const Fp8GemmArgs& a) override;
   void to_bf16(void* stream, const float* x, uint16_t* y, int64_t n) override;
   void rms_norm(void* stream, const float* x, float* y, int64_t rows, int64_t dim,
                 const float* weight, float eps) override;

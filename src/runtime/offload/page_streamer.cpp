@@ -62,9 +62,9 @@ PageStreamer::PageStreamer(Device& device, PageSlots& slots, std::vector<WeightP
       s.last_use = t;
     }
   for (size_t p = 0; p < pages_.size(); ++p) {
-    if (pages_[p].bytes > slots.page_bytes())
+    if (pages_[p].total_bytes() > slots.page_bytes())
       fail("page streamer: page '{}': expected at most the page size {} bytes, got {}",
-           pages_[p].name, slots.page_bytes(), pages_[p].bytes);
+           pages_[p].name, slots.page_bytes(), pages_[p].total_bytes());
     if (state_[p].first_use >= 0)
       copy_order_.push_back(int(p));
     else
@@ -109,11 +109,15 @@ void PageStreamer::prefetch() {
     const FreeSlot f = free_[free_head_++];
     if (f.fence) device_.wait(Queue::kWeights, f.fence);  // its previous page's last user ran
     s.slot = f.slot;
-    device_.copy_to_device(Queue::kWeights, slots_.slot(f.slot), pages_[size_t(p)].host,
-                           pages_[size_t(p)].bytes, pages_[size_t(p)].name);
+    const WeightPage& page = pages_[size_t(p)];
+    auto* slot = static_cast<char*>(slots_.slot(f.slot));
+    device_.copy_to_device(Queue::kWeights, slot, page.host, page.bytes, page.name);
+    if (page.then_bytes > 0)
+      device_.copy_to_device(Queue::kWeights, slot + page.bytes, page.then_host, page.then_bytes,
+                             page.name);
     s.copied = device_.record(Queue::kWeights);
     ++pages_copied_;
-    bytes_copied_ += int64_t(pages_[size_t(p)].bytes);
+    bytes_copied_ += int64_t(page.total_bytes());
   }
   // Compact the FIFO now and then so it does not grow with the schedule.
   if (free_head_ > 64 && free_head_ * 2 > free_.size()) {

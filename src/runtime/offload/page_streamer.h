@@ -24,8 +24,13 @@ namespace sluice::offload {
 
 struct WeightPage {
   const void* host = nullptr;  // pinned host memory (mapped checkpoint or pinned copy)
-  size_t bytes = 0;            // <= the pool's page_bytes
+  size_t bytes = 0;            // bytes at `host`
   std::string name;            // for traces and errors, e.g. "L3.e5.w1[0:4096]"
+  // A second host range copied right after the first, at byte `bytes` of the slot: an FP8
+  // matrix's codes after its block scales, which the checkpoint stores apart. Empty for most.
+  const void* then_host = nullptr;
+  size_t then_bytes = 0;
+  size_t total_bytes() const { return bytes + then_bytes; }  // <= the pool's page_bytes
 };
 
 // The device slots: allocated once from the budget, owned for the streamer's life.

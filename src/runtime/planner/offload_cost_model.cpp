@@ -1,4 +1,3 @@
-#include "model/expert_quant.h"
 #include "runtime/planner/offload_cost_model.h"
 
 #include <fmt/format.h>
@@ -8,6 +7,8 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 
@@ -56,13 +57,13 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t qa = latent ? size_t(c.mla.q_lora_rank) : 0, ad = size_t(c.attn_out_dim());
   const size_t qkv_row = latent ? qd + size_t(c.kv_cache_values_per_token()) : qd + 2 * kvd;
   GpuMemoryUse m;
+  // Each projection in bf16, or with FP8 weights its codes and block scales.
+  auto projection = [&](size_t n, size_t k) { return projection_bytes(c, int64_t(n), int64_t(k)); };
+  const size_t ckv = size_t(c.kv_cache_values_per_token());
   m.attention_weights =
-      latent ? L *
-                   (size_t(c.attention_weight_elements()) -
-                    size_t(c.num_heads) * size_t(c.mla.qk_nope_head_dim + c.mla.v_head_dim) *
-                        size_t(c.mla.kv_lora_rank)) *
-                   2
-             : L * (2 * H * qd + 2 * H * kvd) * 2;
+      L * (latent ? (qa > 0 ? projection(qa, H) + projection(qd, qa) : projection(qd, H)) +
+                        projection(ckv, H) + projection(H, ad)
+                  : projection(qd, H) + 2 * projection(kvd, H) + projection(H, qd));
   size_t moe_layers = 0, widest_mlp = 0, per_layer_extra = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const size_t mlp = size_t(c.dense_mlp_size(l));
@@ -96,7 +97,8 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   // With a GPU share of attention, per token the CPU share's gathered q/k/v, the GPU share's
   // gathered q, both shares' outputs and six row indices.
   // Per sampled row: its final state and logits (the lm_head runs on the GPU). Plus cuBLASLt's
-  // 32 MiB workspace, which the CUDA math takes from the same budget.
+  // 32 MiB workspace, which the CUDA math takes from the same budget, and with FP8 weights the
+  // bf16 tile the FP8 GEMMs dequantise row panels into (fp8_tile_elements).
   const bool f32 = p.precision == Precision::kF32, cpu_experts = o.cpu_expert_max_tokens > 0;
   const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
   // The experts' and the dense MLPs' GEMMs share the intermediate rows; a dense MLP's gate adds
@@ -113,7 +115,7 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
                            (c.o_bias ? 1 : 0) + (qa > 0 ? 3 : 0) + (latent ? 1 : 0);
   const size_t alignment = (per_layer * L + per_layer_extra + 32 + (gpu_attention ? 6 : 0)) * 256;
   m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
-                   (size_t(32) << 20) + alignment;
+                   (size_t(32) << 20) + size_t(fp8_tile_elements(c)) * 2 + alignment;
   return m;
 }
 

@@ -449,7 +449,8 @@ void derive_common(const GgufFile& g, nlohmann::json& j) {
 }
 
 // V2: groups (expert_group_count > 1) mean group_limited_greedy, each group scored by its best
-// expert as DeepSeek-V2's router does.
+// expert as DeepSeek-V2's router does (llama.cpp's build_moe_ffn ranks groups by the sum of their
+// best two for every arch, V3's rule; sluice runs the checkpoint's).
 void derive_v2(const GgufFile& g, nlohmann::json& j) {
   if (const int64_t f = gating_func(g); f != 1)
     fail(

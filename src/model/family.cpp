@@ -17,9 +17,10 @@ const FamilySpec& family_spec(Family f) {
   fail("family {} has no description in family.cpp", int(f));
 }
 
-const FamilySpec* family_of_gguf_arch(std::string_view arch) {
+const FamilySpec* family_of_gguf(const GgufFile& g, std::string_view arch) {
   for (const FamilySpec* spec : all_families())
-    if (spec->gguf && spec->gguf->arch == arch) return spec;
+    if (spec->gguf && spec->gguf->arch == arch && (!spec->gguf->reads || spec->gguf->reads(g)))
+      return spec;
   return nullptr;
 }
 

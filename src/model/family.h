@@ -52,8 +52,9 @@ struct FamilySpec {
 
 std::span<const FamilySpec* const> all_families();
 const FamilySpec& family_spec(Family f);
-// The family whose GGUF naming has general.architecture `arch`; null when none has.
-const FamilySpec* family_of_gguf_arch(std::string_view arch);
+// The family whose GGUF naming has general.architecture `arch` and reads file `g` (deepseek2 is
+// DeepSeek-V2 or V3 by its metadata); null when none does.
+const FamilySpec* family_of_gguf(const GgufFile& g, std::string_view arch);
 
 // Each family's description (family_<name>.cpp).
 const FamilySpec& mixtral_family();

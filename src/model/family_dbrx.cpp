@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+#include "io/gguf.h"
 #include "model/family.h"
 
 namespace sluice {
@@ -133,6 +135,56 @@ TensorTable table(const ModelConfig& c, ModelWeights& w) {
   return t;
 }
 
+// llama.cpp's arch "dbrx" (DbrxModel in convert_hf_to_gguf.py): the config's nested fields as
+// the converter writes them; the graph always renormalises the top-k weights (p = 1); Wqkv stays
+// fused as attn_qkv; the flat experts are stacked [E, ffn, hidden], w2 transposed per expert
+// into the canonical [E, hidden, ffn]; q/k rows as in the checkpoint (NeoX-style RoPE).
+const std::vector<GgufKey>& gguf_keys() {
+  static const std::vector<GgufKey> keys = {
+      {"d_model", "embedding_length", true},
+      {"n_layers", "block_count", true},
+      {"n_heads", "attention.head_count", true},
+      {"max_seq_len", "context_length"},
+      {"attn_config.kv_n_heads", "attention.head_count_kv", true},
+      {"attn_config.rope_theta", "rope.freq_base"},
+      {"attn_config.clip_qkv", "attention.clamp_kqv", true},
+      {"ffn_config.ffn_hidden_size", "feed_forward_length", true},
+      {"ffn_config.moe_num_experts", "expert_count", true},
+      {"ffn_config.moe_top_k", "expert_used_count", true}};
+  return keys;
+}
+
+// A clamp of 0 is none (llama.cpp clamps only above 0), null in config.json. Every norm is a
+// LayerNorm of eps 1e-5 (DBRX's config has no field for it), which the file must agree with.
+void derive_gguf_config(const GgufFile& g, nlohmann::json& j) {
+  nlohmann::json& clip = j["attn_config"]["clip_qkv"];
+  if (clip.is_number() && clip.get<double>() == 0) clip = nullptr;
+  if (const auto eps = g.number("dbrx.attention.layer_norm_epsilon"); eps && float(*eps) != 1e-5f)
+    fail("{}: key 'dbrx.attention.layer_norm_epsilon': DBRX's LayerNorms have eps 1e-5, got {}",
+         g.path().string(), *eps);
+}
+
+const GgufNaming* gguf_naming() {
+  static const GgufNaming naming{
+      .arch = "dbrx",
+      .keys = gguf_keys(),
+      .tensors = {{"transformer.wte", "token_embd"},
+                  {"transformer.norm_f", "output_norm"},
+                  {"norm_attn_norm.norm_1", "attn_norm"},
+                  {"norm_attn_norm.attn.Wqkv", "attn_qkv"},
+                  {"norm_attn_norm.attn.out_proj", "attn_output"},
+                  {"norm_attn_norm.norm_2", "attn_output_norm"},
+                  {"ffn.router.layer", "ffn_gate_inp"},
+                  {"ffn.experts.mlp.w1", "ffn_gate_exps.weight"},
+                  {"ffn.experts.mlp.v1", "ffn_up_exps.weight"},
+                  {"ffn.experts.mlp.w2", "ffn_down_exps.weight"}},
+      .implied_config = R"({"ffn_config": {"moe_normalize_expert_weights": 1}})",
+      .layer_prefix = "transformer.blocks.",
+      .llama_style_keys = false,
+      .derive_config = derive_gguf_config};
+  return &naming;
+}
+
 }  // namespace
 
 // cl100k (GPT-4's tiktoken BPE) with DBRX's special tokens, ChatML as dbrx-instruct's template
@@ -154,7 +206,8 @@ const FamilySpec& dbrx_family() {
                      false,
                      "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
                      "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-                     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"}};
+                     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+      gguf_naming()};
   return spec;
 }
 

@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+#include "io/gguf.h"
 #include "model/family.h"
 
 namespace sluice {
@@ -342,17 +344,169 @@ const TokenizerStyle& v3_tokenizer_style() {
   return style;
 }
 
+// llama.cpp's arch "deepseek2" holds V2, V2-Lite and V3 alike (DeepseekV2Model in
+// convert_hf_to_gguf.py). Its converter writes MLA as MQA: head_count_kv 1 and key_length the
+// latent plus the RoPE key (then key_length_mla and value_length_mla give the heads; files before
+// them have the heads in key_length and value_length); q/k rows as in the checkpoint (RoPE on
+// adjacent pairs, llama.cpp's "norm" RoPE); MTP layers left out; FP8 weights dequantised;
+// e_score_correction_bias as exp_probs_b; kv_b_proj split (GgufRows::kLatentKvSplit).
+const std::vector<GgufKey>& gguf_keys() {
+  static const std::vector<GgufKey> keys = {
+      // Every head reads the latent (read_latent_attention): the file's head_count_kv is the
+      // converter's MQA view, and head_dim is the RoPE dim, as DeepseekV{2,3}Config sets it.
+      {"num_key_value_heads", "attention.head_count", true},
+      {"head_dim", "rope.dimension_count", true},
+      {"qk_rope_head_dim", "rope.dimension_count", true},
+      {"kv_lora_rank", "attention.kv_lora_rank", true},
+      {"q_lora_rank", "attention.q_lora_rank"},  // absent: V2-Lite's q_proj
+      {"v_head_dim", "attention.value_length_mla", true, "attention.value_length"},
+      {"intermediate_size", "feed_forward_length", true},
+      {"moe_intermediate_size", "expert_feed_forward_length", true},
+      {"n_routed_experts", "expert_count", true},
+      {"num_experts_per_tok", "expert_used_count", true},
+      {"n_shared_experts", "expert_shared_count", true},
+      {"routed_scaling_factor", "expert_weights_scale"},
+      {"norm_topk_prob", "expert_weights_norm"},
+      {"first_k_dense_replace", "leading_dense_block_count", true},
+      {"n_group", "expert_group_count"},
+      {"topk_group", "expert_group_used_count"}};
+  return keys;
+}
+
+const std::vector<GgufTensorName>& gguf_tensor_names() {
+  static const std::vector<GgufTensorName> names = {
+      {"self_attn.q_a_proj", "attn_q_a"},
+      {"self_attn.q_a_layernorm", "attn_q_a_norm"},
+      {"self_attn.q_b_proj", "attn_q_b"},
+      {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+      {"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+      {"self_attn.kv_b_proj", "attn_kv_b", GgufRows::kLatentKvSplit},
+      {"mlp.gate", "ffn_gate_inp"},
+      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+      {"mlp.experts.*.gate_proj", "ffn_gate_exps"},
+      {"mlp.experts.*.up_proj", "ffn_up_exps"},
+      {"mlp.experts.*.down_proj", "ffn_down_exps"},
+      {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
+      {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
+      {"mlp.gate_proj", "ffn_gate"},  // a dense layer's MLP
+      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  return names;
+}
+
+// llama.cpp's expert_gating_func: 1 softmax (V2; also when absent, as in the first V2 files),
+// 2 sigmoid (V3).
+int64_t gating_func(const GgufFile& g) {
+  return g.integer("deepseek2.expert_gating_func").value_or(1);
+}
+
+bool reads_v3(const GgufFile& g) {
+  return gating_func(g) == 2;
+}
+
+// YaRN as the converter writes it: factor, original context, betas, and 0.1 · mscale_all_dim as
+// yarn_log_multiplier (llama.cpp divides it back); DeepSeek's configs have mscale equal to
+// mscale_all_dim, which is all llama.cpp's graph can run, so both are that value.
+void derive_rope_scaling(const GgufFile& g, nlohmann::json& j) {
+  const std::string p = "deepseek2.rope.scaling.";
+  const std::string type = g.string(p + "type").value_or("none");
+  if (type == "none") return;
+  if (type != "yarn")
+    fail(
+        "{}: key '{}type': rope scaling '{}' is not supported for DeepSeek; expected 'yarn' or "
+        "'none'",
+        g.path().string(), p, type);
+  if (g.find(p + "yarn_attn_factor") || g.find(p + "yarn_ext_factor"))
+    fail("{}: keys '{}yarn_attn_factor' and '{}yarn_ext_factor' are not supported for DeepSeek",
+         g.path().string(), p, p);
+  const auto factor = g.number(p + "factor");
+  const auto log_mul = g.number(p + "yarn_log_multiplier");
+  if (!factor || !log_mul)
+    fail("{}: key '{}{}' is missing: YaRN needs it", g.path().string(), p,
+         factor ? "yarn_log_multiplier" : "factor");
+  const double mscale = *log_mul / 0.1;
+  nlohmann::json rope = {
+      {"type", "yarn"}, {"factor", *factor}, {"mscale", mscale}, {"mscale_all_dim", mscale}};
+  if (const auto n = g.integer(p + "original_context_length"))
+    rope["original_max_position_embeddings"] = *n;
+  if (const auto b = g.number(p + "yarn_beta_fast")) rope["beta_fast"] = *b;
+  if (const auto b = g.number(p + "yarn_beta_slow")) rope["beta_slow"] = *b;
+  j["rope_scaling"] = rope;
+}
+
+// The no-RoPE part of each q/k head: the head's key length less the RoPE dim.
+void derive_common(const GgufFile& g, nlohmann::json& j) {
+  const char* key = g.find("deepseek2.attention.key_length_mla") ? "attention.key_length_mla"
+                                                                 : "attention.key_length";
+  const int64_t head = g.integer(std::string("deepseek2.") + key).value_or(0);
+  const int64_t rope = j["qk_rope_head_dim"].get<int64_t>();
+  if (head <= rope)
+    fail("{}: key 'deepseek2.{}': expected the q/k head length, more than the RoPE dim {}, got {}",
+         g.path().string(), key, rope, head);
+  j["qk_nope_head_dim"] = head - rope;
+  derive_rope_scaling(g, j);
+}
+
+// V2: groups (expert_group_count > 1) mean group_limited_greedy, each group scored by its best
+// expert as DeepSeek-V2's router does (llama.cpp's build_moe_ffn ranks groups by the sum of their
+// best two for every arch, V3's rule; sluice runs the checkpoint's).
+void derive_v2(const GgufFile& g, nlohmann::json& j) {
+  if (const int64_t f = gating_func(g); f != 1)
+    fail(
+        "{}: key 'deepseek2.expert_gating_func': expected 1 (softmax, DeepSeek-V2) or 2 (sigmoid, "
+        "DeepSeek-V3), got {}",
+        g.path().string(), f);
+  derive_common(g, j);
+  if (j.value("n_group", 1) > 1) j["topk_method"] = "group_limited_greedy";
+}
+
+void derive_v3(const GgufFile& g, nlohmann::json& j) {
+  derive_common(g, j);
+}
+
+// What llama.cpp's deepseek2 graph does when a key is absent: no q-LoRA, no scaling of the
+// routed weights, no renormalisation, dense layers only in front, and (V3) no expert groups.
+const GgufNaming* gguf_naming_v2() {
+  static const GgufNaming naming{
+      .arch = "deepseek2",
+      .keys = gguf_keys(),
+      .tensors = gguf_tensor_names(),
+      .implied_config = R"({"q_lora_rank": null, "routed_scaling_factor": 1.0,
+          "norm_topk_prob": false, "moe_layer_freq": 1, "scoring_func": "softmax",
+          "topk_method": "greedy"})",
+      .reads = [](const GgufFile& g) { return !reads_v3(g); },
+      .derive_config = derive_v2};
+  return &naming;
+}
+
+const GgufNaming* gguf_naming_v3() {
+  static const GgufNaming naming{
+      .arch = "deepseek2",
+      .keys = gguf_keys(),
+      .tensors = gguf_tensor_names(),
+      .implied_config = R"({"q_lora_rank": null, "routed_scaling_factor": 1.0,
+          "norm_topk_prob": false, "moe_layer_freq": 1, "scoring_func": "sigmoid",
+          "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1, "rope_interleave": true,
+          "num_nextn_predict_layers": 0})",
+      .reads = reads_v3,
+      .derive_config = derive_v3};
+  return &naming;
+}
+
 }  // namespace
 
 const FamilySpec& deepseek_v2_family() {
-  static const FamilySpec spec{Family::DeepseekV2, "deepseek_v2", "DeepseekV2ForCausalLM", read_v2,
-                               write_v2,           table,         v2_tokenizer_style()};
+  static const FamilySpec spec{
+      Family::DeepseekV2, "deepseek_v2", "DeepseekV2ForCausalLM", read_v2,
+      write_v2,           table,         v2_tokenizer_style(),    gguf_naming_v2()};
   return spec;
 }
 
 const FamilySpec& deepseek_v3_family() {
-  static const FamilySpec spec{Family::DeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", read_v3,
-                               write_v3,           table,         v3_tokenizer_style()};
+  static const FamilySpec spec{
+      Family::DeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", read_v3,
+      write_v3,           table,         v3_tokenizer_style(),    gguf_naming_v3()};
   return spec;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -40,6 +41,13 @@ std::string supported_archs() {
   return s;
 }
 
+// `field` of config.json, a dotted name being a field of a nested object.
+json::json_pointer field_pointer(const std::string& field) {
+  std::string p = "/" + field;
+  std::replace(p.begin(), p.end(), '.', '/');
+  return json::json_pointer(p);
+}
+
 void read_keys(const GgufFile& g, const std::string& arch, const FamilySpec& spec,
                const std::vector<GgufKey>& keys, json& j) {
   for (const GgufKey& k : keys) {
@@ -51,7 +59,7 @@ void read_keys(const GgufFile& g, const std::string& arch, const FamilySpec& spe
              g.path().string(), arch, k.gguf, spec.model_type, k.config);
       continue;
     }
-    j[k.config] = v->value;
+    j[field_pointer(k.config)] = v->value;
   }
 }
 
@@ -134,6 +142,46 @@ void report_dequantized(const GgufFile& g, const std::set<std::string>& used) {
                list.c_str());
 }
 
+// DeepSeek's kv_b [heads·(nope + v), R] from llama.cpp's split form: head h's rows are
+// k_b[h] [R, nope] transposed, then v_b[h] [v, R]. Bytes are moved when both have one dtype,
+// else both are widened to F32.
+Tensor join_latent_kv(Tensor k_b, Tensor v_b) {
+  const int64_t heads = k_b.shape[0], R = k_b.shape[1], nope = k_b.shape[2], v = v_b.shape[1];
+  if (k_b.dtype != v_b.dtype) {
+    for (Tensor* t : {&k_b, &v_b}) {
+      Tensor f = Tensor::allocate(DType::F32, t->shape);
+      to_f32(t->dtype, t->data, f.as<float>(), size_t(t->numel()));
+      *t = std::move(f);
+    }
+  }
+  const size_t es = dtype_size(k_b.dtype);
+  Tensor out = Tensor::allocate(k_b.dtype, {heads * (nope + v), R});
+  const auto* kb = static_cast<const char*>(k_b.data);
+  const auto* vb = static_cast<const char*>(v_b.data);
+  auto* dst = static_cast<char*>(out.data);
+  for (int64_t h = 0; h < heads; ++h) {
+    char* head = dst + size_t(h * (nope + v) * R) * es;
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(head + size_t(i * R + r) * es, kb + size_t((h * R + r) * nope + i) * es, es);
+    std::memcpy(head + size_t(nope * R) * es, vb + size_t(h * v * R) * es, size_t(v * R) * es);
+  }
+  return out;
+}
+
+// "blk.3.attn_kv_b.weight" → "blk.3.attn_k_b.weight" (part "k_b") or "blk.3.attn_v_b.weight".
+std::string latent_kv_part(const std::string& kv_b_name, const char* part) {
+  const size_t at = kv_b_name.rfind("kv_b");
+  return kv_b_name.substr(0, at) + part + kv_b_name.substr(at + 4);
+}
+
+// The GGUF tensors one table entry reads, with the row-major shape each must have.
+struct GgufSource {
+  const ExpectedTensor* want;
+  GgufName gn;
+  std::vector<std::pair<std::string, Shape>> parts;  // one, or DeepSeek's k_b and v_b
+};
+
 class GgufLoader {
  public:
   GgufLoader(const GgufFile& g, const FamilySpec& spec, Model& m)
@@ -141,56 +189,96 @@ class GgufLoader {
 
   void load() {
     TensorTable table = tensor_table(m_.config, m_.weights);
-    std::vector<std::pair<const ExpectedTensor*, GgufName>> plan;
+    std::vector<GgufSource> plan;
     for (const ExpectedTensor& want : table.tensors) {
       GgufName gn = gguf_tensor_name(naming_, want.name);
-      if (gn.name.empty() || want.mapping != TensorMapping::kWhole)
+      if (gn.name.empty())
         fail("{}: {} tensor '{}' has no GGUF name in the family's description", where(),
              m_.config.architecture, want.name);
       if (want.expert > 0) continue;  // the stacked GGUF tensor fills the slot once
-      used_.insert(gn.name);
-      plan.emplace_back(&want, std::move(gn));
+      plan.push_back(source(want, std::move(gn)));
+      for (const auto& part : plan.back().parts) used_.insert(part.first);
     }
     check_present(plan);
     check_nothing_left();
     report_dequantized(g_, used_);
-    for (const auto& [want, gn] : plan) load_one(*want, gn);
+    for (const GgufSource& s : plan) load_one(s);
     if (m_.config.tie_word_embeddings) m_.weights.lm_head = m_.weights.embed;
   }
 
  private:
   std::string where() const { return g_.path().string(); }
 
-  // Every tensor there, with the shape the metadata implies, before any is read.
-  void check_present(const std::vector<std::pair<const ExpectedTensor*, GgufName>>& plan) const {
-    for (const auto& [want, gn] : plan) {
-      const GgufTensorInfo* t = g_.find_tensor(gn.name);
-      if (!t)
-        fail("{}: tensor '{}' is missing (expected shape {} for {}, as the checkpoint's '{}')",
-             where(), gn.name, shape_str(expected_shape(*want)), m_.config.architecture,
-             want->name);
-      if (squeezed(t->shape()) != squeezed(expected_shape(*want)))
-        fail(
-            "{}: tensor '{}': expected shape {} from the GGUF metadata ({}), got {} (GGUF dims "
-            "{})",
-            t->file->path().string(), gn.name, shape_str(expected_shape(*want)),
-            want->shape_from ? std::string(want->shape_from)
-                             : naming_.arch + std::string(".* keys"),
-            shape_str(t->shape()), shape_str(t->dims));
+  GgufSource source(const ExpectedTensor& want, GgufName gn) const {
+    GgufSource s{&want, std::move(gn), {}};
+    if (s.gn.rows == GgufRows::kLatentKvSplit && !g_.find_tensor(s.gn.name)) {
+      const LatentAttentionShape& m = m_.config.mla;
+      const int64_t heads = m_.config.num_heads;
+      s.parts = {{latent_kv_part(s.gn.name, "k_b"), {heads, m.kv_lora_rank, m.qk_nope_head_dim}},
+                 {latent_kv_part(s.gn.name, "v_b"), {heads, m.v_head_dim, m.kv_lora_rank}}};
+    } else {
+      s.parts = {{s.gn.name, expected_shape(want)}};
     }
-  }
-
-  Shape expected_shape(const ExpectedTensor& want) const {
-    Shape s = want.shape;
-    if (want.expert >= 0) s.insert(s.begin(), m_.config.num_experts);
     return s;
   }
 
-  void load_one(const ExpectedTensor& want, const GgufName& gn) {
-    const GgufTensorInfo& t = *g_.find_tensor(gn.name);
-    Tensor v = read_tensor(t, expected_shape(want));
-    if (naming_.interleaved_qk && gn.rows != GgufRows::kAsIs) v = unpermuted(v, gn.rows);
-    *want.slot = std::move(v);
+  // Every tensor there, with the shape the metadata implies, before any is read.
+  void check_present(const std::vector<GgufSource>& plan) const {
+    for (const GgufSource& s : plan)
+      for (const auto& [name, shape] : s.parts) {
+        const GgufTensorInfo* t = g_.find_tensor(name);
+        if (!t)
+          fail("{}: tensor '{}' is missing (expected shape {} for {}, as the checkpoint's '{}')",
+               where(), name, shape_str(shape), m_.config.architecture, s.want->name);
+        if (squeezed(t->shape()) != squeezed(shape))
+          fail(
+              "{}: tensor '{}': expected shape {} from the GGUF metadata ({}), got {} (GGUF dims "
+              "{})",
+              t->file->path().string(), name, shape_str(shape),
+              s.want->shape_from ? std::string(s.want->shape_from)
+                                 : naming_.arch + std::string(".* keys"),
+              shape_str(t->shape()), shape_str(t->dims));
+      }
+  }
+
+  // The shape of the GGUF tensor that holds a table entry: the checkpoint's, experts stacked
+  // [E, ...] (DBRX's flat ones as the canonical slot, w2 already transposed by the converter).
+  Shape expected_shape(const ExpectedTensor& want) const {
+    const int64_t E = m_.config.num_experts;
+    switch (want.mapping) {
+      case TensorMapping::kExpertsFlat:
+        return {E, want.shape[0] / E, want.shape[1]};
+      case TensorMapping::kExpertsFlatTransposed:
+        return {E, want.shape[1], want.shape[0] / E};
+      default:
+        break;
+    }
+    Shape s = want.shape;
+    if (want.expert >= 0) s.insert(s.begin(), E);
+    return s;
+  }
+
+  Tensor read(const std::pair<std::string, Shape>& part) const {
+    return read_tensor(*g_.find_tensor(part.first), part.second);
+  }
+
+  // A fused tensor is read once for the slots that take rows of it (DBRX's Wqkv: q, k and v).
+  const Tensor& read_fused(const std::pair<std::string, Shape>& part) {
+    auto it = fused_.find(part.first);
+    if (it == fused_.end()) it = fused_.emplace(part.first, read(part)).first;
+    return it->second;
+  }
+
+  void load_one(const GgufSource& s) {
+    const ExpectedTensor& want = *s.want;
+    if (s.parts.size() == 2)
+      *want.slot = join_latent_kv(read(s.parts[0]), read(s.parts[1]));
+    else if (want.mapping == TensorMapping::kRows)
+      *want.slot = mapped_slot(want, read_fused(s.parts[0]));
+    else if (naming_.interleaved_qk && s.gn.rows != GgufRows::kAsIs)
+      *want.slot = unpermuted(read(s.parts[0]), s.gn.rows);
+    else
+      *want.slot = read(s.parts[0]);
   }
 
   Tensor unpermuted(const Tensor& v, GgufRows rows) const {
@@ -214,6 +302,7 @@ class GgufLoader {
   const GgufNaming& naming_;
   Model& m_;
   std::set<std::string> used_;
+  std::map<std::string, Tensor> fused_;
 };
 
 }  // namespace
@@ -236,24 +325,29 @@ const std::vector<GgufTensorName>& llama_gguf_tensor_names() {
 }
 
 GgufName gguf_tensor_name(const GgufNaming& naming, const std::string& name) {
-  static const std::regex layer(R"(model\.layers\.(\d+)\.(.*)\.(weight|bias))");
-  static const std::regex whole(R"((.*)\.(weight|bias))");
+  static const std::regex indexed(R"((\d+)\.(.*))");
+  static const std::regex suffixed(R"((.*)\.(weight|bias))");
   static const std::regex expert(R"(\.experts\.\d+\.)");
+  const std::string layers = naming.layer_prefix;
+  std::string prefix, path = name;
   std::smatch m;
-  std::string prefix, path, suffix;
-  if (std::regex_match(name, m, layer)) {
+  if (name.starts_with(layers)) {
+    const std::string rest = name.substr(layers.size());
+    if (!std::regex_match(rest, m, indexed)) return {};
     prefix = "blk." + m[1].str() + ".";
     path = std::regex_replace(m[2].str(), expert, ".experts.*.");
-    suffix = m[3];
-  } else if (std::regex_match(name, m, whole)) {
-    path = m[1];
+  }
+  std::string module, suffix;
+  if (std::regex_match(path, m, suffixed)) {
+    module = m[1];
     suffix = m[2];
-  } else {
-    return {};
   }
   for (const auto* list : {&naming.tensors, &llama_gguf_tensor_names()})
-    for (const GgufTensorName& n : *list)
-      if (path == n.checkpoint) return {prefix + n.gguf + "." + suffix, n.rows};
+    for (const GgufTensorName& n : *list) {
+      if (path == n.checkpoint) return {prefix + n.gguf, n.rows};  // named whole
+      if (!suffix.empty() && module == n.checkpoint)
+        return {prefix + n.gguf + "." + suffix, n.rows};
+    }
   return {};
 }
 
@@ -271,7 +365,7 @@ void unpermute_qk_rows(const void* src, void* dst, int64_t heads, int64_t head_d
 
 const FamilySpec& gguf_family(const GgufFile& g) {
   const std::string arch = g.required_string("general.architecture");
-  const FamilySpec* spec = family_of_gguf_arch(arch);
+  const FamilySpec* spec = family_of_gguf(g, arch);
   if (!spec)
     fail("{}: key 'general.architecture': GGUF architecture '{}' is not supported (supported: {})",
          g.path().string(), arch, supported_archs());
@@ -284,7 +378,7 @@ json gguf_config_json(const GgufFile& g, const FamilySpec& spec) {
   j["model_type"] = spec.model_type;
   j["architectures"] = json::array({spec.architecture});
   j["torch_dtype"] = "bfloat16";
-  read_keys(g, arch, spec, common_keys(), j);
+  if (spec.gguf->llama_style_keys) read_keys(g, arch, spec, common_keys(), j);
   read_keys(g, arch, spec, spec.gguf->keys, j);
   // The vocabulary is the embedding's rows (GGUF dims [hidden, vocab]).
   if (const GgufTensorInfo* e = g.find_tensor("token_embd.weight"); e && e->dims.size() == 2)
@@ -301,6 +395,7 @@ json gguf_config_json(const GgufFile& g, const FamilySpec& spec) {
     j[field] = g.find_tensor(std::string("blk.0.") + tensor) != nullptr;
   if (spec.gguf->dense_layers_field && j["num_hidden_layers"].is_number_integer())
     j[spec.gguf->dense_layers_field] = dense_layers(g, j["num_hidden_layers"].get<int64_t>());
+  if (spec.gguf->derive_config) spec.gguf->derive_config(g, j);
   return j;
 }
 

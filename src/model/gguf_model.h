@@ -1,9 +1,10 @@
 // Loading a model from a GGUF file (llama.cpp's format, io/gguf.h) through the family
-// descriptions: the family is the one whose GgufNaming has the file's general.architecture; the
-// GGUF metadata becomes the config.json fields its reader takes, and each tensor of its strict
-// table (tensor_table.h) is looked up under its GGUF name. F32, F16 and BF16 tensors are views
-// of the mapping; Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are dequantised to BF16 at load (one line on
-// stderr says so); any other type is an error naming the tensor and the type.
+// descriptions: the family is the one whose GgufNaming has the file's general.architecture (and
+// reads it: deepseek2 is DeepSeek-V2 or V3); the GGUF metadata becomes the config.json fields its
+// reader takes, and each tensor of its strict table (tensor_table.h) is looked up under its GGUF
+// name (a fused one sliced as the table says, DeepSeek's split kv_b joined). F32, F16 and BF16
+// tensors are views of the mapping; Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are dequantised to BF16 at
+// load (one line on stderr says so); any other type is an error naming the tensor and the type.
 #pragma once
 
 #include <filesystem>

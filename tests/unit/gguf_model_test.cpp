@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -49,15 +50,33 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(config_to_json(a).dump(), config_to_json(b).dump());
 }
 
-// Every family with a GGUF naming, and the features its description switches on.
+// Every family's tiny model, and the features its description switches on; those with FP8
+// weights, which GGUF has not, are FP8CheckpointsAreWrittenDequantized's.
 std::vector<testing::TinyModelCase> gguf_cases() {
   std::vector<testing::TinyModelCase> out;
   for (auto& c : testing::family_cases()) {
     ModelConfig config = preset_config("tiny-mixtral");
     c.edit(config);
-    if (family_spec(config.family).gguf) out.push_back(c);
+    if (!config.fp8_weights) out.push_back(c);
   }
   return out;
+}
+
+// The float llama.cpp's files keep YaRN's mscale_all_dim in: 0.1 · it as f32 (the converter's
+// yarn_log_multiplier), divided back at load.
+float through_yarn_log_multiplier(float mscale_all_dim) {
+  return float(double(float(0.1 * double(mscale_all_dim))) / 0.1);
+}
+
+// The folder's model as a GGUF of it holds it: without DeepSeek-V3's MTP layers (the converter
+// leaves them out) and with YaRN's mscale as the file keeps it (DeepSeek's mscale equal to its
+// mscale_all_dim, as llama.cpp's graph takes it).
+Model as_gguf_holds_it(Model m) {
+  m.config.mtp_layers = 0;
+  RopeScaling& y = m.config.rope_scaling;
+  if (m.config.attention == AttentionKind::kLatent && y.kind == RopeScalingKind::kYarn)
+    y.mscale = y.mscale_all_dim = through_yarn_log_multiplier(y.mscale_all_dim);
+  return m;
 }
 
 TEST(GgufModel, EveryFamilyGivesTheFolderLogitsInF32AndBF16) {
@@ -69,36 +88,87 @@ TEST(GgufModel, EveryFamilyGivesTheFolderLogitsInF32AndBF16) {
     families.insert(c.family);
     TempDir dir;
     write_folder(c, dir / "hf");
-    const Model hf = load_model(dir / "hf");
+    const Model hf = as_gguf_holds_it(load_model(dir / "hf"));
     const std::vector<float> want = logits_of(hf);
     for (GgufWeights w : {GgufWeights::kF32, GgufWeights::kBF16}) {
       SCOPED_TRACE(std::string(tc.name) + " " + testing::gguf_weights_name(w));
       const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", w);
       const Model g = load_model(path);
       expect_same_config(g.config, hf.config);
-      EXPECT_EQ(g.weights.layers[0].wq.dtype, w == GgufWeights::kF32 ? DType::F32 : DType::BF16);
+      EXPECT_EQ(g.weights.layers[0].wo.dtype, w == GgufWeights::kF32 ? DType::F32 : DType::BF16);
       // The same values in fp32 arithmetic: the same logits, bit for bit.
       EXPECT_EQ(logits_of(g), want);
     }
   }
-  // Mixtral, Qwen3-MoE, OLMoE and Qwen2-MoE.
-  EXPECT_EQ(families.size(), 4u);
+  // Mixtral, Qwen3-MoE, OLMoE, Qwen2-MoE, DBRX, DeepSeek-V2 and DeepSeek-V3: every family.
+  EXPECT_EQ(families.size(), all_families().size());
+}
+
+// Most mscales survive the file's f32 of 0.1 · mscale_all_dim (V2's 0.707 and V3's 1.0 do; the
+// EveryFamily cases run them); 0.705 comes back one ulp off, and the logits are the folder's
+// with that value, within 1e-5 of the folder's own.
+TEST(GgufModel, YarnMscaleIsKeptToF32RoundingOfTheLogMultiplier) {
+  EXPECT_EQ(through_yarn_log_multiplier(0.707f), 0.707f);
+  EXPECT_EQ(through_yarn_log_multiplier(1.f), 1.f);
+  ModelConfig c = preset_config("tiny-deepseek-v2-lite");
+  c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim = 0.705f;
+  ASSERT_NE(through_yarn_log_multiplier(0.705f), 0.705f);
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const Model g = load_model(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+  EXPECT_EQ(g.config.rope_scaling.mscale_all_dim, through_yarn_log_multiplier(0.705f));
+  EXPECT_NEAR(g.config.rope_scaling.mscale_all_dim, 0.705f, 1e-7f);
+  EXPECT_EQ(logits_of(g), logits_of(as_gguf_holds_it(load_model(dir / "hf"))));
+  const std::vector<float> got = logits_of(g), want = logits_of(load_model(dir / "hf"));
+  ASSERT_EQ(got.size(), want.size());
+  float worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  EXPECT_LT(worst, 1e-5f);
+}
+
+// llama.cpp's converter dequantises FP8 (code × block scale in fp32); in a BF16 file that is the
+// bf16 the engine's FP8 GEMMs dequantise to, so the logits are the FP8 folder's.
+TEST(GgufModel, FP8CheckpointsAreWrittenDequantized) {
+  const ModelConfig c = preset_config("tiny-deepseek-v3");
+  ASSERT_TRUE(c.fp8_weights);
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const Model hf = as_gguf_holds_it(load_model(dir / "hf"));
+  ASSERT_EQ(hf.weights.layers[0].q_a.dtype, DType::F8_E4M3);
+  const Model g = load_model(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16));
+  EXPECT_FALSE(g.config.fp8_weights);
+  EXPECT_EQ(g.weights.layers[0].q_a.dtype, DType::BF16);
+  EXPECT_EQ(logits_of(g), logits_of(hf));
+}
+
+// Files made before llama.cpp split kv_b_proj (one attn_kv_b per layer) load alike.
+TEST(GgufModel, DeepSeekFilesWithAWholeKvBLoadAlike) {
+  const ModelConfig c = preset_config("tiny-deepseek-v2");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16, 1, {},
+                                    testing::GgufLatentKv::kWhole);
+  const GgufFile file = GgufFile::open(path);
+  EXPECT_NE(file.find_tensor("blk.0.attn_kv_b.weight"), nullptr);
+  EXPECT_EQ(file.find_tensor("blk.0.attn_k_b.weight"), nullptr);
+  EXPECT_EQ(logits_of(load_model(path)), logits_of(as_gguf_holds_it(load_model(dir / "hf"))));
 }
 
 TEST(GgufModel, QuantizedFilesEqualTheRoundTrippedWeights) {
   // Rows of 64 and 96 values: every matrix is stored quantised (the Qwen2-MoE case's shared expert
-  // of 72 stays BF16, as llama.cpp falls back for rows that are not whole blocks).
-  for (const char* preset : {"tiny-mixtral", "tiny-qwen2-moe"}) {
+  // of 72 stays BF16, as llama.cpp falls back for rows that are not whole blocks; so do DBRX's
+  // w2 rows of 40, and DeepSeek's q_b, k_b, v_b and o_proj rows of 40, 12, 24 and 40).
+  for (const char* preset : {"tiny-mixtral", "tiny-qwen2-moe", "tiny-dbrx", "tiny-deepseek-v2"}) {
     const ModelConfig c = preset_config(preset);
     TempDir dir;
     write_folder(c, dir / "hf");
     for (GgufWeights w : {GgufWeights::kQ8_0, GgufWeights::kQ4_0}) {
       SCOPED_TRACE(std::string(preset) + " " + testing::gguf_weights_name(w));
-      Model want = load_model(dir / "hf");
+      Model want = as_gguf_holds_it(load_model(dir / "hf"));
       testing::round_trip_quantized(want, w);
       const Model g = load_model(convert_to_gguf(dir / "hf", dir / "q.gguf", w));
-      const Tensor& a = g.weights.layers[1].expert_down;
-      const Tensor& b = want.weights.layers[1].expert_down;
+      const Tensor& a = g.weights.layers[1].expert_gate;
+      const Tensor& b = want.weights.layers[1].expert_gate;
       EXPECT_EQ(a.dtype, DType::BF16);
       ASSERT_EQ(a.shape, b.shape);
       EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0);
@@ -159,7 +229,8 @@ TEST(GgufModel, LlamaCppNamesDimsAndRowPermutation) {
 }
 
 TEST(GgufModel, TokenizerAndChatTemplateComeFromTheFile) {
-  for (const char* preset : {"tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe"}) {
+  for (const char* preset :
+       {"tiny-mixtral", "tiny-qwen3-moe", "tiny-olmoe", "tiny-dbrx", "tiny-deepseek-v3"}) {
     SCOPED_TRACE(preset);
     const ModelConfig c = preset_config(preset);
     TempDir dir;
@@ -239,14 +310,14 @@ TEST(GgufModel, DequantizationIsAnnouncedOnce) {
 
 TEST(GgufModel, ArchitecturesWithoutAGgufNamingAreRefusedByName) {
   TempDir dir;
-  for (const char* arch : {"dbrx", "deepseek2", "gemma"}) {
+  for (const char* arch : {"gemma", "grok", "deepseek4"}) {
     GgufImageWriter w;
     w.add("general.architecture", GgufType::kString, arch);
     const auto path = dir / (std::string(arch) + ".gguf");
     w.write(path);
     const std::string refused = std::string("'") + arch + "' is not supported";
     EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "general.architecture", refused.c_str(),
-                          "llama (mixtral)");
+                          "llama (mixtral)", "dbrx (dbrx)", "deepseek2 (deepseek_v3)");
   }
   // A dense llama (no experts) needs the expert count it does not have.
   GgufImageWriter w;
@@ -257,6 +328,98 @@ TEST(GgufModel, ArchitecturesWithoutAGgufNamingAreRefusedByName) {
   w.add("llama.feed_forward_length", GgufType::kU32, 128);
   w.write(dir / "dense.gguf");
   EXPECT_ERROR_MENTIONS(load_model(dir / "dense.gguf"), "key 'llama.expert_count' is missing");
+}
+
+// deepseek2 is DeepSeek-V2 (softmax gating) or V3 (sigmoid, with exp_probs_b); other gating
+// functions and DeepSeek's other rope scalings are refused by key; DBRX's LayerNorm eps is fixed.
+TEST(GgufModel, DeepSeekAndDbrxMetadataTheyCannotRunIsRefusedByKey) {
+  TempDir dir;
+  write_folder(preset_config("tiny-deepseek-v2-lite"), dir / "ds");
+  auto path = convert_to_gguf(
+      dir / "ds", dir / "a.gguf", GgufWeights::kF32, 1,
+      [](GgufImageWriter& w) { w.replace("deepseek2.expert_gating_func", GgufType::kU32, 3); });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'deepseek2.expert_gating_func'",
+                        "got 3");
+  path = convert_to_gguf(dir / "ds", dir / "b.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+    w.replace("deepseek2.rope.scaling.type", GgufType::kString, "linear");
+  });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'deepseek2.rope.scaling.type'",
+                        "'linear' is not supported");
+  path = convert_to_gguf(dir / "ds", dir / "c.gguf", GgufWeights::kF32, 1,
+                         [](GgufImageWriter& w) { w.remove("deepseek2.attention.kv_lora_rank"); });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(),
+                        "key 'deepseek2.attention.kv_lora_rank' is missing");
+  // A sigmoid-gated file is V3's, which needs the selection bias.
+  path = convert_to_gguf(dir / "ds", dir / "d.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+    w.replace("deepseek2.expert_gating_func", GgufType::kU32, 2);
+  });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(),
+                        "tensor 'blk.1.exp_probs_b.bias' is missing");
+  write_folder(preset_config("tiny-dbrx"), dir / "dbrx");
+  path =
+      convert_to_gguf(dir / "dbrx", dir / "e.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+        w.replace("dbrx.attention.layer_norm_epsilon", GgufType::kF32, 1e-6);
+      });
+  EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'dbrx.attention.layer_norm_epsilon'");
+}
+
+// The names and dims llama.cpp's DBRX and DeepSeek files have (llama-model.cpp's create_tensor
+// shapes, fastest first).
+TEST(GgufModel, DeepSeekAndDbrxNamesAndDimsAreLlamaCpps) {
+  {
+    const ModelConfig c = preset_config("tiny-dbrx");
+    TempDir dir;
+    write_folder(c, dir / "hf");
+    const GgufFile g =
+        GgufFile::open(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+    const int64_t H = c.hidden_size, I = c.expert_intermediate_size, E = c.num_experts;
+    EXPECT_EQ(g.find_tensor("blk.1.attn_qkv.weight")->dims, (Shape{H, H + 2 * c.kv_dim()}));
+    EXPECT_EQ(g.find_tensor("blk.1.ffn_gate_exps.weight")->dims, (Shape{H, I, E}));
+    EXPECT_EQ(g.find_tensor("blk.1.ffn_up_exps.weight")->dims, (Shape{H, I, E}));
+    EXPECT_EQ(g.find_tensor("blk.1.ffn_down_exps.weight")->dims, (Shape{I, H, E}));
+    for (const char* name :
+         {"blk.0.attn_norm.weight", "blk.0.attn_output_norm.weight", "blk.0.attn_output.weight",
+          "blk.0.ffn_gate_inp.weight", "output_norm.weight", "output.weight", "token_embd.weight"})
+      EXPECT_NE(g.find_tensor(name), nullptr) << name;
+    // w2 holds each expert's down projection transposed; the file the canonical one.
+    const Model hf = load_model(dir / "hf"), m = load_model(dir / "m.gguf");
+    const Tensor& a = hf.weights.layers[1].expert_down;
+    ASSERT_EQ(a.shape, (Shape{E, H, I}));
+    std::vector<float> want(size_t(a.numel()));
+    to_f32(a.dtype, a.data, want.data(), want.size());
+    const auto* got =
+        reinterpret_cast<const float*>(g.find_tensor("blk.1.ffn_down_exps.weight")->data());
+    EXPECT_EQ(std::vector<float>(got, got + want.size()), want);
+    EXPECT_EQ(m.config.clip_qkv, c.clip_qkv);
+  }
+  const ModelConfig c = preset_config("tiny-deepseek-v3");
+  TempDir dir;
+  write_folder(c, dir / "hf");
+  const GgufFile g = GgufFile::open(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+  const LatentAttentionShape& m = c.mla;
+  const int64_t H = c.hidden_size, heads = c.num_heads;
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q_a.weight")->dims, (Shape{H, m.q_lora_rank}));
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q_b.weight")->dims,
+            (Shape{m.q_lora_rank, heads * c.head_dim}));
+  EXPECT_EQ(g.find_tensor("blk.0.attn_kv_a_mqa.weight")->dims,
+            (Shape{H, m.kv_lora_rank + m.qk_rope_head_dim}));
+  EXPECT_EQ(g.find_tensor("blk.0.attn_k_b.weight")->dims,
+            (Shape{m.qk_nope_head_dim, m.kv_lora_rank, heads}));
+  EXPECT_EQ(g.find_tensor("blk.0.attn_v_b.weight")->dims,
+            (Shape{m.kv_lora_rank, m.v_head_dim, heads}));
+  EXPECT_EQ(g.find_tensor("blk.3.exp_probs_b.bias")->dims, (Shape{c.num_experts}));
+  for (const char* name :
+       {"blk.0.attn_q_a_norm.weight", "blk.0.attn_kv_a_norm.weight", "blk.0.ffn_gate.weight",
+        "blk.3.ffn_gate_shexp.weight", "blk.3.ffn_down_exps.weight"})
+    EXPECT_NE(g.find_tensor(name), nullptr) << name;
+  // No MTP layer (the model's 4 layers are blk.0-3), no FP8 scales.
+  for (const auto& [name, t] : g.tensors()) {
+    EXPECT_FALSE(name.starts_with("blk.4.")) << name;
+    EXPECT_EQ(name.find("scale"), std::string::npos) << name;
+  }
+  EXPECT_EQ(g.integer("deepseek2.attention.head_count_kv"), 1);
+  EXPECT_EQ(g.integer("deepseek2.expert_gating_func"), 2);
+  EXPECT_EQ(g.integer("deepseek2.leading_dense_block_count"), 2);
 }
 
 TEST(GgufModel, InspectShowsTheGgufMetadata) {
@@ -274,23 +437,26 @@ TEST(GgufModel, InspectShowsTheGgufMetadata) {
 }
 
 // Through the engine, end to end: the GGUF file (weights, tokenizer, chat template) generates the
-// folder's text, greedy.
+// folder's text, greedy (DBRX's fused attn_qkv; DeepSeek's split kv_b through MLA's absorbed form).
 TEST(GgufModel, GenerateWithTheGgufFileEqualsTheFolder) {
-  const ModelConfig c = preset_config("tiny-qwen3-moe");
-  TempDir dir;
-  write_folder(c, dir / "hf");
-  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
-  auto generate = [&](const std::filesystem::path& model) {
-    const auto r =
-        testing::run_command(testing::sluice_command("generate --chat --model " + model.string() +
-                                                     " --prompt 'Hello world' --max-new-tokens 8"),
-                             /*with_stderr=*/false);
-    EXPECT_EQ(r.status, 0) << r.output;
-    return r.output;
-  };
-  const std::string from_gguf = generate(path);
-  EXPECT_FALSE(from_gguf.empty());
-  EXPECT_EQ(from_gguf, generate(dir / "hf"));
+  for (const char* preset : {"tiny-qwen3-moe", "tiny-dbrx", "tiny-deepseek-v2"}) {
+    SCOPED_TRACE(preset);
+    const ModelConfig c = preset_config(preset);
+    TempDir dir;
+    write_folder(c, dir / "hf");
+    const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
+    auto generate = [&](const std::filesystem::path& model) {
+      const auto r = testing::run_command(
+          testing::sluice_command("generate --chat --model " + model.string() +
+                                  " --prompt 'Hello world' --max-new-tokens 8"),
+          /*with_stderr=*/false);
+      EXPECT_EQ(r.status, 0) << r.output;
+      return r.output;
+    };
+    const std::string from_gguf = generate(path);
+    EXPECT_FALSE(from_gguf.empty());
+    EXPECT_EQ(from_gguf, generate(dir / "hf"));
+  }
 }
 
 }  // namespace

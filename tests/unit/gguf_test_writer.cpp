@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/family.h"
+#include "model/fp8_weights.h"
 #include "model/gguf_model.h"
 
 namespace sluice::testing {
@@ -78,6 +79,18 @@ uint16_t f16_bits(float x) {
 std::vector<float> to_floats(const TensorEntry& t) {
   std::vector<float> out(size_t(shape_numel(t.shape)));
   to_f32(t.dtype, t.file->data() + t.offset, out.data(), out.size());
+  return out;
+}
+
+// An FP8 weight as llama.cpp's converter dequantises it (dequant_simple): each code times its
+// 128 × 128 block's weight_scale_inv, in fp32.
+std::vector<float> dequantized_fp8(const Checkpoint& ckpt, const TensorEntry& t) {
+  std::vector<float> out = to_floats(t);
+  const std::vector<float> scale = to_floats(*ckpt.find(fp8_scale_name(t.name)));
+  const int64_t n = t.shape[0], k = t.shape[1], blocks = fp8_scale_shape(n, k)[1];
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      out[size_t(i * k + j)] *= scale[size_t(i / 128 * blocks + j / 128)];
   return out;
 }
 
@@ -146,14 +159,20 @@ void add_value(GgufImageWriter& w, const std::string& key, const json& v) {
     w.add(key, GgufType::kF32, v);
 }
 
-// The metadata llama.cpp's converter writes: general.*, "{arch}.*" from config.json through the
-// family's keys (a key whose value the arch implies anyway is left out, as the converter does).
-void add_metadata(const ModelConfig& c, const GgufNaming& naming, GgufImageWriter& w) {
+void add_u32(GgufImageWriter& w, const std::string& key, int64_t v) {
+  w.add(key, GgufType::kU32, v);
+}
+
+void add_f32(GgufImageWriter& w, const std::string& key, double v) {
+  w.add(key, GgufType::kF32, v);
+}
+
+// The metadata llama.cpp's converter writes: "{arch}.*" from config.json through the family's
+// keys (a key whose value the arch implies anyway is left out, as the converter does).
+void add_llama_style_metadata(const ModelConfig& c, const GgufNaming& naming, GgufImageWriter& w) {
   const json cfg = config_to_json(c);
   const json implied = json::parse(naming.implied_config);
   const std::string arch = naming.arch;
-  w.add("general.architecture", GgufType::kString, arch);
-  w.add("general.name", GgufType::kString, "sluice test model");
   const std::vector<GgufKey> common = {{"hidden_size", "embedding_length"},
                                        {"num_hidden_layers", "block_count"},
                                        {"num_attention_heads", "attention.head_count"},
@@ -174,6 +193,79 @@ void add_metadata(const ModelConfig& c, const GgufNaming& naming, GgufImageWrite
     w.add(arch + ".attention.key_length", GgufType::kU32, c.head_dim);
 }
 
+// DbrxModel.set_gguf_parameters, key by key.
+void add_dbrx_metadata(const ModelConfig& c, GgufImageWriter& w) {
+  add_u32(w, "dbrx.block_count", c.num_layers);
+  add_u32(w, "dbrx.context_length", c.max_position_embeddings);
+  add_u32(w, "dbrx.embedding_length", c.hidden_size);
+  add_u32(w, "dbrx.feed_forward_length", c.expert_intermediate_size);
+  add_u32(w, "dbrx.attention.head_count", c.num_heads);
+  add_u32(w, "dbrx.attention.head_count_kv", c.num_kv_heads);
+  add_f32(w, "dbrx.rope.freq_base", c.rope_theta);
+  add_f32(w, "dbrx.attention.clamp_kqv", c.clip_qkv);
+  add_u32(w, "dbrx.expert_count", c.num_experts);
+  add_u32(w, "dbrx.expert_used_count", c.experts_per_token);
+  add_f32(w, "dbrx.attention.layer_norm_epsilon", 1e-5);
+}
+
+// DeepseekV2Model.set_gguf_parameters and TextModel's, key by key: MLA written as MQA (one KV
+// head of the latent and the RoPE key), the heads' lengths in the _mla keys, YaRN's mscale_all_dim
+// as 0.1 · it.
+void add_deepseek2_metadata(const ModelConfig& c, GgufImageWriter& w) {
+  const std::string p = "deepseek2.";
+  const LatentAttentionShape& m = c.mla;
+  add_u32(w, p + "block_count", c.num_layers);
+  add_u32(w, p + "context_length", c.max_position_embeddings);
+  add_u32(w, p + "embedding_length", c.hidden_size);
+  add_u32(w, p + "feed_forward_length", c.dense_intermediate_size);
+  add_u32(w, p + "attention.head_count", c.num_heads);
+  add_u32(w, p + "attention.head_count_kv", 1);
+  add_f32(w, p + "rope.freq_base", c.rope_theta);
+  add_f32(w, p + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  add_u32(w, p + "expert_used_count", c.experts_per_token);
+  if (c.family == Family::DeepseekV3 || c.expert_groups > 1) {
+    add_u32(w, p + "expert_group_count", c.expert_groups);
+    add_u32(w, p + "expert_group_used_count", c.groups_per_token);
+  }
+  add_u32(w, p + "expert_gating_func", c.router_score == RouterScore::kSigmoid ? 2 : 1);
+  add_u32(w, p + "leading_dense_block_count", int64_t(c.dense_layers.size()));
+  add_u32(w, p + "vocab_size", c.vocab_size);
+  if (m.q_lora_rank > 0) add_u32(w, p + "attention.q_lora_rank", m.q_lora_rank);
+  add_u32(w, p + "attention.kv_lora_rank", m.kv_lora_rank);
+  add_u32(w, p + "attention.key_length", m.kv_lora_rank + m.qk_rope_head_dim);
+  add_u32(w, p + "attention.value_length", m.kv_lora_rank);
+  add_u32(w, p + "attention.key_length_mla", m.qk_nope_head_dim + m.qk_rope_head_dim);
+  add_u32(w, p + "attention.value_length_mla", m.v_head_dim);
+  add_u32(w, p + "expert_feed_forward_length", c.expert_intermediate_size);
+  add_u32(w, p + "expert_count", c.num_experts);
+  add_u32(w, p + "expert_shared_count",
+          c.shared_expert_intermediate_size / c.expert_intermediate_size);
+  add_f32(w, p + "expert_weights_scale", c.routed_scaling_factor);
+  if (c.normalize_topk) w.add(p + "expert_weights_norm", GgufType::kBool, true);
+  add_u32(w, p + "rope.dimension_count", m.qk_rope_head_dim);
+  const RopeScaling& y = c.rope_scaling;
+  if (y.kind == RopeScalingKind::kYarn) {
+    w.add(p + "rope.scaling.type", GgufType::kString, "yarn");
+    add_f32(w, p + "rope.scaling.factor", y.factor);
+    add_u32(w, p + "rope.scaling.original_context_length", y.original_max_position_embeddings);
+    add_f32(w, p + "rope.scaling.yarn_beta_fast", y.beta_fast);
+    add_f32(w, p + "rope.scaling.yarn_beta_slow", y.beta_slow);
+    add_f32(w, p + "rope.scaling.yarn_log_multiplier", 0.1 * double(y.mscale_all_dim));
+  }
+}
+
+void add_metadata(const ModelConfig& c, const GgufNaming& naming, GgufImageWriter& w) {
+  w.add("general.architecture", GgufType::kString, naming.arch);
+  w.add("general.name", GgufType::kString, "sluice test model");
+  const std::string arch = naming.arch;
+  if (arch == "dbrx")
+    add_dbrx_metadata(c, w);
+  else if (arch == "deepseek2")
+    add_deepseek2_metadata(c, w);
+  else
+    add_llama_style_metadata(c, naming, w);
+}
+
 // The checkpoint's tensors under their GGUF names, experts stacked [E, ...] in expert order.
 struct GgufTensor {
   Shape shape;  // row-major
@@ -181,10 +273,25 @@ struct GgufTensor {
   std::vector<std::vector<float>> experts;  // one entry unless stacked
 };
 
-std::map<std::string, GgufTensor> gather(const Checkpoint& ckpt, const GgufNaming& naming) {
+// A tensor the converter leaves out: a layer past the decoder's (DeepSeek-V3's MTP layer), or
+// an FP8 weight's block scales (the weight is written dequantised).
+bool left_out(const std::string& name, const GgufNaming& naming, const ModelConfig& c) {
+  static const std::regex layer(R"((\d+)\..*)");
+  const std::string layers = naming.layer_prefix;
+  std::smatch m;
+  const std::string rest = name.starts_with(layers) ? name.substr(layers.size()) : "";
+  if (std::regex_match(rest, m, layer) && std::stoi(m[1]) >= c.num_layers) return true;
+  return name.ends_with("_scale_inv");
+}
+
+std::map<std::string, GgufTensor> gather(const Checkpoint& ckpt, const GgufNaming& naming,
+                                         const ModelConfig& c) {
   static const std::regex expert(R"(\.experts\.(\d+)\.)");
   std::map<std::string, GgufTensor> out;
   for (const auto& [name, entry] : ckpt.tensors()) {
+    if (left_out(name, naming, c)) continue;
+    const std::vector<float> values =
+        entry.dtype == DType::F8_E4M3 ? dequantized_fp8(ckpt, entry) : to_floats(entry);
     const GgufName gn = gguf_tensor_name(naming, name);
     if (gn.name.empty()) throw Error("no GGUF name for " + name);
     GgufTensor& t = out[gn.name];
@@ -193,15 +300,58 @@ std::map<std::string, GgufTensor> gather(const Checkpoint& ckpt, const GgufNamin
     if (std::regex_search(name, m, expert)) {
       const size_t e = std::stoul(m[1]);
       if (t.experts.size() <= e) t.experts.resize(e + 1);
-      t.experts[e] = to_floats(entry);
+      t.experts[e] = values;
       t.shape = entry.shape;
       t.shape.insert(t.shape.begin(), int64_t(t.experts.size()));
     } else {
-      t.experts = {to_floats(entry)};
+      t.experts = {values};
       t.shape = entry.shape;
     }
   }
   return out;
+}
+
+// DbrxModel.modify_tensors: each flat [E·ffn, hidden] expert tensor viewed [E, ffn, hidden], w2
+// (ffn_down_exps) permuted (0, 2, 1) to [E, hidden, ffn].
+void stack_dbrx_experts(std::map<std::string, GgufTensor>& tensors, const ModelConfig& c) {
+  const int64_t E = c.num_experts, I = c.expert_intermediate_size, H = c.hidden_size;
+  for (auto& [name, t] : tensors) {
+    if (name.ends_with("ffn_gate_exps.weight") || name.ends_with("ffn_up_exps.weight"))
+      t.shape = {E, I, H};
+    if (!name.ends_with("ffn_down_exps.weight")) continue;
+    const std::vector<float>& x = t.experts[0];
+    std::vector<float> out(x.size());
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < I; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          out[size_t((e * H + h) * I + i)] = x[size_t((e * I + i) * H + h)];
+    t.shape = {E, H, I};
+    t.experts = {std::move(out)};
+  }
+}
+
+// DeepseekV2Model.modify_tensors: kv_b_proj viewed [heads, qk_nope + v, R] and split into
+// attn_k_b (the k rows, transposed to [heads, R, qk_nope]) and attn_v_b [heads, v, R].
+void split_latent_kv(std::map<std::string, GgufTensor>& tensors, const ModelConfig& c) {
+  const int64_t heads = c.num_heads, R = c.mla.kv_lora_rank, nope = c.mla.qk_nope_head_dim,
+                v = c.mla.v_head_dim;
+  std::vector<std::string> names;
+  for (const auto& [name, t] : tensors)
+    if (name.ends_with("attn_kv_b.weight")) names.push_back(name);
+  for (const std::string& name : names) {
+    const std::vector<float>& x = tensors[name].experts[0];
+    std::vector<float> k(size_t(heads * R * nope)), vb(size_t(heads * v * R));
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* head = x.data() + h * (nope + v) * R;
+      for (int64_t i = 0; i < nope; ++i)
+        for (int64_t r = 0; r < R; ++r) k[size_t((h * R + r) * nope + i)] = head[i * R + r];
+      std::copy_n(head + nope * R, v * R, vb.data() + h * v * R);
+    }
+    const std::string stem = name.substr(0, name.size() - std::string("kv_b.weight").size());
+    tensors[stem + "k_b.weight"] = {{heads, R, nope}, GgufRows::kAsIs, {std::move(k)}};
+    tensors[stem + "v_b.weight"] = {{heads, v, R}, GgufRows::kAsIs, {std::move(vb)}};
+    tensors.erase(name);
+  }
 }
 
 std::vector<float> rows_permuted(const std::vector<float>& x, const GgufTensor& t,
@@ -373,8 +523,8 @@ bool stored_quantized(const Shape& shape) {
 
 std::filesystem::path convert_to_gguf(const std::filesystem::path& hf_dir,
                                       const std::filesystem::path& out, GgufWeights weights,
-                                      int parts,
-                                      const std::function<void(GgufImageWriter&)>& edit) {
+                                      int parts, const std::function<void(GgufImageWriter&)>& edit,
+                                      GgufLatentKv latent_kv) {
   const ModelConfig c = load_config(hf_dir / "config.json");
   const GgufNaming& naming = *family_spec(c.family).gguf;
   const Checkpoint ckpt = Checkpoint::open(hf_dir);
@@ -382,7 +532,10 @@ std::filesystem::path convert_to_gguf(const std::filesystem::path& hf_dir,
   add_metadata(c, naming, writers[0]);
   add_tokenizer(hf_dir, c, writers[0]);
 
-  const auto tensors = gather(ckpt, naming);
+  auto tensors = gather(ckpt, naming, c);
+  if (c.family == Family::Dbrx) stack_dbrx_experts(tensors, c);
+  if (c.attention == AttentionKind::kLatent && latent_kv == GgufLatentKv::kSplit)
+    split_latent_kv(tensors, c);
   size_t index = 0;
   for (const auto& [name, t] : tensors) {
     std::vector<float> values;
@@ -425,13 +578,21 @@ void round_trip_quantized(Model& m, GgufWeights weights) {
     for (size_t i = 0; i < x.size(); ++i) out.as<uint16_t>()[i] = f32_to_bf16(x[i]);
     t = std::move(out);
   };
+  // The file holds kv_b split (attn_k_b rows of qk_nope values, attn_v_b of kv_lora_rank);
+  // quantising kv_b whole is the same only while neither is whole blocks.
+  const LatentAttentionShape& mla = m.config.mla;
+  if (m.config.attention == AttentionKind::kLatent &&
+      (mla.qk_nope_head_dim % 32 == 0 || mla.kv_lora_rank % 32 == 0))
+    throw Error("round_trip_quantized: a quantised split kv_b is not modelled");
   ModelWeights& w = m.weights;
   round_trip(w.embed);
   for (LayerWeights& L : w.layers)
-    for (Tensor* t : {&L.attn_norm,   &L.wq,       &L.wk,     &L.wv,          &L.wo,
-                      &L.bq,          &L.bk,       &L.bv,     &L.bo,          &L.q_norm,
-                      &L.k_norm,      &L.ffn_norm, &L.router, &L.expert_gate, &L.expert_up,
-                      &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down,    &L.mlp_scale})
+    for (Tensor* t :
+         {&L.attn_norm, &L.wq,          &L.wk,          &L.wv,        &L.wo,          &L.bq,
+          &L.bk,        &L.bv,          &L.bo,          &L.q_norm,    &L.k_norm,      &L.q_a,
+          &L.q_a_norm,  &L.q_b,         &L.kv_a,        &L.kv_a_norm, &L.kv_b,        &L.ffn_norm,
+          &L.router,    &L.router_bias, &L.expert_gate, &L.expert_up, &L.expert_down, &L.mlp_gate,
+          &L.mlp_up,    &L.mlp_down,    &L.mlp_scale})
       round_trip(*t);
   round_trip(w.final_norm);
   if (m.config.tie_word_embeddings)

@@ -73,14 +73,20 @@ const char* gguf_weights_name(GgufWeights w);
 // are whole blocks of 32 (as llama.cpp's quantize falls back for others); vectors stay F32.
 bool stored_quantized(const Shape& shape);
 
+// DeepSeek's kv_b_proj as llama.cpp's converter writes it now (attn_k_b and attn_v_b) or as
+// files made before its MLA KV cache have it (attn_kv_b).
+enum class GgufLatentKv { kSplit, kWhole };
+
 // Writes the Hugging Face folder `hf_dir` (config.json, safetensors, tokenizer.json and
 // tokenizer_config.json) as `out` in `weights`; with `parts` > 1 as out's name-0000k-of-0000n
-// split files (returns the first).
+// split files (returns the first). As the converter does, DeepSeek's MTP layers are left out and
+// FP8 weights dequantised; DBRX's flat experts are stacked (w2 transposed).
 // `edit`, when given, changes the (first) file before it is written.
 std::filesystem::path convert_to_gguf(const std::filesystem::path& hf_dir,
                                       const std::filesystem::path& out, GgufWeights weights,
                                       int parts = 1,
-                                      const std::function<void(GgufImageWriter&)>& edit = {});
+                                      const std::function<void(GgufImageWriter&)>& edit = {},
+                                      GgufLatentKv latent_kv = GgufLatentKv::kSplit);
 
 // `m`'s weights as a kQ8_0 / kQ4_0 file stores them: each stored_quantized tensor quantised and
 // dequantised, in BF16 (a tied lm_head follows the embedding).

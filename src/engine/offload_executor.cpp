@@ -538,13 +538,13 @@ struct OffloadExecutor::Impl final : offload::StepOps {
 
   // y = x · Wᵀ + beta · y with x the GEMM input as the step holds it: bf16 rows, or fp32 in f32
   // precision. Quantized weights quantize it to int8 on the fly (the CPU engine's gemm_int8).
-  void linear(void* s, const DeviceMatrix& w, int m, const void* x, float* y, float beta) {
-    switch (w.form) {
+  void linear(void* s, const DeviceMatrix& matrix, int m, const void* x, float* y, float beta) {
+    switch (matrix.form) {
       case Form::kQuant:
-        math.gemm_quant(s, quant_view(w), m, x, !sh.f32, y, beta);
+        math.gemm_quant(s, quant_view(matrix), m, x, !sh.f32, y, beta);
         return;
       case Form::kFp8:
-        math.gemm_fp8(s, {.w = fp8_device_matrix(w.data, w.n, w.k),
+        math.gemm_fp8(s, {.w = fp8_device_matrix(matrix.data, matrix.n, matrix.k),
                           .m = m,
                           .x = x,
                           .x_bf16 = !sh.f32,
@@ -555,36 +555,36 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         return;
       case Form::kBf16:
         if (sh.f32)
-          math.gemm_f32(s, {m, w.n, w.k}, static_cast<const float*>(x),
-                        static_cast<const uint16_t*>(w.data), y, beta);
+          math.gemm_f32(s, {m, matrix.n, matrix.k}, static_cast<const float*>(x),
+                        static_cast<const uint16_t*>(matrix.data), y, beta);
         else
-          math.gemm_bf16(s, {m, w.n, w.k}, static_cast<const uint16_t*>(x),
-                         static_cast<const uint16_t*>(w.data), y, beta);
+          math.gemm_bf16(s, {m, matrix.n, matrix.k}, static_cast<const uint16_t*>(x),
+                         static_cast<const uint16_t*>(matrix.data), y, beta);
         return;
     }
   }
 
   // y = x · Wᵀ + beta · y for fp32 rows x, rounded to bf16 into `scratch` first unless the policy
   // keeps fp32 (as the CPU engine's gemm()); quantized weights take the fp32 rows as they are.
-  void gemm(void* s, int m, const DeviceMatrix& w, const float* x, float* y, float beta,
+  void gemm(void* s, int m, const DeviceMatrix& matrix, const float* x, float* y, float beta,
             uint16_t* scratch) {
     if (m == 0) return;
-    if (w.form == Form::kQuant) {
-      math.gemm_quant(s, quant_view(w), m, x, false, y, beta);
+    if (matrix.form == Form::kQuant) {
+      math.gemm_quant(s, quant_view(matrix), m, x, false, y, beta);
       return;
     }
-    if (sh.f32) return linear(s, w, m, x, y, beta);
-    math.to_bf16(s, x, scratch, int64_t(m) * w.k);
-    linear(s, w, m, scratch, y, beta);
+    if (sh.f32) return linear(s, matrix, m, x, y, beta);
+    math.to_bf16(s, x, scratch, int64_t(m) * matrix.k);
+    linear(s, matrix, m, scratch, y, beta);
   }
 
   // A packed matrix as the quantized GEMM reads it (cpu::QuantView's layout).
-  cpu::QuantView quant_view(const DeviceMatrix& w) const {
+  cpu::QuantView quant_view(const DeviceMatrix& matrix) const {
     return {.format = quant_format(c.expert_quant.dtype),
-            .n = w.n,
-            .k = w.k,
+            .n = matrix.n,
+            .k = matrix.k,
             .group_size = c.expert_quant.group_size,
-            .data = static_cast<const uint8_t*>(w.data)};
+            .data = static_cast<const uint8_t*>(matrix.data)};
   }
 
   // The model's norm (RMSNorm or LayerNorm, config `norm`) over n rows of H with fp32 weights

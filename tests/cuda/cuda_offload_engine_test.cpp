@@ -220,7 +220,7 @@ TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaOffloadEngine,
                          ::testing::ValuesIn(testing::family_cases()),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& case_info) { return std::string(case_info.param.name); });
 
 }  // namespace
 }  // namespace sluice

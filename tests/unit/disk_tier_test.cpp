@@ -18,6 +18,7 @@
 #include "model/presets.h"
 #include "model/quantize_checkpoint.h"
 #include "model/synthetic.h"
+#include "runtime/disk/expert_page_pool.h"
 #include "runtime/planner/planner.h"
 #include "test_util.h"
 #include "tiny_model_cases.h"
@@ -121,19 +122,34 @@ TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Checkpoints, DiskTier,
-    ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
-                      DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                      DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                      DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0}),
-    [](const ::testing::TestParamInfo<DiskCase>& case_info) {
-      std::string name = std::string(case_info.param.preset) + "_" +
-                         std::string(expert_dtype_name(case_info.param.dtype));
-      for (char& ch : name)
-        if (ch == '-') ch = '_';
-      return name;
-    });
+// The pool allocates what the planner counted for it and no more: its slots are what the files'
+// experts need, and at most the planner's count from the config alone (host_memory_use).
+TEST_P(DiskTier, ThePoolHoldsNoMoreThanThePlannerCounts) {
+  TempDir dir;
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 13);
+  const Model on_disk = load_with_experts_on_disk(model_dir);
+  ASSERT_TRUE(on_disk.expert_files);
+  const int slots = 3;
+  const ExpertPagePool pool(on_disk.config, on_disk.expert_files, slots);
+  const size_t slot = expert_slot_bytes(on_disk.config, *on_disk.expert_files);
+  EXPECT_GE(slot, expert_file_bytes(on_disk.config));
+  EXPECT_EQ(pool.bytes(), slots * slot);
+  EXPECT_LE(pool.bytes(), slots * expert_slot_bytes(on_disk.config));
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier,
+                         ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
+                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
+                                           DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16,
+                                                    0}),
+                         [](const ::testing::TestParamInfo<DiskCase>& case_info) {
+                           std::string name = std::string(case_info.param.preset) + "_" +
+                                              std::string(expert_dtype_name(case_info.param.dtype));
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
 
 TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
   TempDir dir;
@@ -182,13 +198,16 @@ TEST(DirectReader, ReadsMisalignedRangesExactly) {
     testing::write_file(file, bytes);
     DirectReader reader({file}, 4);
     const std::vector<std::pair<uint64_t, size_t>> ranges = {
-        {0, 10}, {5, kDirectAlign}, {kDirectAlign - 1, 2}, {2 * kDirectAlign + 7, kDirectAlign + 116}};
+        {0, 10},
+        {5, kDirectAlign},
+        {kDirectAlign - 1, 2},
+        {2 * kDirectAlign + 7, kDirectAlign + 116}};
     std::vector<std::unique_ptr<std::byte, decltype(&std::free)>> buffers;
     std::vector<FileRead> reads;
     for (auto [offset, n] : ranges) {
-      buffers.emplace_back(static_cast<std::byte*>(std::aligned_alloc(
-                               kDirectAlign, direct_buffer_bytes(offset, n))),
-                           &std::free);
+      buffers.emplace_back(
+          static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, direct_buffer_bytes(offset, n))),
+          &std::free);
       reads.push_back({0, offset, n, buffers.back().get()});
     }
     std::vector<int> done(reads.size(), 0);

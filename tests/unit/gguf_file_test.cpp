@@ -114,7 +114,9 @@ TEST(GgufFile, EveryTruncationIsAClearError) {
     const bool early = msg.find("ends early") != std::string::npos;
     const bool past = msg.find("past the end") != std::string::npos;
     EXPECT_TRUE(early || past) << n << ": " << msg;
-    if (past) EXPECT_NE(msg.find("field 'offset'"), std::string::npos) << msg;
+    if (past) {
+      EXPECT_NE(msg.find("field 'offset'"), std::string::npos) << msg;
+    }
   }
 }
 

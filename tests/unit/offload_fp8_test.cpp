@@ -81,7 +81,9 @@ void expect_cpu_engines_tokens(const Model& m) {
           EXPECT_DOUBLE_EQ(got.stats.weight_bytes, want.stats.weight_bytes);
           EXPECT_EQ(got.stats.expert_tokens, want.stats.expert_tokens);
           EXPECT_EQ(got.stats.device_pages_copied > 0, resident < L);
-          if (cpu_max > 0 && resident < L) EXPECT_GT(got.stats.device_cpu_experts, 0);
+          if (cpu_max > 0 && resident < L) {
+            EXPECT_GT(got.stats.device_cpu_experts, 0);
+          }
         }
   }
 }

@@ -94,7 +94,9 @@ TEST_P(OffloadQuantized, StreamedAndResidentExpertsGiveTheCpuEnginesNumbers) {
         else
           EXPECT_LT(worst, 1e-2);
         EXPECT_DOUBLE_EQ(got.stats.flops, want.stats.flops);
-        if (resident < L) EXPECT_GT(got.stats.device_pages_copied, 0);
+        if (resident < L) {
+          EXPECT_GT(got.stats.device_pages_copied, 0);
+        }
         // Every page copied is one packed expert matrix (w1/w3 and w2 pack to the same size
         // at these shapes).
         EXPECT_DOUBLE_EQ(got.stats.device_weight_bytes,
@@ -126,9 +128,9 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
                       QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
                       QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
-    [](const auto& info) {
-      std::string name = std::string(info.param.preset) + "_" +
-                         std::string(expert_dtype_name(info.param.dtype));
+    [](const auto& case_info) {
+      std::string name = std::string(case_info.param.preset) + "_" +
+                         std::string(expert_dtype_name(case_info.param.dtype));
       for (char& ch : name)
         if (ch == '-') ch = '_';
       return name;

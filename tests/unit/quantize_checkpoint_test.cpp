@@ -87,9 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(CheckpointCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
                       CheckpointCase{"tiny-mixtral", ExpertDtype::kInt4, 16},
                       CheckpointCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
-    [](const auto& info) {
-      std::string name = std::string(info.param.preset) + "_" +
-                         std::string(expert_dtype_name(info.param.dtype));
+    [](const auto& case_info) {
+      std::string name = std::string(case_info.param.preset) + "_" +
+                         std::string(expert_dtype_name(case_info.param.dtype));
       for (char& ch : name)
         if (ch == '-') ch = '_';
       return name;

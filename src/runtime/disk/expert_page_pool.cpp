@@ -12,9 +12,13 @@ namespace sluice {
 
 namespace {
 
-size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+size_t round_up(size_t x, size_t to) {
+  return (x + to - 1) / to * to;
+}
 // A read buffer for `bytes` at any offset: whole blocks, one more for the misaligned start.
-size_t read_capacity(size_t bytes) { return bytes ? round_up(bytes, kDirectAlign) + kDirectAlign : 0; }
+size_t read_capacity(size_t bytes) {
+  return bytes ? round_up(bytes, kDirectAlign) + kDirectAlign : 0;
+}
 
 // n × k of gate, up and down.
 std::array<MatrixShape, 3> matrix_shapes(const ModelConfig& c) {
@@ -24,24 +28,33 @@ std::array<MatrixShape, 3> matrix_shapes(const ModelConfig& c) {
 
 size_t packed_bytes(const ModelConfig& c, const MatrixShape& s) {
   if (!c.expert_quant.quantized()) return 0;
-  return round_up(cpu::quant_bytes(quant_format(c.expert_quant.dtype), s.n, s.k,
-                                   c.expert_quant.group_size),
-                  kDirectAlign);
+  return round_up(
+      cpu::quant_bytes(quant_format(c.expert_quant.dtype), s.n, s.k, c.expert_quant.group_size),
+      kDirectAlign);
 }
 
 }  // namespace
 
-size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files) {
-  size_t bytes = 0;
+ExpertSlotLayout expert_slot_layout(const ModelConfig& c, const ExpertFiles& files) {
+  ExpertSlotLayout l;
   for (const auto& layer : files.layers)
     if (!layer.empty()) {
       const auto shapes = matrix_shapes(c);
-      for (size_t j = 0; j < 3; ++j)
-        bytes += read_capacity(layer[0].weights[j].bytes) +
-                 read_capacity(layer[0].scales[j].bytes) + packed_bytes(c, shapes[j]);
+      for (size_t j = 0; j < 3; ++j) {
+        l.weights[j] = l.bytes;
+        l.bytes += read_capacity(layer[0].weights[j].bytes);
+        l.scales[j] = l.bytes;
+        l.bytes += read_capacity(layer[0].scales[j].bytes);
+        l.packed[j] = l.bytes;
+        l.bytes += packed_bytes(c, shapes[j]);
+      }
       break;
     }
-  return bytes;
+  return l;
+}
+
+size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files) {
+  return expert_slot_layout(c, files).bytes;
 }
 
 namespace {
@@ -69,8 +82,8 @@ size_t expert_slot_bytes(const ModelConfig& c) {
   const auto shapes = matrix_shapes(c);
   const auto file = matrix_file_bytes(c);
   for (size_t j = 0; j < 3; ++j)
-    bytes += read_capacity(file[j].first) + read_capacity(file[j].second) +
-             packed_bytes(c, shapes[j]);
+    bytes +=
+        read_capacity(file[j].first) + read_capacity(file[j].second) + packed_bytes(c, shapes[j]);
   return bytes;
 }
 
@@ -82,29 +95,17 @@ size_t expert_file_bytes(const ModelConfig& c) {
 
 ExpertPagePool::ExpertPagePool(const ModelConfig& c, std::shared_ptr<const ExpertFiles> files,
                                int slots, int queue_depth)
-    : c_(c), files_(std::move(files)), reader_(files_->files, queue_depth),
-      queue_depth_(queue_depth) {
+    : c_(c),
+      files_(std::move(files)),
+      reader_(files_->files, queue_depth),
+      queue_depth_(queue_depth),
+      layout_(expert_slot_layout(c_, *files_)) {
   if (slots < kMinPoolExperts)
     fail("expert pool: expected at least {} slots, got {}", kMinPoolExperts, slots);
-  for (const auto& layer : files_->layers)
-    if (!layer.empty()) {
-      const auto shapes = matrix_shapes(c_);
-      size_t at = 0;
-      for (size_t j = 0; j < 3; ++j) {
-        layout_.weights[j] = at;
-        at += read_capacity(layer[0].weights[j].bytes);
-        layout_.scales[j] = at;
-        at += read_capacity(layer[0].scales[j].bytes);
-        layout_.packed[j] = at;
-        at += packed_bytes(c_, shapes[j]);
-      }
-      layout_.bytes = at;
-      break;
-    }
   // Not zero-filled: a slot's pages become resident when its first expert lands.
-  memory_ = static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, layout_.bytes * size_t(slots)));
-  if (!memory_)
-    fail("expert pool: cannot allocate {} slots of {} bytes", slots, layout_.bytes);
+  memory_ =
+      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, layout_.bytes * size_t(slots)));
+  if (!memory_) fail("expert pool: cannot allocate {} slots of {} bytes", slots, layout_.bytes);
   slots_.resize(size_t(slots));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].memory = memory_ + i * layout_.bytes;
   stats_.expert_bytes = double(files_->expert_file_bytes());
@@ -344,8 +345,8 @@ void ExpertPagePool::pack(const Slot& s, std::vector<FileRead>::const_iterator r
     const FileRead& scales = reads[std::ptrdiff_t(2 * j + 1)];
     const auto* v = reinterpret_cast<const uint8_t*>(direct_data(values));
     const int8_t* q8 = reinterpret_cast<const int8_t*>(v);
-    const std::string what = fmt::format("{}: offset {}", files_->files[size_t(values.file)].string(),
-                                         values.offset);
+    const std::string what =
+        fmt::format("{}: offset {}", files_->files[size_t(values.file)].string(), values.offset);
     if (f == cpu::QuantFormat::kInt4) {
       unpacked.resize(size_t(shapes[j].n * shapes[j].k));
       cpu::nibbles_to_int4(v, int64_t(unpacked.size()), unpacked.data(), what.c_str());

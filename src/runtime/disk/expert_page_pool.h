@@ -36,15 +36,15 @@ struct ExpertKey {
 
 // The pool's books since it was made.
 struct ExpertPoolStats {
-  int64_t demands = 0;        // experts the router chose (each counted once per use)
-  int64_t hits = 0;           // of those, found in the pool or already on their way
-  int64_t guesses = 0;        // experts read ahead on a guess
-  int64_t guesses_used = 0;   // of those, chosen by the router before they left the pool
-  int64_t experts_read = 0;   // experts read from disk
-  double bytes_read = 0;      // file bytes read (whole blocks)
-  double read_seconds = 0;    // the loader's time with reads in flight
-  double wait_seconds = 0;    // time acquire waited for reads (compute waiting on the disk)
-  double expert_bytes = 0;    // file bytes of one expert
+  int64_t demands = 0;       // experts the router chose (each counted once per use)
+  int64_t hits = 0;          // of those, found in the pool or already on their way
+  int64_t guesses = 0;       // experts read ahead on a guess
+  int64_t guesses_used = 0;  // of those, chosen by the router before they left the pool
+  int64_t experts_read = 0;  // experts read from disk
+  double bytes_read = 0;     // file bytes read (whole blocks)
+  double read_seconds = 0;   // the loader's time with reads in flight
+  double wait_seconds = 0;   // time acquire waited for reads (compute waiting on the disk)
+  double expert_bytes = 0;   // file bytes of one expert
 
   double hit_rate() const { return demands ? double(hits) / double(demands) : 0; }
   double prefetch_accuracy() const { return guesses ? double(guesses_used) / double(guesses) : 0; }
@@ -59,8 +59,15 @@ struct ExpertMatrices {
   const void* down = nullptr;
 };
 
-// Host bytes of one pool slot for experts of `files` (the file ranges in whole blocks, and with a
-// quantized checkpoint the packed matrices beside them).
+// Where each part of an expert sits in a pool slot: per matrix (gate, up, down) the read buffers
+// of its weights and scales (the file ranges in whole blocks), and with a quantized checkpoint the
+// packed matrix beside them.
+struct ExpertSlotLayout {
+  size_t weights[3] = {}, scales[3] = {}, packed[3] = {};
+  size_t bytes = 0;
+};
+ExpertSlotLayout expert_slot_layout(const ModelConfig& c, const ExpertFiles& files);
+// Host bytes of one pool slot for experts of `files`.
 size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files);
 // The same from the config alone (what the planner counts): the widest block rounding.
 size_t expert_slot_bytes(const ModelConfig& c);
@@ -89,6 +96,8 @@ class ExpertPagePool {
   void release(ExpertKey k);
 
   int slots() const { return int(slots_.size()); }
+  // Host bytes the pool holds: its slots, allocated once when it is made.
+  size_t bytes() const { return layout_.bytes * slots_.size(); }
   ExpertPoolStats stats() const;
   const std::string& read_note() const { return reader_.note(); }
 
@@ -117,12 +126,7 @@ class ExpertPagePool {
   std::shared_ptr<const ExpertFiles> files_;
   DirectReader reader_;
   int queue_depth_;
-  // Where each part sits in a slot: per matrix the weights' and scales' read buffers, and with a
-  // quantized checkpoint the packed matrix.
-  struct Layout {
-    size_t weights[3], scales[3], packed[3];
-    size_t bytes;
-  } layout_{};
+  ExpertSlotLayout layout_;
   std::vector<Slot> slots_;
   std::byte* memory_ = nullptr;
   std::unordered_map<int64_t, int> index_;  // key → slot

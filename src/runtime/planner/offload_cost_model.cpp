@@ -58,7 +58,9 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t qkv_row = latent ? qd + size_t(c.kv_cache_values_per_token()) : qd + 2 * kvd;
   GpuMemoryUse m;
   // Each projection in bf16, or with FP8 weights its codes and block scales.
-  auto projection = [&](size_t n, size_t k) { return projection_bytes(c, int64_t(n), int64_t(k)); };
+  auto projection = [&](size_t rows, size_t cols) {
+    return projection_bytes(c, int64_t(rows), int64_t(cols));
+  };
   const size_t ckv = size_t(c.kv_cache_values_per_token());
   m.attention_weights =
       L * (latent ? (qa > 0 ? projection(qa, H) + projection(qd, qa) : projection(qd, H)) +

@@ -1,7 +1,8 @@
 // The host page pool of the disk tier: a bounded set of slots, each holding one routed expert
 // (its gate, up and down matrices) read from the checkpoint's files by a loader thread with
 // O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
-// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread.
+// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread;
+// an FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM dequantises them).
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
@@ -14,6 +15,7 @@
 // the router chose that is not yet used.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -52,15 +54,16 @@ struct ExpertPoolStats {
   double read_bytes_per_s() const { return read_seconds > 0 ? bytes_read / read_seconds : 0; }
 };
 
-// One expert's matrices in a slot: bf16 [n, k] row-major, or packed (kernels/cpu/gemm_int8.h).
+// One expert's gate, up and down in a slot: bf16 [n, k] row-major, packed
+// (kernels/cpu/gemm_int8.h), or F8_E4M3 codes [n, k] with their block scales
+// (kernels/cpu/gemm_fp8.h).
 struct ExpertMatrices {
-  const void* gate = nullptr;
-  const void* up = nullptr;
-  const void* down = nullptr;
+  std::array<const void*, 3> weights{};
+  std::array<const float*, 3> block_scales{};  // FP8: weight_scale_inv; else null
 };
 
-// Host bytes of one pool slot for experts of `files` (the file ranges in whole blocks, and with a
-// quantized checkpoint the packed matrices beside them).
+// Host bytes of one pool slot for experts of `files` (the file ranges, values and scales, in
+// whole blocks, and with a quantized checkpoint the packed matrices beside them).
 size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files);
 // The same from the config alone (what the planner counts): the widest block rounding.
 size_t expert_slot_bytes(const ModelConfig& c);
@@ -89,6 +92,7 @@ class ExpertPagePool {
   void release(ExpertKey k);
 
   int slots() const { return int(slots_.size()); }
+  size_t bytes() const { return layout_.bytes * slots_.size(); }  // what the slots hold
   ExpertPoolStats stats() const;
   const std::string& read_note() const { return reader_.note(); }
 
@@ -117,8 +121,8 @@ class ExpertPagePool {
   std::shared_ptr<const ExpertFiles> files_;
   DirectReader reader_;
   int queue_depth_;
-  // Where each part sits in a slot: per matrix the weights' and scales' read buffers, and with a
-  // quantized checkpoint the packed matrix.
+  // Where each part sits in a slot: per matrix the weights' and scales' read buffers (FP8: used
+  // as read), and with a quantized checkpoint the packed matrix.
   struct Layout {
     size_t weights[3], scales[3], packed[3];
     size_t bytes;

@@ -144,7 +144,7 @@ int run(const Options& o) {
   // A preset names a released model: planned as its safetensors folder would be served.
   const HostBudget budget = host_memory_budget(o.host_mem, false);
   require_servable(c, budget, o.preset.empty() ? o.model_dir : "--preset " + o.preset,
-                   o.preset.empty() ? disk_tier_refusal(o.model_dir, c) : "");
+                   o.preset.empty() ? disk_tier_refusal(o.model_dir) : "");
   limits.host_bytes = budget.bytes;
   limits.experts_on_disk = experts_stay_on_disk(c, budget.bytes);
   limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");

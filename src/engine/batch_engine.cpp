@@ -213,12 +213,21 @@ struct BatchEngine::Impl {
     return packed;
   }
 
-  // An expert matrix of the disk tier's pool (bf16 or packed quantized) in slot_matrix's form.
-  Tensor pool_matrix(const void* data, int64_t rows, int64_t cols) const {
+  // Matrix j (gate, up, down) of an expert in the disk tier's pool, rows × cols (bf16, packed
+  // quantized, or FP8 codes with their block scales) in slot_matrix's form.
+  Tensor pool_matrix(const ExpertMatrices& pooled, size_t j, int64_t rows, int64_t cols) const {
     Tensor t;
-    t.dtype = c.expert_quant.quantized() ? DType::U8 : DType::BF16;
+    t.dtype = c.expert_quant.quantized() ? DType::U8
+              : pooled.block_scales[j] ? DType::F8_E4M3
+                                       : DType::BF16;
     t.shape = {rows, cols};
-    t.data = const_cast<void*>(data);
+    t.data = const_cast<void*>(pooled.weights[j]);
+    if (pooled.block_scales[j]) {
+      Tensor scales;
+      scales.shape = fp8_scale_shape(rows, cols);
+      scales.data = const_cast<float*>(pooled.block_scales[j]);
+      t.block_scales = std::make_shared<const Tensor>(std::move(scales));
+    }
     return t;
   }
 
@@ -462,9 +471,9 @@ void BatchEngine::Impl::expert_phase(int l) {
     Tensor mats[3];  // gate, up, down
     if (disk) {
       const ExpertMatrices pooled = disk->acquire(int(i));
-      mats[0] = pool_matrix(pooled.gate, I, H);
-      mats[1] = pool_matrix(pooled.up, I, H);
-      mats[2] = pool_matrix(pooled.down, H, I);
+      mats[0] = pool_matrix(pooled, 0, I, H);
+      mats[1] = pool_matrix(pooled, 1, I, H);
+      mats[2] = pool_matrix(pooled, 2, H, I);
     } else {
       mats[0] = slot_matrix(L.expert_gate, e, I, H);
       mats[1] = slot_matrix(L.expert_up, e, I, H);

@@ -64,9 +64,8 @@ HostBudget host_budget(size_t requested, bool allocating) {
   return {requested, "--host-mem"};
 }
 
-std::string disk_tier_refusal(const std::filesystem::path& dir, const ModelConfig& c) {
+std::string disk_tier_refusal(const std::filesystem::path& dir) {
   if (is_gguf_file(dir)) return "a GGUF file";
-  if (c.fp8_weights) return "FP8 weights";
   return "";
 }
 

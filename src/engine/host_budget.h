@@ -28,8 +28,9 @@ HostBudget default_host_budget();
 HostBudget host_budget(size_t requested, bool allocating);
 
 // Why the disk tier (the routed experts left in their files, runtime/disk/expert_page_pool.h)
-// cannot serve the model at `dir` with config `c`: "a GGUF file", "FP8 weights"; "" when it can.
-std::string disk_tier_refusal(const std::filesystem::path& dir, const ModelConfig& c);
+// cannot serve the model at `dir`: "a GGUF file"; "" when it can (bf16, quantized and FP8
+// safetensors folders).
+std::string disk_tier_refusal(const std::filesystem::path& dir);
 
 // Fails, with the numbers and the ways out (a larger --host-mem where the machine has it, the
 // disk tier, quantized experts through `sluice quantize`), when a model with config `c` (experts

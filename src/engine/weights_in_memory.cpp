@@ -17,6 +17,15 @@ namespace sluice {
 
 namespace {
 
+// `t` in memory of its own, with its FP8 block scales.
+Tensor owned_copy(const Tensor& t) {
+  Tensor copy = Tensor::allocate(t.dtype, t.shape);
+  std::memcpy(copy.data, t.data, t.nbytes());
+  if (t.block_scales)
+    copy.block_scales = std::make_shared<const Tensor>(owned_copy(*t.block_scales));
+  return copy;
+}
+
 // Every weight the model holds in its mapped files, copied into memory of its own (a tied
 // lm_head stays the embedding), and the files' pages dropped from the page cache: the resident
 // part of a model whose experts stay on disk is then held once, and a file changed while the job
@@ -26,11 +35,7 @@ void copy_resident_weights(Model& model) {
   auto own = [&](const Tensor& t) {
     if (t.empty()) return;
     auto it = copies.find(t.data);
-    if (it == copies.end()) {
-      Tensor copy = Tensor::allocate(t.dtype, t.shape);
-      std::memcpy(copy.data, t.data, t.nbytes());
-      it = copies.emplace(t.data, std::move(copy)).first;
-    }
+    if (it == copies.end()) it = copies.emplace(t.data, owned_copy(t)).first;
     const_cast<Tensor&>(t) = it->second;
   };
   own(model.weights.embed);
@@ -55,7 +60,7 @@ Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
   if (layers > c.num_layers) fail("--layers {}: the model has {} layers", layers, c.num_layers);
   if (layers > 0) c.num_layers = layers;
   if (!c.expert_quant.quantized()) c.expert_quant = resolve_expert_quant(c, quant, dir.string());
-  require_servable(c, budget, dir.string(), disk_tier_refusal(dir, c));
+  require_servable(c, budget, dir.string(), disk_tier_refusal(dir));
   const bool on_disk = experts_stay_on_disk(c, budget.bytes);
   Model model = load_model(dir, {.experts_on_disk = on_disk});
   if (layers > 0) {  // the first layers of the model

@@ -49,14 +49,21 @@ void ExpertFilesBuilder::add(const ExpectedTensor& want, const TensorEntry& weig
   if (experts.size() <= size_t(want.expert)) experts.resize(size_t(want.expert) + 1);
   ExpertSource& s = experts[size_t(want.expert)];
   s.weights[size_t(matrix)] = range_of(weights);
-  if (scales) {
-    s.scales[size_t(matrix)] = range_of(*scales);
-    files_->quantized = true;
-  }
+  ++matrices_;
+  if (weights.dtype == DType::F8_E4M3) ++fp8_matrices_;
+  if (scales) s.scales[size_t(matrix)] = range_of(*scales);
+  if (scales && weights.dtype != DType::F8_E4M3) files_->quantized = true;
 }
 
 std::shared_ptr<const ExpertFiles> ExpertFilesBuilder::finish(const ModelConfig& c,
                                                               const std::string& source) {
+  files_->fp8 = c.fp8_weights && !c.expert_quant.quantized();
+  if (fp8_matrices_ != (files_->fp8 ? matrices_ : 0))
+    fail("{}: {} of the {} routed expert matrices are F8_E4M3, and config.json {} FP8 weights: "
+         "the disk tier reads experts of the kind the planner counts from the config ({}); give "
+         "--host-mem enough for the whole model",
+         source, fp8_matrices_, matrices_, c.fp8_weights ? "declares" : "does not declare",
+         files_->fp8 ? "all FP8" : "none FP8");
   const size_t per_expert = files_->expert_file_bytes();
   for (int l = 0; l < int(files_->layers.size()); ++l) {
     const auto& experts = files_->layers[size_t(l)];

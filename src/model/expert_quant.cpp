@@ -145,8 +145,11 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
   if (!q.quantized() || c.expert_quant.quantized()) return;
   if (model.expert_files)
     fail("{}: the experts stay on disk (the disk tier) and run as the checkpoint stores them; "
-         "to run them {}, write a quantized copy with `sluice quantize` and run that",
-         model.dir.string(), expert_dtype_name(q.dtype));
+         "to run them {}, {}",
+         model.dir.string(), expert_dtype_name(q.dtype),
+         c.fp8_weights ? "give --host-mem enough for the whole model (they are quantized at "
+                         "load; `sluice quantize` does not take FP8 folders)"
+                       : "write a quantized copy with `sluice quantize` and run that");
   const cpu::QuantFormat f = quant_format(q.dtype);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = model.weights.layers[size_t(l)];

@@ -96,10 +96,6 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   if (!std::filesystem::exists(dir / "config.json"))
     fail("{}: no config.json (expected a Hugging Face model folder or a .gguf file)", dir.string());
   m.config = load_config(dir / "config.json");
-  if (options.experts_on_disk && m.config.fp8_weights)
-    fail("{}: the disk tier reads bf16 or quantized experts; this checkpoint's are FP8 "
-         "(quantization_config): give --host-mem enough for the whole model",
-         dir.string());
   Checkpoint ckpt = Checkpoint::open(dir);
   TensorTable table = tensor_table(m.config, m.weights);
   if (m.config.tie_word_embeddings) table.ignored_suffixes.push_back("lm_head.weight");
@@ -141,11 +137,11 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
     }
     used[want.name] = true;
     if (stays_on_disk) {
-      if (got->dtype != DType::BF16)
-        fail("{}: tensor '{}': the disk tier reads experts as stored and runs bf16 ones; this "
-             "one is {} (give --host-mem enough for the whole model)",
+      if (got->dtype != DType::BF16 && got->dtype != DType::F8_E4M3)
+        fail("{}: tensor '{}': the disk tier reads experts as stored and runs bf16 or FP8 "
+             "ones; this one is {} (give --host-mem enough for the whole model)",
              file, want.name, dtype_name(got->dtype));
-      on_disk.add(want, *got, nullptr);
+      on_disk.add(want, *got, scales);
     } else if (want.mapping != TensorMapping::kWhole) {
       *want.slot = mapped_slot(want, got->view());
     } else if (want.expert < 0) {

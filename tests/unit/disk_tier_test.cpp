@@ -65,7 +65,7 @@ int64_t all_experts(const ModelConfig& c) {
 
 struct DiskCase {
   const char* preset;
-  ExpertDtype dtype;  // bf16: the checkpoint as written; else a quantized checkpoint
+  ExpertDtype dtype;  // bf16: the checkpoint as written (V3's FP8); else a quantized checkpoint
   int group;
 };
 
@@ -108,6 +108,23 @@ TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
   EXPECT_GE(s.bytes_read, double(s.experts_read) * s.expert_bytes);
 }
 
+// The pool allocates what the planner counted for it and no more: its slots are what the files'
+// experts need, and at most the planner's count from the config alone (host_memory_use); the
+// expert bytes the planner counts a read are the files' (values and their scales).
+TEST_P(DiskTier, ThePoolHoldsNoMoreThanThePlannerCounts) {
+  TempDir dir;
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 13);
+  const Model on_disk = load_with_experts_on_disk(model_dir);
+  ASSERT_TRUE(on_disk.expert_files);
+  const int slots = 3;
+  const ExpertPagePool pool(on_disk.config, on_disk.expert_files, slots);
+  const size_t slot = expert_slot_bytes(on_disk.config, *on_disk.expert_files);
+  EXPECT_EQ(on_disk.expert_files->expert_file_bytes(), expert_file_bytes(on_disk.config));
+  EXPECT_GE(slot, expert_file_bytes(on_disk.config));
+  EXPECT_EQ(pool.bytes(), slots * slot);
+  EXPECT_LE(pool.bytes(), slots * expert_slot_bytes(on_disk.config));
+}
+
 TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);
@@ -122,34 +139,22 @@ TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
 }
 
-// The pool allocates what the planner counted for it and no more: its slots are what the files'
-// experts need, and at most the planner's count from the config alone (host_memory_use).
-TEST_P(DiskTier, ThePoolHoldsNoMoreThanThePlannerCounts) {
-  TempDir dir;
-  const fs::path model_dir = write_checkpoint(GetParam(), dir, 13);
-  const Model on_disk = load_with_experts_on_disk(model_dir);
-  ASSERT_TRUE(on_disk.expert_files);
-  const int slots = 3;
-  const ExpertPagePool pool(on_disk.config, on_disk.expert_files, slots);
-  const size_t slot = expert_slot_bytes(on_disk.config, *on_disk.expert_files);
-  EXPECT_GE(slot, expert_file_bytes(on_disk.config));
-  EXPECT_EQ(pool.bytes(), slots * slot);
-  EXPECT_LE(pool.bytes(), slots * expert_slot_bytes(on_disk.config));
-}
-
-INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier,
-                         ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
-                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                                           DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16,
-                                                    0}),
-                         [](const ::testing::TestParamInfo<DiskCase>& case_info) {
-                           std::string name = std::string(case_info.param.preset) + "_" +
-                                              std::string(expert_dtype_name(case_info.param.dtype));
-                           for (char& ch : name)
-                             if (ch == '-') ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, DiskTier,
+    ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
+                      DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                      DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
+                      DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0},
+                      DiskCase{"tiny-deepseek-v3", ExpertDtype::kBf16, 0}),
+    [](const ::testing::TestParamInfo<DiskCase>& case_info) {
+      const DiskCase& p = case_info.param;
+      const bool fp8 = preset_config(p.preset).fp8_weights;
+      std::string name =
+          std::string(p.preset) + "_" + std::string(fp8 ? "fp8" : expert_dtype_name(p.dtype));
+      for (char& ch : name)
+        if (ch == '-') ch = '_';
+      return name;
+    });
 
 TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
   TempDir dir;

@@ -13,6 +13,7 @@
 #include "model/presets.h"
 #include "model/weights.h"
 #include "runtime/planner/planner.h"
+#include "runtime/disk/expert_page_pool.h"
 #include "runtime/memory_info.h"
 #include "test_util.h"
 
@@ -68,10 +69,21 @@ TEST(RequireServable, WhatTheDiskTierDoesNotTakeMustFitWhole) {
       require_servable(c, {size_t(8) << 30, "--host-mem"}, "m.gguf", "a GGUF file"),
       "m.gguf: the weights need ", "more than the budget of 8.00 GiB (--host-mem)",
       "the disk tier cannot keep the routed experts on disk (a GGUF file)");
-  ModelConfig fp8 = preset_config("deepseek-v3", 4);
-  fp8.fp8_weights = true;
-  EXPECT_EQ(disk_tier_refusal("/nonexistent", fp8), "FP8 weights");
-  EXPECT_EQ(disk_tier_refusal("/nonexistent", c), "");
+  EXPECT_EQ(disk_tier_refusal("/nonexistent"), "");
+}
+
+// FP8 checkpoints go to the disk tier like bf16 ones: their weights but the routed experts and a
+// pool of 2 FP8 experts (codes and block scales) are enough.
+TEST(RequireServable, FP8WeightsLargerThanTheBudgetStayOnDisk) {
+  const ModelConfig c = preset_config("deepseek-v3", 5);
+  ASSERT_TRUE(c.fp8_weights);
+  const size_t least = model_weight_bytes(c) - routed_expert_bytes(c) +
+                       size_t(kMinPoolExperts) * expert_slot_bytes(c);
+  ASSERT_LT(least, model_weight_bytes(c) / 4);
+  EXPECT_NO_THROW(require_servable(c, {least, "--host-mem"}, "v3", disk_tier_refusal("v3")));
+  EXPECT_ERROR_MENTIONS(
+      require_servable(c, {least - 1, "--host-mem"}, "v3", disk_tier_refusal("v3")),
+      "even with the routed experts on disk", "a page pool of 2 experts need ");
 }
 
 #if !defined(__SANITIZE_ADDRESS__)

@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "model/expert_quant.h"
+#include "model/fp8_weights.h"
 
 namespace sluice {
 
@@ -59,14 +60,17 @@ size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files) {
 
 namespace {
 
-// The file bytes of gate, up and down: values, and scales (zero in bf16).
+// The file bytes of gate, up and down: values, and scales (zero in bf16; FP8: 1 byte a value
+// and F32 128 x 128 block scales).
 std::array<std::pair<size_t, size_t>, 3> matrix_file_bytes(const ModelConfig& c) {
   std::array<std::pair<size_t, size_t>, 3> out{};
   const ExpertQuant& q = c.expert_quant;
   const auto shapes = matrix_shapes(c);
   for (size_t j = 0; j < 3; ++j) {
     const size_t values = size_t(shapes[j].n * shapes[j].k);
-    if (!q.quantized())
+    if (!q.quantized() && c.fp8_weights)
+      out[j] = {values, size_t(shape_numel(fp8_scale_shape(shapes[j].n, shapes[j].k))) * 4};
+    else if (!q.quantized())
       out[j] = {2 * values, 0};
     else
       out[j] = {q.dtype == ExpertDtype::kInt4 ? values / 2 : values,
@@ -248,16 +252,21 @@ ExpertPoolStats ExpertPagePool::stats() const {
 
 ExpertMatrices ExpertPagePool::matrices(const Slot& s) const {
   const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
-  std::array<const void*, 3> m{};
-  for (size_t j = 0; j < 3; ++j)
-    m[j] = files_->quantized ? s.memory + layout_.packed[j]
-                             : s.memory + layout_.weights[j] + src.weights[j].offset % kDirectAlign;
-  return {m[0], m[1], m[2]};
+  ExpertMatrices m;
+  for (size_t j = 0; j < 3; ++j) {
+    m.weights[j] = files_->quantized
+                       ? s.memory + layout_.packed[j]
+                       : s.memory + layout_.weights[j] + src.weights[j].offset % kDirectAlign;
+    if (files_->fp8)
+      m.block_scales[j] = reinterpret_cast<const float*>(s.memory + layout_.scales[j] +
+                                                         src.scales[j].offset % kDirectAlign);
+  }
+  return m;
 }
 
 // Reads every queued slot that fits the queue depth at once, until stopped.
 void ExpertPagePool::loader_loop() {
-  const int reads_per_expert = files_->quantized ? 6 : 3;
+  const int reads_per_expert = files_->has_scales() ? 6 : 3;
   for (;;) {
     std::vector<int> batch;
     {
@@ -287,10 +296,10 @@ void ExpertPagePool::loader_loop() {
   }
 }
 
-// The slots' reads, in flight together; each expert is ready (packed first when quantized) as
-// soon as its own reads have landed.
+// The slots' reads, in flight together; each expert is ready (packed first when quantized; FP8
+// as read) as soon as its own reads have landed.
 void ExpertPagePool::load(const std::vector<int>& batch) {
-  const size_t per_expert = files_->quantized ? 6 : 3;
+  const size_t per_expert = files_->has_scales() ? 6 : 3;
   std::vector<FileRead> reads;
   std::vector<int> remaining(batch.size(), int(per_expert));
   for (int slot : batch) {
@@ -299,7 +308,7 @@ void ExpertPagePool::load(const std::vector<int>& batch) {
     for (size_t j = 0; j < 3; ++j) {
       const FileRange& w = src.weights[j];
       reads.push_back({w.file, w.offset, w.bytes, s.memory + layout_.weights[j]});
-      if (files_->quantized) {
+      if (files_->has_scales()) {
         const FileRange& sc = src.scales[j];
         reads.push_back({sc.file, sc.offset, sc.bytes, s.memory + layout_.scales[j]});
       }

@@ -1,7 +1,8 @@
 // The host page pool of the disk tier: a bounded set of slots, each holding one routed expert
 // (its gate, up and down matrices) read from the checkpoint's files by a loader thread with
 // O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
-// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread.
+// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread;
+// an FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM dequantises them).
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
@@ -14,6 +15,7 @@
 // the router chose that is not yet used.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -52,16 +54,17 @@ struct ExpertPoolStats {
   double read_bytes_per_s() const { return read_seconds > 0 ? bytes_read / read_seconds : 0; }
 };
 
-// One expert's matrices in a slot: bf16 [n, k] row-major, or packed (kernels/cpu/gemm_int8.h).
+// One expert's gate, up and down in a slot: bf16 [n, k] row-major, packed
+// (kernels/cpu/gemm_int8.h), or F8_E4M3 codes [n, k] with their block scales
+// (kernels/cpu/gemm_fp8.h).
 struct ExpertMatrices {
-  const void* gate = nullptr;
-  const void* up = nullptr;
-  const void* down = nullptr;
+  std::array<const void*, 3> weights{};
+  std::array<const float*, 3> block_scales{};  // FP8: weight_scale_inv; else null
 };
 
 // Where each part of an expert sits in a pool slot: per matrix (gate, up, down) the read buffers
-// of its weights and scales (the file ranges in whole blocks), and with a quantized checkpoint the
-// packed matrix beside them.
+// of its weights and scales (the file ranges in whole blocks; FP8 codes and block scales are used as
+// read), and with a quantized checkpoint the packed matrix beside them.
 struct ExpertSlotLayout {
   size_t weights[3] = {}, scales[3] = {}, packed[3] = {};
   size_t bytes = 0;

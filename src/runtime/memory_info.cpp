@@ -77,8 +77,10 @@ std::optional<size_t> cgroup_room(const std::string& limit, const std::string& u
   return l > u ? l - u : 0;
 }
 
-AllocatableMemory allocatable_memory() {
-  AllocatableMemory m{available_memory_bytes(), "MemAvailable"};
+AllocatableMemory allocatable_memory() { return allocatable_memory(available_memory_bytes()); }
+
+AllocatableMemory allocatable_memory(size_t mem_available) {
+  AllocatableMemory m{mem_available, "MemAvailable"};
   cap_by_cgroups(m);
   rlimit as{};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {

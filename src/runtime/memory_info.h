@@ -21,6 +21,8 @@ struct AllocatableMemory {
   std::string limited_by;  // "MemAvailable", "cgroup memory.max", "ulimit -v", ...
 };
 AllocatableMemory allocatable_memory();
+// The same from a MemAvailable figure read once (it moves with the other processes).
+AllocatableMemory allocatable_memory(size_t mem_available);
 
 // The room under one cgroup's limit from its files' contents ("max" or a number of bytes);
 // nullopt when unlimited or unreadable.

@@ -3,8 +3,9 @@
 #include <fmt/format.h>
 
 #include <climits>
-#include <cmath>
 #include <set>
+
+#include "io/json_number.h"
 
 namespace sluice {
 namespace {
@@ -18,10 +19,8 @@ struct LineError {
 };
 
 [[noreturn]] void reject(const std::string& field, const std::string& expected, const Json& got) {
-  std::string shown = got.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
   throw LineError{batch_error::kInvalidRequest,
-                  fmt::format("field '{}': expected {}, got {}", field, expected, shown)};
+                  fmt::format("field '{}': expected {}, got {}", field, expected, json_excerpt(got))};
 }
 
 bool is_integer(const Json& v) {
@@ -29,14 +28,15 @@ bool is_integer(const Json& v) {
 }
 
 int read_positive_int(const Json& v, const std::string& field) {
-  if (!is_integer(v) || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
-    reject(field, "an integer >= 1", v);
-  return int(v.get<int64_t>());
+  const auto i = json_integer(v, 1, INT_MAX);
+  if (!i) reject(field, "an integer >= 1", v);
+  return int(*i);
 }
 
 float read_number(const Json& v, const std::string& field, const std::string& expected) {
-  if (!v.is_number() || !std::isfinite(v.get<double>())) reject(field, expected, v);
-  return v.get<float>();
+  const auto f = json_float(v);
+  if (!f) reject(field, expected, v);
+  return *f;
 }
 
 std::vector<std::string> read_stop(const Json& v, const std::string& field) {
@@ -63,9 +63,9 @@ void read_prompt(const Json& v, const std::string& field, BatchRequest& r) {
   if (!v.is_array() || v.empty()) reject(field, expected, v);
   std::vector<int> ids;
   for (const Json& id : v) {
-    if (!is_integer(id) || id.get<int64_t>() < 0 || id.get<int64_t>() > INT_MAX)
-      reject(field, expected, v);
-    ids.push_back(int(id.get<int64_t>()));
+    const auto i = json_integer(id, 0, INT_MAX);
+    if (!i) reject(field, expected, v);
+    ids.push_back(int(*i));
   }
   r.prompt_ids = std::move(ids);
 }
@@ -107,16 +107,16 @@ void read_fields(const Json& object, const std::string& prefix,
       if (!(*r.top_p > 0 && *r.top_p <= 1)) reject(field, "a number in (0, 1]", value);
     } else if (key == "top_k") {
       // -1 is vLLM's spelling of "no limit".
-      if (!is_integer(value) || value.get<int64_t>() < -1 || value.get<int64_t>() > INT_MAX)
-        reject(field, "an integer >= 0 (or -1 for no limit)", value);
-      r.top_k = std::max(0, int(value.get<int64_t>()));
+      const auto k = json_integer(value, -1, INT_MAX);
+      if (!k) reject(field, "an integer >= 0 (or -1 for no limit)", value);
+      r.top_k = std::max(0, int(*k));
     } else if (key == "seed") {
       if (!is_integer(value)) reject(field, "an integer", value);
       r.seed = value.is_number_unsigned() ? value.get<uint64_t>() : uint64_t(value.get<int64_t>());
     } else if (key == "stop") {
       r.stop = read_stop(value, field);
     } else if (key == "n") {
-      if (!is_integer(value) || value.get<int64_t>() != 1)
+      if (json_integer(value, 1, 1) != 1)
         reject(field, "1 (one choice per request)", value);
     } else if (key == "model") {
       // The model is the one given on the command line.

@@ -1,11 +1,13 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_number.h"
 #include "model/config_reader.h"
 #include "model/expert_quant.h"
 #include "model/family.h"
@@ -113,9 +115,9 @@ void ConfigReader::require(const char* key) const {
 }
 
 int ConfigReader::positive_int(const char* key, const json& v) const {
-  if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (1ll << 31) - 1)
-    wrong_type(key, "a positive integer");
-  return v.get<int>();
+  const auto i = json_integer(v, 1, INT_MAX);
+  if (!i) wrong_type(key, "a positive integer");
+  return int(*i);
 }
 
 int ConfigReader::integer(const char* key) const {
@@ -127,10 +129,18 @@ int ConfigReader::integer_or(const char* key, int fallback) const {
   return has(key) ? positive_int(key, j_[key]) : fallback;
 }
 
+int ConfigReader::count_or(const char* key, int fallback) const {
+  if (!present(key)) return fallback;
+  const auto i = json_integer(j_[key], 0, INT_MAX);
+  if (!i) wrong_type(key, "an integer >= 0");
+  return int(*i);
+}
+
 float ConfigReader::number_or(const char* key, float fallback) const {
   if (!has(key)) return fallback;
-  if (!j_[key].is_number()) wrong_type(key, "a number");
-  return j_[key].get<float>();
+  const auto f = json_float(j_[key]);
+  if (!f) wrong_type(key, "a finite number");
+  return *f;
 }
 
 bool ConfigReader::boolean_or(const char* key, bool fallback) const {
@@ -148,13 +158,14 @@ std::string ConfigReader::string_or(const char* key, const std::string& fallback
 std::vector<int> ConfigReader::ids_or_empty(const char* key) const {
   if (!has(key)) return {};
   const json& v = j_[key];
-  if (v.is_number_integer()) return {v.get<int>()};
-  if (!v.is_array()) wrong_type(key, "an integer or a list of integers");
+  const auto id = [&](const json& x) {
+    const auto i = json_integer(x, INT_MIN, INT_MAX);
+    if (!i) wrong_type(key, "an integer or a list of integers");
+    return int(*i);
+  };
+  if (!v.is_array()) return {id(v)};
   std::vector<int> ids;
-  for (const auto& x : v) {
-    if (!x.is_number_integer()) wrong_type(key, "an integer or a list of integers");
-    ids.push_back(x.get<int>());
-  }
+  for (const auto& x : v) ids.push_back(id(x));
   return ids;
 }
 
@@ -164,9 +175,9 @@ std::vector<int> ConfigReader::indices_or_empty(const char* key) const {
   if (!v.is_array()) wrong_type(key, "a list of layer indices");
   std::vector<int> out;
   for (const auto& x : v) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (1ll << 31) - 1)
-      wrong_type(key, "a list of layer indices");
-    out.push_back(x.get<int>());
+    const auto i = json_integer(x, 0, INT_MAX);
+    if (!i) wrong_type(key, "a list of layer indices");
+    out.push_back(int(*i));
   }
   return out;
 }
@@ -216,10 +227,11 @@ void read_heads(const ConfigReader& r, const LlamaStyleDefaults& d, ModelConfig&
 float positive_number(const ConfigReader& r, const char* object, const json& rope, const char* key,
                       float fallback) {
   if (!rope.contains(key) || rope[key].is_null()) return fallback;
-  if (!rope[key].is_number() || !(rope[key].get<double>() > 0))
+  const auto f = json_float(rope[key]);
+  if (!f || !(*f > 0))
     fail("{}: field '{}.{}': expected a positive number, got {}", r.source(), object, key,
-         rope[key].dump());
-  return rope[key].get<float>();
+         json_excerpt(rope[key]));
+  return *f;
 }
 
 // YaRN's fields as _compute_yarn_parameters reads them (factor required; beta_fast and
@@ -260,9 +272,9 @@ void read_rope(const ConfigReader& r, float fallback, bool yarn, ModelConfig& c)
       fail("{}: field '{}': rope type '{}' is not supported for {}; expected 'default'{}",
            r.source(), key, type, c.architecture, yarn ? " or 'yarn'" : "");
     if (rope.contains("rope_theta")) {
-      if (!rope["rope_theta"].is_number())
-        fail("{}: field '{}.rope_theta': expected a number", r.source(), key);
-      c.rope_theta = rope["rope_theta"].get<float>();
+      const auto theta = json_float(rope["rope_theta"]);
+      if (!theta) fail("{}: field '{}.rope_theta': expected a finite number", r.source(), key);
+      c.rope_theta = *theta;
     }
   }
 }

@@ -29,6 +29,8 @@ class ConfigReader {
   float number_or(const char* key, float fallback) const;
   bool boolean_or(const char* key, bool fallback) const;
   std::string string_or(const char* key, const std::string& fallback) const;
+  // An integer >= 0; `fallback` when absent (an explicit null is an error).
+  int count_or(const char* key, int fallback) const;
   std::vector<int> ids_or_empty(const char* key) const;      // an integer or a list of them
   std::vector<int> indices_or_empty(const char* key) const;  // a list of integers >= 0
   // The nested object `key` (an error when it is absent or not an object).

@@ -33,13 +33,7 @@ namespace {
 // for moe_layer_freq 1, the value of every release): layer l is MoE iff
 // l >= first_k_dense_replace and l % moe_layer_freq == 0.
 void read_dense_layers(const ConfigReader& r, int first_k_default, ModelConfig& c) {
-  int first_k = first_k_default;
-  if (r.present("first_k_dense_replace")) {
-    const nlohmann::json& v = r.doc()["first_k_dense_replace"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      r.wrong_type("first_k_dense_replace", "an integer >= 0");
-    first_k = v.get<int>();
-  }
+  const int first_k = r.count_or("first_k_dense_replace", first_k_default);
   const int freq = r.integer_or("moe_layer_freq", 1);
   c.dense_layers.clear();
   for (int l = 0; l < c.num_layers; ++l)
@@ -173,13 +167,7 @@ void read_v3(const ConfigReader& r, ModelConfig& c) {
                  "groups leave fewer than two in each",
                  c.num_experts, c.expert_groups);
   c.rope_interleaved = r.boolean_or("rope_interleave", true);
-  c.mtp_layers = 0;
-  if (r.present("num_nextn_predict_layers")) {
-    const nlohmann::json& v = r.doc()["num_nextn_predict_layers"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      r.wrong_type("num_nextn_predict_layers", "an integer >= 0");
-    c.mtp_layers = v.get<int>();
-  }
+  c.mtp_layers = r.count_or("num_nextn_predict_layers", 0);
 }
 
 // first_k_dense_replace and moe_layer_freq that give c.dense_layers over the model's layers.

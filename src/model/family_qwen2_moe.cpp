@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_number.h"
 #include "model/family.h"
 
 namespace sluice {
@@ -25,8 +26,9 @@ void refuse_per_layer_windows(const ConfigReader& r) {
   const nlohmann::json& types = r.doc()["layer_types"];
   if (!types.is_array()) r.wrong_type("layer_types", "a list of layer types");
   for (const auto& t : types)
-    if (t != "full_attention")
-      r.fail_field("layer_types", "only \"full_attention\" layers are supported, got {}", t.dump());
+    if (!t.is_string() || t.get_ref<const std::string&>() != "full_attention")
+      r.fail_field("layer_types", "only \"full_attention\" layers are supported, got {}",
+                   json_excerpt(t));
 }
 
 void read_config(const ConfigReader& r, ModelConfig& c) {

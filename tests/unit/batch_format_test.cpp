@@ -114,7 +114,11 @@ TEST(BatchFormat, WrongTypesAndValuesNameTheField) {
   expect_bad(head + R"("top_p": 0})", batch_error::kInvalidRequest,
              "field 'top_p': expected a number in (0, 1]");
   expect_bad(head + R"("top_p": 1.5})", batch_error::kInvalidRequest, "field 'top_p'");
+  expect_bad(head + R"("temperature": 1e300})", batch_error::kInvalidRequest,
+             "field 'temperature': expected a number >= 0, got 1e+300");  // beyond float
   expect_bad(head + R"("top_k": -2})", batch_error::kInvalidRequest, "field 'top_k'");
+  expect_bad(head + R"("top_k": 18446744073709551615})", batch_error::kInvalidRequest,
+             "field 'top_k'");  // was read as -1, "no limit"
   expect_bad(head + R"("seed": "s"})", batch_error::kInvalidRequest,
              "field 'seed': expected an integer");
   expect_bad(head + R"("stop": 3})", batch_error::kInvalidRequest, "field 'stop'");

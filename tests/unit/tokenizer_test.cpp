@@ -213,6 +213,58 @@ TEST(TokenizerErrors, MergeWithUnknownToken) {
   EXPECT_NE(msg.find("model.merges[5]"), std::string::npos) << msg;
 }
 
+// Numbers a fuzzer found or could find: a float far outside int's range where an id belongs
+// (converting it was undefined behaviour), a negative id, an id that would size a 2^31 table, and
+// a document whose shape the reader does not check field by field.
+TEST(TokenizerErrors, IdsOutOfRangeNameTheField) {
+  struct Case {
+    const char* name;
+    std::function<void(json&)> edit;
+    const char* field;
+  };
+  const std::vector<Case> cases = {
+      {"float id", [](json& j) { j["model"]["vocab"]["h"] = 1e300; }, "model.vocab.h"},
+      {"fractional id", [](json& j) { j["model"]["vocab"]["h"] = 2.5; }, "model.vocab.h"},
+      {"negative id", [](json& j) { j["model"]["vocab"]["h"] = -3; }, "model.vocab.h"},
+      {"huge id", [](json& j) { j["model"]["vocab"]["h"] = 2147483000; }, "model.vocab.h"},
+      {"added id", [](json& j) { j["added_tokens"] = {{{"content", "<x>"}, {"id", -1}}}; },
+       "added_tokens[].id"},
+      {"huge added id",
+       [](json& j) { j["added_tokens"] = {{{"content", "<x>"}, {"id", 2147483000}}}; },
+       "added token '<x>'"},
+      {"strip count",
+       [](json& j) {
+         j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 1e300}, {"stop", 0}};
+       },
+       "decoder.start"},
+      {"post-processor id",
+       [](json& j) {
+         j["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"[CLS]", -7}},
+                                {"sep", {"[SEP]", 1}}};
+       },
+       "post_processor.cls[1]"},
+      {"missing cls",
+       [](json& j) { j["post_processor"] = {{"type", "BertProcessing"}}; }, "unexpected structure"},
+  };
+  for (const Case& c : cases) {
+    json j = handwritten_byte_level();
+    c.edit(j);
+    const fs::path p = temp_dir() / "bad_id.json";
+    write(p, j.dump());
+    const auto msg = error_of([&] { Tokenizer::load(p); });
+    EXPECT_NE(msg.find(p.string()), std::string::npos) << c.name << ": " << msg;
+    EXPECT_NE(msg.find(c.field), std::string::npos) << c.name << ": " << msg;
+  }
+}
+
+TEST(TokenizerErrors, TiktokenRankFarBeyondItsLinesIsRefused) {
+  const fs::path p = temp_dir() / "cl100k_base.tiktoken";
+  write(p, "IQ== 2000000000\n");
+  const auto msg = error_of([&] { Tokenizer::load(p); });
+  EXPECT_NE(msg.find("line 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("id 2000000000 is outside"), std::string::npos) << msg;
+}
+
 TEST(TokenizerErrors, NotJson) {
   const fs::path p = temp_dir() / "broken.json";
   write(p, "{\"model\": ");

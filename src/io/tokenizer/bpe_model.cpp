@@ -4,9 +4,16 @@
 
 #include <queue>
 
+#include "core/error.h"
 #include "io/tokenizer/text_util.h"
 
 namespace sluice::tok {
+
+void check_id(int64_t id, size_t entries, const std::string& where, const std::string& field) {
+  if (id < 0 || id >= int64_t(entries) + kMaxIdBeyondEntries)
+    fail("{}: field '{}': id {} is outside [0, {}) (the vocabulary has {} entries)", where, field,
+         id, int64_t(entries) + kMaxIdBeyondEntries, entries);
+}
 
 void BpeModel::finish() {
   for (int b = 0; b < 256; ++b) byte_ids[b] = find(fmt::format("<0x{:02X}>", b));

@@ -24,6 +24,13 @@ enum class MergeRule {
   kVocabRank,   // tiktoken: the merged piece must be in the vocabulary; lowest rank (= id)
 };
 
+// Ids index tables, so an id further than this beyond a vocabulary's entries is refused rather
+// than allocated (real vocabularies number their tokens 0..n-1 and their added tokens just after).
+inline constexpr int64_t kMaxIdBeyondEntries = int64_t(1) << 20;
+
+// Fails naming `where` and `field` unless 0 <= id < entries + kMaxIdBeyondEntries.
+void check_id(int64_t id, size_t entries, const std::string& where, const std::string& field);
+
 struct BpeModel {
   std::vector<std::string> id_to_token;  // holes (ids used only by added tokens) are empty
   TokenMap token_to_id;

@@ -9,7 +9,11 @@ namespace sluice::tok {
 
 BpeTokenizer::BpeTokenizer(BpeTokenizerParts parts) : p_(std::move(parts)) {
   vocab_size_ = static_cast<int>(p_.model.id_to_token.size());
-  for (const auto& a : p_.added) vocab_size_ = std::max(vocab_size_, a.id + 1);
+  for (const auto& a : p_.added) {
+    check_id(a.id, p_.model.id_to_token.size() + p_.added.size(), p_.source,
+             "added token '" + a.content + "'");
+    vocab_size_ = std::max(vocab_size_, a.id + 1);
+  }
   // Longest first, so that the first token that matches at a position is the longest match.
   std::stable_sort(p_.added.begin(), p_.added.end(), [](const AddedToken& a, const AddedToken& b) {
     return a.content.size() > b.content.size();

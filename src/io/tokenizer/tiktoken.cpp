@@ -83,6 +83,7 @@ BpeTokenizerParts read_tiktoken(const fs::path& path) {
     }
     if (space == std::string::npos || rank < 0 || !decode_base64(line.substr(0, space), bytes))
       fail("{}: line {}: expected '<base64 token> <rank>', got '{}'", where, line_no, line);
+    check_id(rank, line_no, where, fmt::format("line {}", line_no));
     std::string token = bytes_to_byte_level(bytes);
     if (static_cast<size_t>(rank) >= m.id_to_token.size()) m.id_to_token.resize(rank + 1);
     m.id_to_token[rank] = token;

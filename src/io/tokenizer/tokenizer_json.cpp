@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_number.h"
 #include "io/tokenizer/loaders.h"
 
 namespace sluice::tok {
@@ -30,6 +31,21 @@ T get(const json& j, const char* key, const std::string& where, const std::strin
   } catch (const json::exception&) {
     fail("{}: field '{}.{}': wrong type ({})", where, field, key, j.at(key).type_name());
   }
+}
+
+// An id or a count: a JSON integer in [0, 2^31).
+int32_t as_index(const json& v, const std::string& where, const std::string& field) {
+  const auto i = json_integer(v, 0, INT32_MAX);
+  if (!i)
+    fail("{}: field '{}': expected an integer in [0, 2^31), got {}", where, field,
+         json_excerpt(v));
+  return int32_t(*i);
+}
+
+int32_t get_index(const json& j, const char* key, const std::string& where,
+                  const std::string& field) {
+  if (!j.is_object() || !j.contains(key)) fail("{}: field '{}.{}': missing", where, field, key);
+  return as_index(j.at(key), where, field + "." + key);
 }
 
 template <class T>
@@ -151,8 +167,8 @@ void read_decoder(const json& j, const std::string& where, const std::string& fi
     out.push_back(FuseDecoder{});
   } else if (type == "Strip") {
     out.push_back(StripDecoder{get<std::string>(j, "content", where, field),
-                               get<int>(j, "start", where, field),
-                               get<int>(j, "stop", where, field)});
+                               get_index(j, "start", where, field),
+                               get_index(j, "stop", where, field)});
   } else if (type == "Metaspace") {
     MetaspaceDecoder m;
     m.replacement = get_or<std::string>(j, "replacement", m.replacement);
@@ -187,14 +203,15 @@ void read_post_processor(const json& j, const std::string& where, const std::str
       const auto name = get<std::string>(item.at("SpecialToken"), "id", where, field + ".single");
       if (!specials.contains(name))
         fail("{}: field '{}.special_tokens': no entry for '{}'", where, field, name);
-      auto ids = get<std::vector<int32_t>>(specials.at(name), "ids", where,
-                                           field + ".special_tokens." + name);
+      const std::string ids_field = field + ".special_tokens." + name + ".ids";
+      const json& ids = get<json>(specials.at(name), "ids", where, ids_field);
+      if (!ids.is_array()) fail("{}: field '{}': expected a list of ids", where, ids_field);
       auto& target = seen_sequence ? parts.suffix_ids : parts.prefix_ids;
-      target.insert(target.end(), ids.begin(), ids.end());
+      for (const json& id : ids) target.push_back(as_index(id, where, ids_field));
     }
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-    parts.prefix_ids.push_back(j.at("cls").at(1).get<int32_t>());
-    parts.suffix_ids.push_back(j.at("sep").at(1).get<int32_t>());
+    parts.prefix_ids.push_back(as_index(j.at("cls").at(1), where, field + ".cls[1]"));
+    parts.suffix_ids.push_back(as_index(j.at("sep").at(1), where, field + ".sep[1]"));
   } else {
     fail(
         "{}: field '{}.type': unsupported post-processor '{}' (supported: Sequence, ByteLevel, "
@@ -213,8 +230,8 @@ void read_bpe_model(const json& m, const std::string& where, BpeModel& model) {
   const json& vocab = m.at("vocab");
   if (!vocab.is_object()) fail("{}: field 'model.vocab': expected an object", where);
   for (const auto& [token, id_json] : vocab.items()) {
-    const int32_t id = id_json.get<int32_t>();
-    if (id < 0) fail("{}: field 'model.vocab': negative id {} for '{}'", where, id, token);
+    const int32_t id = as_index(id_json, where, "model.vocab." + token);
+    check_id(id, vocab.size(), where, "model.vocab." + token);
     if (static_cast<size_t>(id) >= model.id_to_token.size()) model.id_to_token.resize(id + 1);
     model.id_to_token[id] = token;
     model.token_to_id.emplace(token, id);
@@ -257,11 +274,18 @@ void read_bpe_model(const json& m, const std::string& where, BpeModel& model) {
   model.finish();
 }
 
-}  // namespace
+// Runs a reader of the document `where`: a shape it did not check for (the `at` of a missing key,
+// a list where an object belongs) becomes an error naming the file.
+template <class F>
+auto naming_file(const std::string& where, F&& read) {
+  try {
+    return read();
+  } catch (const json::exception& e) {
+    fail("{}: unexpected structure: {}", where, e.what());
+  }
+}
 
-BpeTokenizerParts read_tokenizer_json(const fs::path& path) {
-  const std::string where = path.string();
-  const json j = read_json(path);
+BpeTokenizerParts tokenizer_json_parts(const json& j, const std::string& where) {
   BpeTokenizerParts parts;
   parts.source = where;
   if (!j.contains("model")) fail("{}: field 'model': missing", where);
@@ -270,7 +294,7 @@ BpeTokenizerParts read_tokenizer_json(const fs::path& path) {
     for (const json& a : j.at("added_tokens")) {
       AddedToken t;
       t.content = get<std::string>(a, "content", where, "added_tokens[]");
-      t.id = get<int32_t>(a, "id", where, "added_tokens[]");
+      t.id = get_index(a, "id", where, "added_tokens[]");
       t.special = get_or(a, "special", false);
       t.normalized = get_or(a, "normalized", !t.special);
       t.lstrip = get_or(a, "lstrip", false);
@@ -287,6 +311,14 @@ BpeTokenizerParts read_tokenizer_json(const fs::path& path) {
   return parts;
 }
 
+}  // namespace
+
+BpeTokenizerParts read_tokenizer_json(const fs::path& path) {
+  const std::string where = path.string();
+  const json j = read_json(path);
+  return naming_file(where, [&] { return tokenizer_json_parts(j, where); });
+}
+
 BpeTokenizerParts read_vocab_and_merges(const fs::path& vocab_json, const fs::path& merges_txt,
                                         std::string_view pre_tokenizer) {
   // Reuses the tokenizer.json model reader on an equivalent document.
@@ -300,7 +332,8 @@ BpeTokenizerParts read_vocab_and_merges(const fs::path& vocab_json, const fs::pa
   }
   BpeTokenizerParts parts;
   parts.source = vocab_json.string();
-  read_bpe_model(model, vocab_json.string() + " + " + merges_txt.string(), parts.model);
+  const std::string where = vocab_json.string() + " + " + merges_txt.string();
+  naming_file(where, [&] { read_bpe_model(model, where, parts.model); });
   NamedPreset preset = named_preset(pre_tokenizer, parts.source);
   parts.normalizers = std::move(preset.normalizers);
   parts.pre_tokenizers = std::move(preset.pre_tokenizers);
@@ -316,11 +349,7 @@ std::string token_content(const json& j) {
   return {};
 }
 
-}  // namespace
-
-TokenizerConfig read_tokenizer_config(const fs::path& path) {
-  const std::string where = path.string();
-  const json j = read_json(path);
+TokenizerConfig tokenizer_config(const json& j, const std::string& where) {
   TokenizerConfig c;
   if (j.contains("add_bos_token") && j.at("add_bos_token").is_boolean())
     c.add_bos = j.at("add_bos_token").get<bool>();
@@ -334,11 +363,10 @@ TokenizerConfig read_tokenizer_config(const fs::path& path) {
   if (j.contains("added_tokens_decoder")) {
     for (const auto& [id, a] : j.at("added_tokens_decoder").items()) {
       AddedToken t;
-      try {
-        t.id = std::stoi(id);
-      } catch (const std::exception&) {
-        fail("{}: field 'added_tokens_decoder': key '{}' is not an integer id", where, id);
-      }
+      const auto number = json_integer(json::parse(id, nullptr, false), 0, INT32_MAX);
+      if (!number)
+        fail("{}: field 'added_tokens_decoder': key '{}' is not an id in [0, 2^31)", where, id);
+      t.id = int32_t(*number);
       t.content = get<std::string>(a, "content", where, "added_tokens_decoder." + id);
       t.special = get_or(a, "special", false);
       t.normalized = get_or(a, "normalized", !t.special);
@@ -349,6 +377,14 @@ TokenizerConfig read_tokenizer_config(const fs::path& path) {
     }
   }
   return c;
+}
+
+}  // namespace
+
+TokenizerConfig read_tokenizer_config(const fs::path& path) {
+  const std::string where = path.string();
+  const json j = read_json(path);
+  return naming_file(where, [&] { return tokenizer_config(j, where); });
 }
 
 }  // namespace sluice::tok

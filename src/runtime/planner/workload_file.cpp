@@ -1,10 +1,12 @@
 #include "runtime/planner/workload_file.h"
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_number.h"
 
 namespace sluice {
 
@@ -43,10 +45,14 @@ std::vector<WorkloadRequest> workload_from_file(const std::filesystem::path& pat
            path.string(), line_no);
     }
     int new_tokens = default_new_tokens;
-    for (const char* key : {"max_new_tokens", "max_tokens"})
-      if (j.contains(key) && j[key].is_number_integer()) new_tokens = j[key].get<int>();
-    if (new_tokens < 1)
-      fail("{}:{}: field 'max_tokens': expected >= 1, got {}", path.string(), line_no, new_tokens);
+    for (const char* key : {"max_new_tokens", "max_tokens"}) {
+      if (!j.contains(key) || j[key].is_null()) continue;
+      const auto n = json_integer(j[key], 1, INT_MAX);
+      if (!n)
+        fail("{}:{}: field '{}': expected an integer >= 1, got {}", path.string(), line_no, key,
+             json_excerpt(j[key]));
+      new_tokens = int(*n);
+    }
     out.push_back({estimate(chars), new_tokens});
   }
   if (out.empty()) fail("{}: expected at least one prompt, got none", path.string());

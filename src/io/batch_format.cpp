@@ -19,8 +19,8 @@ struct LineError {
 };
 
 [[noreturn]] void reject(const std::string& field, const std::string& expected, const Json& got) {
-  throw LineError{batch_error::kInvalidRequest,
-                  fmt::format("field '{}': expected {}, got {}", field, expected, json_excerpt(got))};
+  throw LineError{batch_error::kInvalidRequest, fmt::format("field '{}': expected {}, got {}",
+                                                            field, expected, json_excerpt(got))};
 }
 
 bool is_integer(const Json& v) {
@@ -116,8 +116,7 @@ void read_fields(const Json& object, const std::string& prefix,
     } else if (key == "stop") {
       r.stop = read_stop(value, field);
     } else if (key == "n") {
-      if (json_integer(value, 1, 1) != 1)
-        reject(field, "1 (one choice per request)", value);
+      if (json_integer(value, 1, 1) != 1) reject(field, "1 (one choice per request)", value);
     } else if (key == "model") {
       // The model is the one given on the command line.
     } else {
@@ -239,8 +238,8 @@ BatchLine parse_request_body(const nlohmann::ordered_json& body, BatchEndpoint e
     require_prompt(r, body, "");
     Json fields = body;
     for (const std::string& key : handled_elsewhere) fields.erase(key);
-    read_fields(fields, "",
-                {endpoint == BatchEndpoint::kChatCompletions ? "messages" : "prompt"}, line, r);
+    read_fields(fields, "", {endpoint == BatchEndpoint::kChatCompletions ? "messages" : "prompt"},
+                line, r);
   } catch (const LineError& e) {
     line.error_code = e.code;
     line.error_message = e.message;

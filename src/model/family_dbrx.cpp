@@ -160,7 +160,8 @@ const std::vector<GgufKey>& gguf_keys() {
 void derive_gguf_config(const GgufFile& g, nlohmann::json& j) {
   nlohmann::json& clip = j["attn_config"]["clip_qkv"];
   if (clip.is_number() && clip.get<double>() == 0) clip = nullptr;
-  if (const auto eps = g.number("dbrx.attention.layer_norm_epsilon"); eps && !(std::fabs(*eps - 1e-5) < 1e-10))
+  if (const auto eps = g.number("dbrx.attention.layer_norm_epsilon");
+      eps && !(std::fabs(*eps - 1e-5) < 1e-10))
     fail("{}: key 'dbrx.attention.layer_norm_epsilon': DBRX's LayerNorms have eps 1e-5, got {}",
          g.path().string(), *eps);
 }

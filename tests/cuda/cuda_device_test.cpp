@@ -9,19 +9,16 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {
 
-#define SKIP_WITHOUT_GPU()           \
-  if (gpu::cuda_device_count() == 0) \
-  GTEST_SKIP() << "no CUDA GPU (cudaGetDeviceCount reports none): CUDA device test skipped"
-
 using offload::Queue;
 
 TEST(CudaDeviceServices, PinnedCopiesAreTimedPerQueue) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA device test");
   const size_t bytes = size_t(64) << 20;
   gpu::CudaDevice device(0, size_t(1) << 30);
   void* host = device.allocate_host(bytes, "test buffer");
@@ -52,7 +49,7 @@ TEST(CudaDeviceServices, PinnedCopiesAreTimedPerQueue) {
 }
 
 TEST(CudaDeviceServices, RegistersAPlainAllocationInPlace) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA device test");
   const size_t bytes = size_t(32) << 20;
   gpu::CudaDevice device(0, size_t(256) << 20);
   std::vector<char> weights(bytes + 4096);

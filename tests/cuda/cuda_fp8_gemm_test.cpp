@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "cuda_test_util.h"
 #include "kernels/cpu/gemm_fp8.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/offload_ops.h"
@@ -22,29 +23,7 @@
 namespace sluice {
 namespace {
 
-#define SKIP_WITHOUT_GPU()           \
-  if (gpu::cuda_device_count() == 0) \
-  GTEST_SKIP() << "no CUDA GPU (cudaGetDeviceCount reports none): CUDA FP8 test skipped"
-
-template <typename T>
-struct DeviceVec {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceVec(const std::vector<T>& host) : n(host.size()) {
-    SLUICE_CUDA_CHECK(
-        cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(T)));
-    if (n) SLUICE_CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceVec() { cudaFree(ptr); }
-  DeviceVec(const DeviceVec&) = delete;
-  DeviceVec& operator=(const DeviceVec&) = delete;
-  std::vector<T> get() const {
-    std::vector<T> out(n);
-    SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
-    if (n) SLUICE_CUDA_CHECK(cudaMemcpy(out.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using testing::DeviceVec;
 
 // Codes over the whole e4m3 range but NaN (normals, subnormals, both zeros), block scales of
 // varied magnitude, as kernels/cpu's FP8 test draws them.
@@ -69,7 +48,7 @@ struct Fp8Weights {
 };
 
 TEST(CudaFp8, DequantisationIsTheCpusBitForBit) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA FP8 test");
   for (auto [n, k, row0, rows] :
        {std::tuple{576, 64, 0, 576}, {200, 300, 130, 70}, {129, 1100, 1, 128}, {5, 7, 2, 3}}) {
     const Fp8Weights f(n, k, uint32_t(n + k));
@@ -85,7 +64,7 @@ TEST(CudaFp8, DequantisationIsTheCpusBitForBit) {
 }
 
 TEST(CudaFp8, GemmMatchesTheCpuKernel) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA FP8 test");
   gpu::CudaDevice device(0, size_t(1) << 30);
   gpu::CudaMath math(device);
   std::mt19937 rng(11);

@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "cuda_test_util.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
@@ -25,28 +26,7 @@
 namespace sluice {
 namespace {
 
-#define SKIP_WITHOUT_GPU()           \
-  if (gpu::cuda_device_count() == 0) \
-  GTEST_SKIP() << "no CUDA GPU (cudaGetDeviceCount reports none): CUDA kernel test skipped"
-
-// A device copy of a host vector, freed at scope exit.
-template <typename T>
-struct DeviceVec {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceVec(const std::vector<T>& host) : n(host.size()) {
-    SLUICE_CUDA_CHECK(
-        cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(T)));
-    if (n) SLUICE_CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceVec() { cudaFree(ptr); }
-  std::vector<T> get() const {
-    std::vector<T> out(n);
-    SLUICE_CUDA_CHECK(cudaDeviceSynchronize());
-    if (n) SLUICE_CUDA_CHECK(cudaMemcpy(out.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-};
+using testing::DeviceVec;
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -64,7 +44,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 }
 
 TEST(CudaKernels, RmsNormMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   for (int64_t dim : {1, 7, 128, 4096, 5000}) {
     const int64_t rows = 5;
     auto x = random_floats(size_t(rows * dim), 1), w = random_floats(size_t(dim), 2);
@@ -84,7 +64,7 @@ TEST(CudaKernels, RmsNormMatchesCpu) {
 }
 
 TEST(CudaKernels, LayerNormMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   for (int64_t dim : {1, 7, 128, 4096, 5000}) {
     const int64_t rows = 5;
     auto x = random_floats(size_t(rows * dim), 11), w = random_floats(size_t(dim), 12);
@@ -108,7 +88,7 @@ TEST(CudaKernels, LayerNormMatchesCpu) {
 // add_bias, clamp and sigmoid are exact against the host loops of HostMath (one rounding each;
 // sigmoid's exp rounded from double, which the host's expf matches to the last bit or one ulp).
 TEST(CudaKernels, BiasClampSigmoidAndScaledRowsMatchTheHostLoops) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   const int64_t rows = 7, cols = 333;
   auto y = random_floats(size_t(rows * cols), 13, 3.0f), bias = random_floats(size_t(cols), 14);
   DeviceVec<float> dy(y), db(bias);
@@ -141,7 +121,7 @@ TEST(CudaKernels, BiasClampSigmoidAndScaledRowsMatchTheHostLoops) {
 }
 
 TEST(CudaKernels, RopeMatchesCpuAtLongPositions) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   const int heads = 3, head_dim = 128;
   const std::vector<int32_t> pos = {0, 1, 17, 4095, 32767, 131071};
   auto x = random_floats(pos.size() * heads * head_dim, 3);
@@ -163,7 +143,7 @@ TEST(CudaKernels, RopeMatchesCpuAtLongPositions) {
 }
 
 TEST(CudaKernels, SiluMulMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   auto g = random_floats(100003, 4, 4.0f), u = random_floats(100003, 5);
   std::vector<float> want(g.size());
   cpu::silu_mul_reference(g.data(), u.data(), want.data(), int64_t(g.size()));
@@ -173,7 +153,7 @@ TEST(CudaKernels, SiluMulMatchesCpu) {
 }
 
 TEST(CudaKernels, RoutingMatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   for (auto [E, K] : {std::pair{8, 2}, {64, 6}, {160, 8}}) {
     const int64_t T = 301;
     auto logits = random_floats(size_t(T * E), 6, 2.0f);
@@ -192,7 +172,7 @@ TEST(CudaKernels, RoutingMatchesCpu) {
 // DeepSeek's rules (sigmoid or softmax scores, the selection bias, groups ranked by their best
 // or best two, renormalised or not, scaled) through the rule kernel against the CPU kernel.
 TEST(CudaKernels, RoutingRulesMatchCpu) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   struct Rule {
     int E, K, groups, groups_per_token;
     cpu::RouterScoreFn score;
@@ -232,7 +212,7 @@ TEST(CudaKernels, RoutingRulesMatchCpu) {
 }
 
 TEST(CudaKernels, GatherAndWeightedScatterAdd) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   const int64_t rows = 50, cols = 777;
   auto x = random_floats(size_t(rows * cols), 7);
   const std::vector<int32_t> pick = {3, 49, 0, 17, 18};
@@ -256,7 +236,7 @@ TEST(CudaKernels, GatherAndWeightedScatterAdd) {
 }
 
 TEST(CudaKernels, ArgmaxKeepsLowestIndexOfTies) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   const int64_t cols = 32003;
   auto logits = random_floats(size_t(3 * cols), 9);
   logits[100] = logits[20000] = 50.0f;      // row 0: tie, 100 wins
@@ -279,7 +259,7 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
 }
 
 TEST(CudaKernels, GemmAndExpertGemmsMatchCpu) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   gpu::CudaDevice device(0, size_t(1) << 30);
   offload::DeviceBuffer workspace(device, cuda::GemmContext::kWorkspaceBytes, "workspace");
   cuda::GemmContext ctx(workspace.ptr, workspace.bytes);
@@ -332,7 +312,7 @@ TEST(CudaKernels, GemmAndExpertGemmsMatchCpu) {
 }
 
 TEST(CudaKernels, PagedAttentionMatchesCpuOverTheSamePool) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   KvCacheConfig cfg;
   cfg.n_layers = 1;
   cfg.kv_heads = 2;
@@ -406,7 +386,7 @@ TEST(CudaKernels, PagedAttentionMatchesCpuOverTheSamePool) {
 }
 
 TEST(CudaDevice, BudgetIsHardAndErrorsNameTheRequest) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   gpu::CudaDevice device(0, size_t(64) << 20);
   void* a = device.allocate(size_t(48) << 20, "first");
   try {
@@ -420,7 +400,7 @@ TEST(CudaDevice, BudgetIsHardAndErrorsNameTheRequest) {
 }
 
 TEST(CudaDevice, CudaErrorsReportOperationAndMessage) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA kernel test");
   try {
     SLUICE_CUDA_CHECK(cudaSetDevice(9999));
     FAIL() << "expected an error";

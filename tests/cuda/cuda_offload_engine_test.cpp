@@ -11,6 +11,7 @@
 
 #include "../unit/tiny_model_cases.h"
 #include "core/dtype.h"
+#include "cuda_test_util.h"
 #include "engine/batch_engine.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cuda/cuda_check.h"
@@ -20,10 +21,6 @@
 
 namespace sluice {
 namespace {
-
-#define SKIP_WITHOUT_GPU()           \
-  if (gpu::cuda_device_count() == 0) \
-  GTEST_SKIP() << "no CUDA GPU (cudaGetDeviceCount reports none): CUDA offload test skipped"
 
 template <typename T>
 T* to_device(const std::vector<T>& host) {
@@ -42,7 +39,7 @@ std::vector<T> to_host(const T* p, size_t n) {
 }
 
 TEST(CudaOffloadOps, RouterGemmMatchesGemmF32) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA offload test");
   std::mt19937 rng(7);
   std::normal_distribution<float> d;
   for (auto [m, n, k] : {std::tuple{1, 8, 64}, {37, 5, 4096}, {300, 160, 7168}, {3, 33, 31}}) {
@@ -67,7 +64,7 @@ TEST(CudaOffloadOps, RouterGemmMatchesGemmF32) {
 }
 
 TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA offload test");
   std::mt19937 rng(3);
   std::normal_distribution<float> d(0.0f, 100.0f);
   const int64_t rows = 13, cols = 1001;
@@ -109,7 +106,7 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
 class CudaOffloadEngine : public ::testing::TestWithParam<testing::TinyModelCase> {};
 
 TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU("CUDA offload test");
   ModelConfig config = preset_config("tiny-mixtral");
   GetParam().edit(config);
   const Model m = make_random_model(config, 42);

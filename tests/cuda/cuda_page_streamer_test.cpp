@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "kernels/cuda/cuda_check.h"
 #include "runtime/gpu/cuda_device.h"
 #include "runtime/gpu/pinned_host.h"
@@ -16,9 +17,7 @@ namespace sluice {
 namespace {
 
 TEST(CudaPageStreamer, SnapshotsEqualPagesThroughFewSlots) {
-  if (gpu::cuda_device_count() == 0)
-    GTEST_SKIP()
-        << "no CUDA GPU (cudaGetDeviceCount reports none): CUDA page streamer test skipped";
+  SKIP_WITHOUT_GPU("CUDA page streamer test");
   const size_t page = size_t(4) << 20;
   const int n_pages = 48, slots = 4;
   gpu::CudaDevice device(0, size_t(512) << 20);

@@ -4,14 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace sluice {
 namespace {
 
 TEST(GpuProfiler, MeasuresSaneValues) {
-  if (gpu::cuda_device_count() == 0)
-    GTEST_SKIP() << "no CUDA GPU (cudaGetDeviceCount reports none): GPU profiler test skipped";
+  SKIP_WITHOUT_GPU("GPU profiler test");
   const std::optional<GpuProfile> g = gpu::measure_gpu_profile();
   ASSERT_TRUE(g.has_value());
   EXPECT_FALSE(g->name.empty());

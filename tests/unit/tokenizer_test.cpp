@@ -227,10 +227,15 @@ TEST(TokenizerErrors, IdsOutOfRangeNameTheField) {
       {"fractional id", [](json& j) { j["model"]["vocab"]["h"] = 2.5; }, "model.vocab.h"},
       {"negative id", [](json& j) { j["model"]["vocab"]["h"] = -3; }, "model.vocab.h"},
       {"huge id", [](json& j) { j["model"]["vocab"]["h"] = 2147483000; }, "model.vocab.h"},
-      {"added id", [](json& j) { j["added_tokens"] = {{{"content", "<x>"}, {"id", -1}}}; },
+      {"added id",
+       [](json& j) {
+         j["added_tokens"] = {{{"content", "<x>"}, {"id", -1}}};
+       },
        "added_tokens[].id"},
       {"huge added id",
-       [](json& j) { j["added_tokens"] = {{{"content", "<x>"}, {"id", 2147483000}}}; },
+       [](json& j) {
+         j["added_tokens"] = {{{"content", "<x>"}, {"id", 2147483000}}};
+       },
        "added token '<x>'"},
       {"strip count",
        [](json& j) {
@@ -239,12 +244,15 @@ TEST(TokenizerErrors, IdsOutOfRangeNameTheField) {
        "decoder.start"},
       {"post-processor id",
        [](json& j) {
-         j["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"[CLS]", -7}},
-                                {"sep", {"[SEP]", 1}}};
+         j["post_processor"] = {
+             {"type", "BertProcessing"}, {"cls", {"[CLS]", -7}}, {"sep", {"[SEP]", 1}}};
        },
        "post_processor.cls[1]"},
       {"missing cls",
-       [](json& j) { j["post_processor"] = {{"type", "BertProcessing"}}; }, "unexpected structure"},
+       [](json& j) {
+         j["post_processor"] = {{"type", "BertProcessing"}};
+       },
+       "unexpected structure"},
   };
   for (const Case& c : cases) {
     json j = handwritten_byte_level();

@@ -37,8 +37,7 @@ T get(const json& j, const char* key, const std::string& where, const std::strin
 int32_t as_index(const json& v, const std::string& where, const std::string& field) {
   const auto i = json_integer(v, 0, INT32_MAX);
   if (!i)
-    fail("{}: field '{}': expected an integer in [0, 2^31), got {}", where, field,
-         json_excerpt(v));
+    fail("{}: field '{}': expected an integer in [0, 2^31), got {}", where, field, json_excerpt(v));
   return int32_t(*i);
 }
 

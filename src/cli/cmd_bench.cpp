@@ -301,7 +301,11 @@ int run(Options o) {
 
   // The planner fills the fields left at 0 (engine/engine_plan.h) and predicts the run, to print
   // beside the measurement.
-  const HardwareProfile hw = planner_profile(o.policy.threads);
+  HardwareProfile hw = planner_profile(o.policy.threads);
+  if (loaded.model.expert_files) {
+    const std::string why = measure_expert_disk(hw, *loaded.model.expert_files);
+    if (!why.empty()) fmt::print(stderr, "note: the disk's read rate was not measured: {}\n", why);
+  }
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   DeviceOptions device_options = o.device;
   const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);

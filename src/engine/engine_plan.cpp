@@ -172,6 +172,21 @@ HardwareProfile planner_profile(int threads) {
   return p;
 }
 
+std::string measure_expert_disk(HardwareProfile& hw, const ExpertFiles& files) {
+  if (hw.disk_bytes_per_s > 0) return {};
+  std::filesystem::path largest;
+  uintmax_t largest_bytes = 0;
+  for (const auto& f : files.files) {
+    std::error_code ec;
+    const uintmax_t bytes = std::filesystem::file_size(f, ec);
+    if (!ec && bytes > largest_bytes) largest = f, largest_bytes = bytes;
+  }
+  if (largest.empty()) return "the experts' files cannot be read";
+  std::string why;
+  hw.disk_bytes_per_s = measure_file_read_bandwidth(largest, size_t(256) << 20, &why).value_or(0);
+  return why;
+}
+
 std::string EnginePlan::describe() const {
   return fmt::format(
       "{}{} (planned with the {} profile: predicted prefill {:.1f}, decode {:.1f}, end to end "

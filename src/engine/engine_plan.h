@@ -8,6 +8,7 @@
 #include "engine/engine_device.h"
 #include "runtime/request.h"
 #include "model/config.h"
+#include "model/expert_files.h"
 #include "runtime/planner/hardware_profile.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/workload_sim.h"
@@ -24,6 +25,10 @@ namespace sluice {
 // On a machine with a usable GPU, a profile without a GPU half gets one the same way (measured
 // once, cached), so the default device plans the GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
+// A profile without a disk figure (the quick one, or a saved one whose cache directory refused
+// O_DIRECT) gets the O_DIRECT read rate of 256 MiB of the largest file the disk tier reads
+// experts from: the disk the run actually uses. Returns why not where it cannot.
+std::string measure_expert_disk(HardwareProfile& hw, const ExpertFiles& files);
 
 
 struct EnginePlan {

@@ -74,7 +74,7 @@ Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
 
 WeightsRead read_weights_if_they_fit(const Model& model) {
   WeightsRead r;
-  if (model.dir.empty()) return r;
+  if (model.dir.empty() || model.expert_files) return r;
   const size_t bytes = model_stats(model).total_bytes;
   if (double(bytes) > 0.9 * double(available_memory_bytes())) {
     r.skipped = true;

@@ -25,7 +25,8 @@ Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
                          const HostBudget& budget, int layers = 0);
 
 // read_weights_into_memory when the weights fit in 90% of the memory available now; a larger
-// model stays mapped lazily (the disk tier's case), and a model made in memory has nothing to read.
+// model stays mapped lazily. Nothing to read for a model made in memory, nor for one whose experts
+// stay on disk: load_model_for_run copied its other weights already.
 WeightsRead read_weights_if_they_fit(const Model& model);
 
 }  // namespace sluice

@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -156,14 +157,55 @@ std::filesystem::path profile_cache_path(const MachineIdentity& machine, int thr
                                          cpu::isa_name(cpu::isa_level()), suffix);
 }
 
+namespace {
+
+constexpr size_t kDiskProbeChunk = size_t(4) << 20;
+
+std::unique_ptr<char, decltype(&std::free)> probe_buffer() {
+  return {static_cast<char*>(std::aligned_alloc(4096, kDiskProbeChunk)), &std::free};
+}
+
+}  // namespace
+
+std::optional<double> measure_file_read_bandwidth(const std::filesystem::path& file, size_t bytes,
+                                                  std::string* why) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(file, ec);
+  bytes = std::min<size_t>(bytes, ec ? 0 : size) / kDiskProbeChunk * kDiskProbeChunk;
+  if (bytes == 0) {
+    if (why)
+      *why =
+          fmt::format("{} is smaller than one {} MiB read", file.string(), kDiskProbeChunk >> 20);
+    return std::nullopt;
+  }
+  const int fd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
+  if (fd < 0) {
+    if (why) *why = fmt::format("the file system of {} refuses O_DIRECT", file.string());
+    return std::nullopt;
+  }
+  const auto buf = probe_buffer();
+  const auto t = Clock::now();
+  size_t read_bytes = 0;
+  while (read_bytes < bytes) {
+    const ssize_t r = ::read(fd, buf.get(), kDiskProbeChunk);
+    if (r <= 0) break;
+    read_bytes += size_t(r);
+  }
+  const double s = seconds_since(t);
+  ::close(fd);
+  if (read_bytes < bytes) {
+    if (why) *why = fmt::format("an O_DIRECT read of {} failed", file.string());
+    return std::nullopt;
+  }
+  return double(read_bytes) / s;
+}
+
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
                                                   std::string* why) {
   const std::filesystem::path file = dir / fmt::format("disk-probe-{}.tmp", getpid());
-  constexpr size_t chunk = size_t(4) << 20;
-  bytes = (bytes + chunk - 1) / chunk * chunk;
-  std::unique_ptr<char, decltype(&std::free)> buf(
-      static_cast<char*>(std::aligned_alloc(4096, chunk)), &std::free);
-  for (size_t i = 0; i < chunk; ++i) buf.get()[i] = char(i * 131);
+  bytes = (bytes + kDiskProbeChunk - 1) / kDiskProbeChunk * kDiskProbeChunk;
+  const auto buf = probe_buffer();
+  for (size_t i = 0; i < kDiskProbeChunk; ++i) buf.get()[i] = char(i * 131);
   struct Remove {
     std::filesystem::path p;
     ~Remove() {
@@ -171,40 +213,20 @@ std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& d
       std::filesystem::remove(p, ec);
     }
   } remove_after{file};
-  {
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) {
-      if (why) *why = fmt::format("cannot create {}", file.string());
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    if (why) *why = fmt::format("cannot create {}", file.string());
+    return std::nullopt;
+  }
+  for (size_t done = 0; done < bytes; done += kDiskProbeChunk)
+    if (::write(fd, buf.get(), kDiskProbeChunk) != ssize_t(kDiskProbeChunk)) {
+      ::close(fd);
+      if (why) *why = fmt::format("cannot write {}", file.string());
       return std::nullopt;
     }
-    for (size_t done = 0; done < bytes; done += chunk)
-      if (::write(fd, buf.get(), chunk) != ssize_t(chunk)) {
-        ::close(fd);
-        if (why) *why = fmt::format("cannot write {}", file.string());
-        return std::nullopt;
-      }
-    ::fsync(fd);
-    ::close(fd);
-  }
-  const int fd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
-  if (fd < 0) {
-    if (why) *why = fmt::format("the file system of {} refuses O_DIRECT", dir.string());
-    return std::nullopt;
-  }
-  auto t = Clock::now();
-  size_t read_bytes = 0;
-  while (read_bytes < bytes) {
-    const ssize_t r = ::read(fd, buf.get(), chunk);
-    if (r <= 0) break;
-    read_bytes += size_t(r);
-  }
-  const double s = seconds_since(t);
+  ::fsync(fd);
   ::close(fd);
-  if (read_bytes < bytes) {
-    if (why) *why = "an O_DIRECT read failed";
-    return std::nullopt;
-  }
-  return double(read_bytes) / s;
+  return measure_file_read_bandwidth(file, bytes, why);
 }
 
 void set_gpu_profiler(GpuProfiler profiler) {

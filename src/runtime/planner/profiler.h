@@ -44,6 +44,10 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
 // file of `bytes` in `dir`, deleted afterwards; nullopt (with `why`) when O_DIRECT is refused.
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
                                                   std::string* why);
+// The same read of the first `bytes` (whole 4 MiB reads) of an existing file: the disk the
+// weights are on, as the disk tier reads them.
+std::optional<double> measure_file_read_bandwidth(const std::filesystem::path& file, size_t bytes,
+                                                  std::string* why);
 
 // The GPU half of the profile comes from the CUDA backend, which registers its measuring
 // function here; without one, profiles have no GPU section.

@@ -22,7 +22,7 @@ void expect_rate_or_refusal(const std::optional<double>& rate, const std::string
   }
 }
 
-TEST(DiskProbe, ReadsAnExistingFileInWhole4MiBReads) {
+TEST(DiskProbe, ReadsAnExistingFileInWhole1MiBReads) {
   testing::TempDir dir;
   testing::write_file(dir / "experts.bin", std::string((size_t(9) << 20) + 123, 'x'));
   std::string why;
@@ -36,7 +36,7 @@ TEST(DiskProbe, AFileSmallerThanOneReadIsNotMeasuredAndSaysSo) {
   std::string why;
   EXPECT_FALSE(measure_file_read_bandwidth(dir / "tiny.bin", size_t(256) << 20, &why));
   EXPECT_NE(why.find("tiny.bin"), std::string::npos) << why;
-  EXPECT_NE(why.find("smaller than one 4 MiB read"), std::string::npos) << why;
+  EXPECT_NE(why.find("smaller than one 1 MiB read"), std::string::npos) << why;
 }
 
 TEST(DiskProbe, TheTemporaryFileProbeLeavesNothingBehind) {

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/direct_reader.h"
 #include "io/staged_output.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/bench.h"
@@ -159,11 +160,8 @@ std::filesystem::path profile_cache_path(const MachineIdentity& machine, int thr
 
 namespace {
 
-constexpr size_t kDiskProbeChunk = size_t(4) << 20;
-
-std::unique_ptr<char, decltype(&std::free)> probe_buffer() {
-  return {static_cast<char*>(std::aligned_alloc(4096, kDiskProbeChunk)), &std::free};
-}
+constexpr size_t kDiskProbeChunk = size_t(1) << 20;
+constexpr int kDiskProbeDepth = 32;  // reads in flight, as the disk tier's page pool keeps them
 
 }  // namespace
 
@@ -171,41 +169,43 @@ std::optional<double> measure_file_read_bandwidth(const std::filesystem::path& f
                                                   std::string* why) {
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(file, ec);
-  bytes = std::min<size_t>(bytes, ec ? 0 : size) / kDiskProbeChunk * kDiskProbeChunk;
-  if (bytes == 0) {
+  const size_t chunks = std::min<size_t>(bytes, ec ? 0 : size) / kDiskProbeChunk;
+  if (chunks == 0) {
     if (why)
       *why =
           fmt::format("{} is smaller than one {} MiB read", file.string(), kDiskProbeChunk >> 20);
     return std::nullopt;
   }
-  const int fd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
-  if (fd < 0) {
-    if (why) *why = fmt::format("the file system of {} refuses O_DIRECT", file.string());
+  // What is read is discarded, so read i lands in buffer i % depth whether or not an earlier
+  // read into it is still in flight.
+  std::unique_ptr<std::byte, decltype(&std::free)> buffers(
+      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, kDiskProbeDepth * kDiskProbeChunk)),
+      &std::free);
+  std::vector<FileRead> reads(chunks);
+  for (size_t i = 0; i < chunks; ++i)
+    reads[i] = {0, i * kDiskProbeChunk, kDiskProbeChunk,
+                buffers.get() + (i % kDiskProbeDepth) * kDiskProbeChunk};
+  try {
+    DirectReader reader({file}, kDiskProbeDepth);
+    if (!reader.direct()) {
+      if (why) *why = fmt::format("{}: {}", file.string(), reader.note());
+      return std::nullopt;
+    }
+    const auto t = Clock::now();
+    reader.read(reads, [](size_t) {});
+    return double(chunks * kDiskProbeChunk) / seconds_since(t);
+  } catch (const Error& e) {
+    if (why) *why = e.what();
     return std::nullopt;
   }
-  const auto buf = probe_buffer();
-  const auto t = Clock::now();
-  size_t read_bytes = 0;
-  while (read_bytes < bytes) {
-    const ssize_t r = ::read(fd, buf.get(), kDiskProbeChunk);
-    if (r <= 0) break;
-    read_bytes += size_t(r);
-  }
-  const double s = seconds_since(t);
-  ::close(fd);
-  if (read_bytes < bytes) {
-    if (why) *why = fmt::format("an O_DIRECT read of {} failed", file.string());
-    return std::nullopt;
-  }
-  return double(read_bytes) / s;
 }
 
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
                                                   std::string* why) {
   const std::filesystem::path file = dir / fmt::format("disk-probe-{}.tmp", getpid());
   bytes = (bytes + kDiskProbeChunk - 1) / kDiskProbeChunk * kDiskProbeChunk;
-  const auto buf = probe_buffer();
-  for (size_t i = 0; i < kDiskProbeChunk; ++i) buf.get()[i] = char(i * 131);
+  std::vector<char> chunk(kDiskProbeChunk);
+  for (size_t i = 0; i < kDiskProbeChunk; ++i) chunk[i] = char(i * 131);
   struct Remove {
     std::filesystem::path p;
     ~Remove() {
@@ -219,7 +219,7 @@ std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& d
     return std::nullopt;
   }
   for (size_t done = 0; done < bytes; done += kDiskProbeChunk)
-    if (::write(fd, buf.get(), kDiskProbeChunk) != ssize_t(kDiskProbeChunk)) {
+    if (::write(fd, chunk.data(), kDiskProbeChunk) != ssize_t(kDiskProbeChunk)) {
       ::close(fd);
       if (why) *why = fmt::format("cannot write {}", file.string());
       return std::nullopt;

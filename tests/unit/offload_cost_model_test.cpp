@@ -249,6 +249,39 @@ TEST(OffloadCostModel, SharedExpertsDenseLayersAndBiases) {
   EXPECT_NEAR(model.step_seconds(step), pipeline_step_seconds(g), 1e-12 * pipeline_step_seconds(g));
 }
 
+// DeepSeek-V3's FP8 projections and experts: each GEMM first dequantises W into the bf16 tile,
+// one more pass over W on the device (1 byte read, 2 written a weight); the router and lm_head
+// stay bf16 GEMMs.
+TEST(OffloadCostModel, Fp8ProjectionsPayTheirDequantisationPass) {
+  const ModelConfig fp8 = preset_config("deepseek-v3", 4);
+  ASSERT_TRUE(fp8.fp8_weights);
+  ModelConfig bf16 = fp8;
+  bf16.fp8_weights = false;
+  const OffloadCostModel with(synthetic_gpu_profile(), fp8, small_policy(), streamed());
+  const OffloadCostModel without(synthetic_gpu_profile(), bf16, small_policy(), streamed());
+  const int64_t n = 1536, k = 7168;  // q_a_proj
+  EXPECT_DOUBLE_EQ(with.gpu_weight_gemm_seconds(64, n, k) - with.gpu_gemm_seconds(64, n, k),
+                   3.0 * n * k / 1e12 + kLaunchSeconds);
+  EXPECT_DOUBLE_EQ(without.gpu_weight_gemm_seconds(64, n, k), without.gpu_gemm_seconds(64, n, k));
+
+  const StepShape step = decode_step(64, 640, 64);
+  const TaskGraph g_fp8 = with.step_graph(step), g_bf16 = without.step_graph(step);
+  auto task = [](const TaskGraph& g, const std::string& name) {
+    for (const Task& t : g.tasks())
+      if (t.name == name) return t;
+    ADD_FAILURE() << "no task " << name;
+    return Task{};
+  };
+  for (const char* name : {"layer0.mb0.q_a_proj", "layer0.mb0.kv_a_proj", "layer0.mb0.o_proj"}) {
+    const Task a = task(g_fp8, name), b = task(g_bf16, name);
+    EXPECT_GT(a.seconds, b.seconds) << name;
+    EXPECT_DOUBLE_EQ(a.flops, b.flops) << name;
+  }
+  EXPECT_DOUBLE_EQ(task(g_fp8, "layer3.mb0.router").seconds,
+                   task(g_bf16, "layer3.mb0.router").seconds);
+  EXPECT_GT(with.gpu_expert_seconds(64), without.gpu_expert_seconds(64));
+}
+
 // DBRX: the clamp of q/k/v is one more pass over them; no dense MLP.
 TEST(OffloadCostModel, DbrxClipIsAPassOverQkv) {
   const ModelConfig c = preset_config("dbrx", 2);

@@ -187,6 +187,12 @@ double OffloadCostModel::gpu_gemm_seconds(double m, int64_t n, int64_t k) const 
   return gpu().gemm_seconds(m, n, k);
 }
 
+double OffloadCostModel::gpu_weight_gemm_seconds(double m, int64_t n, int64_t k) const {
+  const double gemm = gpu_gemm_seconds(m, n, k);
+  if (!config().fp8_weights) return gemm;
+  return gemm + 3.0 * double(n) * double(k) / gpu_memory_bytes_per_s() + kLaunchSeconds;
+}
+
 double OffloadCostModel::h2d_seconds(double bytes, double copies) const {
   return bytes / gpu().h2d_pinned_bytes_per_s + copies * kLaunchSeconds;
 }
@@ -207,7 +213,7 @@ double OffloadCostModel::gpu_expert_seconds(int T) const {
     if (m == 0 || m <= o_.cpu_expert_max_tokens) continue;
     const double md = m;
     // gate and up, down; gather, SiLU·mul and scatter-add as three kernels.
-    s += pm * (2 * gpu_gemm_seconds(md, I, H) + gpu_gemm_seconds(md, H, I) +
+    s += pm * (2 * gpu_weight_gemm_seconds(md, I, H) + gpu_weight_gemm_seconds(md, H, I) +
                (md * double(H) * 4 + md * double(I) * 12 + md * double(H) * 12) / bw +
                3 * kLaunchSeconds);
   }
@@ -293,11 +299,23 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     return make_task(Resource::kGpu, group, bytes / bw + kLaunchSeconds, bytes, bytes / 4,
                      Bound::kMemory);
   };
-  auto gpu_gemm = [&](const char* group, double m, int64_t n, int64_t k) {
+  // A GEMM on bf16 weights (router, lm_head), or on a projection of the checkpoint, which with
+  // FP8 weights first reads 1 byte and writes 2 a weight into the bf16 tile.
+  auto gemm_task = [&](const char* group, double m, int64_t n, int64_t k, bool projection) {
+    const bool fp8 = projection && c.fp8_weights;
     const double flops = 2.0 * m * double(n) * double(k);
-    const double bytes = 2.0 * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
-    return make_task(Resource::kGpu, group, gpu_gemm_seconds(m, n, k), bytes, flops,
+    const double bytes =
+        (fp8 ? 5.0 : 2.0) * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
+    const double seconds =
+        projection ? gpu_weight_gemm_seconds(m, n, k) : gpu_gemm_seconds(m, n, k);
+    return make_task(Resource::kGpu, group, seconds, bytes, flops,
                      flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
+  };
+  auto gpu_gemm = [&](const char* group, double m, int64_t n, int64_t k) {
+    return gemm_task(group, m, n, k, false);
+  };
+  auto gpu_projection = [&](const char* group, double m, int64_t n, int64_t k) {
+    return gemm_task(group, m, n, k, true);
   };
   auto copy = [&](Resource r, const char* group, double bytes) {
     return make_task(r, group,
@@ -316,7 +334,7 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   const int64_t ad = c.attn_out_dim(), ckv = c.kv_cache_values_per_token();
   // o_proj (its input `width` wide), the FFN norm, the router and top-k, the dense MLP's gate.
   auto add_outputs = [&](MicroBatchTasks& t, double n, int64_t width) {
-    t.out.push_back({"o_proj", gpu_gemm("GPU attention projections", n, H, width)});
+    t.out.push_back({"o_proj", gpu_projection("GPU attention projections", n, H, width)});
     if (c.o_bias)
       t.out.push_back({"o_bias", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
     t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
@@ -333,14 +351,14 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     const LatentAttentionShape& a = c.mla;
     const char* proj = "GPU attention projections";
     if (a.q_lora_rank > 0) {
-      t.in.push_back({"q_a_proj", gpu_gemm(proj, n, a.q_lora_rank, H)});
+      t.in.push_back({"q_a_proj", gpu_projection(proj, n, a.q_lora_rank, H)});
       t.in.push_back(
           {"q_a_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(a.q_lora_rank) * 8)});
-      t.in.push_back({"q_b_proj", gpu_gemm(proj, n, qd, a.q_lora_rank)});
+      t.in.push_back({"q_b_proj", gpu_projection(proj, n, qd, a.q_lora_rank)});
     } else {
-      t.in.push_back({"q_proj", gpu_gemm(proj, n, qd, H)});
+      t.in.push_back({"q_proj", gpu_projection(proj, n, qd, H)});
     }
-    t.in.push_back({"kv_a_proj", gpu_gemm(proj, n, ckv, H)});
+    t.in.push_back({"kv_a_proj", gpu_projection(proj, n, ckv, H)});
     t.cpu_share = true;  // all of it: MLA runs no GPU share
     t.qkv_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(qd + ckv) * 2);
     t.cpu_attention = cpu_.attention_task("", mb);
@@ -367,9 +385,9 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
       add_latent_attention(t, mb);
       continue;
     }
-    t.in.push_back({"q_proj", gpu_gemm("GPU attention projections", n, qd, H)});
-    t.in.push_back({"k_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
-    t.in.push_back({"v_proj", gpu_gemm("GPU attention projections", n, kvd, H)});
+    t.in.push_back({"q_proj", gpu_projection("GPU attention projections", n, qd, H)});
+    t.in.push_back({"k_proj", gpu_projection("GPU attention projections", n, kvd, H)});
+    t.in.push_back({"v_proj", gpu_projection("GPU attention projections", n, kvd, H)});
     const double qkv_bytes = n * double(qd + 2 * kvd) * 8;  // read and written once
     if (c.qkv_bias)
       t.in.push_back({"qkv_bias", gpu_elementwise("GPU norms, RoPE, routing", qkv_bytes)});
@@ -438,10 +456,10 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     double seconds = 0, flops = 0, bytes = 0;
     for (int begin = 0; begin < T; begin += be) {
       const double m = std::min(T - begin, be);
-      seconds += 2 * gpu_gemm_seconds(m, mlp_I, H) + gpu_gemm_seconds(m, H, mlp_I) +
+      seconds += 2 * gpu_weight_gemm_seconds(m, mlp_I, H) + gpu_weight_gemm_seconds(m, H, mlp_I) +
                  (m * double(mlp_I) * 12 + m * double(H) * 12) / bw + 2 * kLaunchSeconds;
       flops += 6.0 * m * double(mlp_I) * double(H);
-      bytes += 3.0 * double(mlp_I) * double(H) * 2;
+      bytes += 3.0 * double(mlp_I) * double(H) * (c.fp8_weights ? 5 : 2);
     }
     return make_task(Resource::kGpu, "GPU dense MLP GEMMs", seconds, bytes, flops,
                      flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);

@@ -122,6 +122,9 @@ class OffloadCostModel {
 
   // Pieces, public for tests.
   double gpu_gemm_seconds(double m, int64_t n, int64_t k) const;
+  // The same on one of the checkpoint's weight matrices: with FP8 weights CudaMath::gemm_fp8
+  // first dequantises W into a bf16 tile (1 byte read and 2 written a weight), then runs it.
+  double gpu_weight_gemm_seconds(double m, int64_t n, int64_t k) const;
   double gpu_memory_bytes_per_s() const;
   double h2d_seconds(double bytes, double copies) const;
   // Expected GPU time of one expert over a step of T tokens (outcomes with more than

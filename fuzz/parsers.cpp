@@ -87,8 +87,10 @@ void tokenizer_json(const uint8_t* data, size_t size) {
 void sentencepiece(const uint8_t* data, size_t size) {
   tokenizer_file(data, size, "tokenizer.model");
 }
+// Named as a file whose split pattern sluice knows: any other name is refused before its lines
+// are read (the target fuzzed only that refusal when it wrote vocab.tiktoken).
 void tiktoken(const uint8_t* data, size_t size) {
-  tokenizer_file(data, size, "vocab.tiktoken");
+  tokenizer_file(data, size, "cl100k_base.tiktoken");
 }
 
 // A GGUF file: header, typed metadata, tensor infos; then its vocabulary as a tokenizer.

@@ -172,8 +172,7 @@ HardwareProfile planner_profile(int threads) {
   return p;
 }
 
-std::string measure_expert_disk(HardwareProfile& hw, const ExpertFiles& files) {
-  if (hw.disk_bytes_per_s > 0) return {};
+std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string* why) {
   std::filesystem::path largest;
   uintmax_t largest_bytes = 0;
   for (const auto& f : files.files) {
@@ -181,10 +180,11 @@ std::string measure_expert_disk(HardwareProfile& hw, const ExpertFiles& files) {
     const uintmax_t bytes = std::filesystem::file_size(f, ec);
     if (!ec && bytes > largest_bytes) largest = f, largest_bytes = bytes;
   }
-  if (largest.empty()) return "the experts' files cannot be read";
-  std::string why;
-  hw.disk_bytes_per_s = measure_file_read_bandwidth(largest, size_t(256) << 20, &why).value_or(0);
-  return why;
+  if (largest.empty()) {
+    if (why) *why = "the experts' files cannot be read";
+    return std::nullopt;
+  }
+  return measure_file_read_bandwidth(largest, size_t(256) << 20, why);
 }
 
 std::string EnginePlan::describe() const {

@@ -2,17 +2,18 @@
 // actual requests, with the hardware profile of this machine.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/engine_device.h"
-#include "runtime/request.h"
 #include "model/config.h"
 #include "model/expert_files.h"
 #include "runtime/planner/hardware_profile.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/workload_sim.h"
 #include "runtime/policy.h"
+#include "runtime/request.h"
 
 namespace sluice {
 
@@ -25,11 +26,10 @@ namespace sluice {
 // On a machine with a usable GPU, a profile without a GPU half gets one the same way (measured
 // once, cached), so the default device plans the GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
-// A profile without a disk figure (the quick one, or a saved one whose cache directory refused
-// O_DIRECT) gets the O_DIRECT read rate of 256 MiB of the largest file the disk tier reads
-// experts from: the disk the run actually uses. Returns why not where it cannot.
-std::string measure_expert_disk(HardwareProfile& hw, const ExpertFiles& files);
-
+// The O_DIRECT read rate of 256 MiB of the largest file the disk tier reads experts from: the
+// disk the run actually uses, for a profile without a disk figure (the quick one). nullopt, with
+// `why`, where it cannot be measured.
+std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string* why);
 
 struct EnginePlan {
   Policy policy;        // every field resolved

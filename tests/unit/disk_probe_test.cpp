@@ -22,7 +22,7 @@ void expect_rate_or_refusal(const std::optional<double>& rate, const std::string
   }
 }
 
-TEST(DiskProbe, ReadsAnExistingFileInWhole1MiBReads) {
+TEST(DiskProbe, ReadsAnExistingFileInWhole4MiBReads) {
   testing::TempDir dir;
   testing::write_file(dir / "experts.bin", std::string((size_t(9) << 20) + 123, 'x'));
   std::string why;
@@ -36,7 +36,7 @@ TEST(DiskProbe, AFileSmallerThanOneReadIsNotMeasuredAndSaysSo) {
   std::string why;
   EXPECT_FALSE(measure_file_read_bandwidth(dir / "tiny.bin", size_t(256) << 20, &why));
   EXPECT_NE(why.find("tiny.bin"), std::string::npos) << why;
-  EXPECT_NE(why.find("smaller than one 1 MiB read"), std::string::npos) << why;
+  EXPECT_NE(why.find("smaller than one 4 MiB read"), std::string::npos) << why;
 }
 
 TEST(DiskProbe, TheTemporaryFileProbeLeavesNothingBehind) {
@@ -46,23 +46,22 @@ TEST(DiskProbe, TheTemporaryFileProbeLeavesNothingBehind) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
-TEST(DiskProbe, ExpertDiskKeepsAProfiledRateAndMeasuresTheLargestFileOtherwise) {
+TEST(DiskProbe, ExpertDiskReadsTheLargestOfTheExpertFiles) {
   testing::TempDir dir;
   testing::write_file(dir / "small.safetensors", std::string(1000, 'x'));
   testing::write_file(dir / "large.safetensors", std::string(size_t(8) << 20, 'x'));
   ExpertFiles files;
   files.files = {dir / "small.safetensors", dir / "large.safetensors"};
-  HardwareProfile profiled;
-  profiled.disk_bytes_per_s = 1.5e9;
-  EXPECT_EQ(measure_expert_disk(profiled, files), "");
-  EXPECT_EQ(profiled.disk_bytes_per_s, 1.5e9);  // a profile's own figure is kept
+  std::string why;
+  const auto rate = measure_expert_disk(files, &why);
+  expect_rate_or_refusal(rate, why);
+  if (!rate) {
+    EXPECT_NE(why.find("large.safetensors"), std::string::npos) << why;
+  }
 
-  HardwareProfile quick;
-  const std::string why = measure_expert_disk(quick, files);
-  if (quick.disk_bytes_per_s > 0)
-    EXPECT_EQ(why, "");
-  else
-    EXPECT_NE(why.find("large.safetensors"), std::string::npos) << why;  // not the small one
+  files.files = {dir / "missing.safetensors"};
+  EXPECT_FALSE(measure_expert_disk(files, &why));
+  EXPECT_EQ(why, "the experts' files cannot be read");
 }
 
 }  // namespace

@@ -160,8 +160,9 @@ std::filesystem::path profile_cache_path(const MachineIdentity& machine, int thr
 
 namespace {
 
-constexpr size_t kDiskProbeChunk = size_t(1) << 20;
-constexpr int kDiskProbeDepth = 32;  // reads in flight, as the disk tier's page pool keeps them
+// The disk tier reads whole expert matrices (MBs each), up to 32 in flight.
+constexpr size_t kDiskProbeChunk = size_t(4) << 20;
+constexpr int kDiskProbeDepth = 16;
 
 }  // namespace
 

@@ -40,12 +40,12 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
 GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool f32_activations,
                              const std::vector<int64_t>& ms);
 
-// Read bandwidth with O_DIRECT (so the page cache does not answer), 1 MiB reads in order with 32
-// in flight through io_uring as the disk tier reads, of a temporary file of `bytes` in `dir`,
+// Read bandwidth with O_DIRECT (so the page cache does not answer), 4 MiB reads in order with 16
+// in flight through io_uring, as the disk tier reads, of a temporary file of `bytes` in `dir`,
 // deleted afterwards; nullopt (with `why`) when O_DIRECT is refused.
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,
                                                   std::string* why);
-// The same read of the first `bytes` (whole 1 MiB reads) of an existing file: the disk the
+// The same read of the first `bytes` (whole 4 MiB reads) of an existing file: the disk the
 // weights are on.
 std::optional<double> measure_file_read_bandwidth(const std::filesystem::path& file, size_t bytes,
                                                   std::string* why);

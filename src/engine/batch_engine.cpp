@@ -90,6 +90,7 @@ struct BatchEngine::Impl {
   offload::HostMath math;  // norms, RoPE and routing (stateless)
   EngineStats stats;
   BatchEngine::LogitsObserver observe_logits;
+  BatchEngine::RoutingObserver observe_routing;
   BatchEngine::StepObserver observe_step;
 
   // Step buffers, grown to the largest step seen.
@@ -100,6 +101,7 @@ struct BatchEngine::Impl {
   std::vector<float> inv_freq;   // the device rope's table (whole heads, no scaling)
   std::vector<float> latent_inv_freq;  // rope_inv_freq(c): MLA's rope part, YaRN included
   std::vector<int> positions, tokens, top_ids;
+  std::vector<int64_t> row_request;  // each row's request id (for the routing observer)
   std::vector<float> top_weights;
   std::vector<std::vector<Routed>> routed;  // per expert
   std::vector<uint16_t> expert_x;           // gathered rows [b_e, H], bf16 precision
@@ -304,6 +306,7 @@ struct BatchEngine::Impl {
     moe_in.resize(size_t(T) * H);
     positions.resize(T);
     tokens.resize(T);
+    row_request.resize(T);
     top_ids.resize(size_t(T) * c.experts_per_token);
     top_weights.resize(size_t(T) * c.experts_per_token);
   }
@@ -431,9 +434,13 @@ void BatchEngine::Impl::route(int l, int r0, int n) {
     a.expert_ids = &top_ids[size_t(r0) * K];
     a.weights = &top_weights[size_t(r0) * K];
     math.route_top_k(nullptr, a);
-    for (int r = r0; r < r0 + n; ++r)
+    for (int r = r0; r < r0 + n; ++r) {
       for (int j = 0; j < K; ++j)
         routed[top_ids[size_t(r) * K + j]].push_back({r, top_weights[size_t(r) * K + j]});
+      if (observe_routing)
+        observe_routing(row_request[r], positions[r], l,
+                        std::span<const int>(&top_ids[size_t(r) * K], size_t(K)));
+    }
   }
   float* scale = &mlp_scale[size_t(r0)];
   if (L.mlp_scale.empty()) {
@@ -574,6 +581,7 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     for (int j = 0; j < it.count; ++j) {
       positions[item_row[i] + j] = it.first_pos + j;
       tokens[item_row[i] + j] = s.tokens[it.first_pos + j];
+      row_request[item_row[i] + j] = s.request.id;
     }
   }
   auto t0 = Clock::now();
@@ -665,6 +673,12 @@ void BatchEngine::set_step_observer(StepObserver observer) {
 }
 void BatchEngine::set_logits_observer(LogitsObserver observer) {
   impl_->observe_logits = std::move(observer);
+}
+void BatchEngine::set_routing_observer(RoutingObserver observer) {
+  if (impl_->offload)
+    fail("engine: the routing observer sees the CPU engine's routing, and this engine runs its "
+         "layers on an offload device, which routes there");
+  impl_->observe_routing = std::move(observer);
 }
 const Policy& BatchEngine::policy() const {
   return impl_->policy;

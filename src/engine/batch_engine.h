@@ -99,6 +99,13 @@ class BatchEngine {
       std::function<void(int64_t request_id, int position, std::span<const float>)>;
   void set_logits_observer(LogitsObserver observer);
 
+  // Called with the experts every token was routed to in every MoE layer, in rank order (tests
+  // replay them through the reference forward). The CPU engine's: the offload executor routes on
+  // its device, and an engine with one refuses the observer.
+  using RoutingObserver = std::function<void(int64_t request_id, int position, int layer,
+                                             std::span<const int> experts)>;
+  void set_routing_observer(RoutingObserver observer);
+
   // Called after every step, with the statistics so far and the KV-cache use (progress displays).
   struct Progress {
     int64_t finished = 0, active = 0, waiting = 0;

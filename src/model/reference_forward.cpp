@@ -169,22 +169,60 @@ void mask_groups(const ModelConfig& c, std::vector<float>& choice) {
 }
 
 // scores = softmax(router_logits) (Mixtral, Qwen, DeepSeek-V2) or sigmoid(router_logits)
-// (DeepSeek-V3), in fp32; the experts chosen by the top-k of the scores plus the selection bias
-// (e_score_correction_bias), limited to the best groups; their weights are the plain scores,
-// renormalised when normalize_topk, times routed_scaling_factor. Returns the (expert, weight)
-// pairs in rank order.
-std::vector<std::pair<int, float>> route(const ModelConfig& c, const LayerWeights& L,
-                                         const float* logits) {
+// (DeepSeek-V3), in fp32.
+std::vector<float> router_scores(const ModelConfig& c, std::span<const float> logits) {
   const int E = c.num_experts;
   std::vector<float> score(static_cast<size_t>(E));
   if (c.router_score == RouterScore::kSigmoid) {
-    for (int e = 0; e < E; ++e) score[size_t(e)] = 1.0f / (1.0f + std::exp(-logits[e]));
+    for (int e = 0; e < E; ++e) score[size_t(e)] = 1.0f / (1.0f + std::exp(-logits[size_t(e)]));
   } else {
-    float m = *std::max_element(logits, logits + E), sum = 0.f;
-    for (int e = 0; e < E; ++e) sum += (score[size_t(e)] = std::exp(logits[e] - m));
+    float m = *std::max_element(logits.begin(), logits.end()), sum = 0.f;
+    for (int e = 0; e < E; ++e) sum += (score[size_t(e)] = std::exp(logits[size_t(e)] - m));
     for (float& p : score) p /= sum;
   }
-  std::vector<float> choice = score;
+  return score;
+}
+
+// The weights of the chosen experts: their plain scores, renormalised over the choice when
+// normalize_topk, times routed_scaling_factor. Returns the (expert, weight) pairs.
+std::vector<std::pair<int, float>> expert_weights(const ModelConfig& c,
+                                                  std::span<const float> logits,
+                                                  std::span<const int> experts) {
+  const std::vector<float> score = router_scores(c, logits);
+  float topk_sum = 0.f;
+  for (int e : experts) topk_sum += score[size_t(e)];
+  std::vector<std::pair<int, float>> picked;
+  for (int e : experts) {
+    const float w = c.normalize_topk ? score[size_t(e)] / topk_sum : score[size_t(e)];
+    picked.push_back({e, w * c.routed_scaling_factor});
+  }
+  return picked;
+}
+
+// The experts the teacher-forcing callback chooses for decision `d`, checked: experts_per_token
+// distinct experts.
+std::vector<int> forced_choice(const ModelConfig& c, const ExpertChoiceFn& choose,
+                               const RouterDecision& d) {
+  std::vector<int> experts = choose(d);
+  std::vector<int> sorted = experts;
+  std::sort(sorted.begin(), sorted.end());
+  const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  if (int(experts.size()) != c.experts_per_token || !distinct || sorted.front() < 0 ||
+      sorted.back() >= c.num_experts)
+    fail("reference: the teacher-forced routing gave layer {} position {} the experts [{}]; "
+         "expected {} distinct ids in [0, {})",
+         d.layer, d.position, fmt::join(experts, ", "), c.experts_per_token, c.num_experts);
+  return experts;
+}
+
+}  // namespace
+
+// The scores plus the selection bias (e_score_correction_bias), masked to the best groups, their
+// top-k; ties go to the lower id.
+std::vector<int> select_experts(const ModelConfig& c, const LayerWeights& L,
+                                std::span<const float> logits) {
+  const int E = c.num_experts;
+  std::vector<float> choice = router_scores(c, logits);
   if (!L.router_bias.empty()) {
     const std::vector<float> bias = weight_f32(L.router_bias);
     for (int e = 0; e < E; ++e) choice[size_t(e)] += bias[size_t(e)];
@@ -194,18 +232,9 @@ std::vector<std::pair<int, float>> route(const ModelConfig& c, const LayerWeight
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return choice[size_t(a)] > choice[size_t(b)]; });
-  float topk_sum = 0.f;
-  for (int j = 0; j < c.experts_per_token; ++j) topk_sum += score[size_t(order[size_t(j)])];
-  std::vector<std::pair<int, float>> picked;
-  for (int j = 0; j < c.experts_per_token; ++j) {
-    const int e = order[size_t(j)];
-    const float w = c.normalize_topk ? score[size_t(e)] / topk_sum : score[size_t(e)];
-    picked.push_back({e, w * c.routed_scaling_factor});
-  }
-  return picked;
+  order.resize(size_t(c.experts_per_token));
+  return order;
 }
-
-}  // namespace
 
 ReferenceForward::ReferenceForward(const Model& model, ReferenceOptions options)
     : model_(model),
@@ -406,7 +435,11 @@ void ReferenceForward::ffn_block(int l, int T, std::vector<float>& x, const Dump
     const float* xt = &h[size_t(t) * H];
     float* yt = &out[size_t(t) * H];
     if (!L.router.empty()) {
-      for (auto [e, weight] : route(c, L, &router_logits[size_t(t) * E])) {
+      const std::span<const float> logits(&router_logits[size_t(t) * E], size_t(E));
+      std::vector<int> experts = select_experts(c, L, logits);
+      if (choose_experts_)
+        experts = forced_choice(c, choose_experts_, {l, length_ + t, logits, experts});
+      for (auto [e, weight] : expert_weights(c, logits, experts)) {
         // current_hidden_states = expert(x) * routing_weights; index_add_
         const int64_t I = c.expert_intermediate_size;
         swiglu(xt, expert_matrix_f32(c, L.expert_gate, e, I, H),

@@ -6,6 +6,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/weights.h"
@@ -26,6 +27,22 @@ struct ReferenceOptions {
   bool bf16_kv_cache = false;     // round K and V to bf16 as they enter the cache
 };
 
+// One token's routing in one MoE layer, as the reference decides it.
+struct RouterDecision {
+  int layer = 0;
+  int position = 0;               // the token's, in its sequence
+  std::span<const float> logits;  // the router's, one per expert (fp32)
+  std::span<const int> experts;   // the reference's choice: select_experts(logits), rank order
+};
+// The experts a token runs instead of the reference's choice: experts_per_token distinct ids.
+using ExpertChoiceFn = std::function<std::vector<int>(const RouterDecision&)>;
+
+// The model's routing rule on one token's router logits in layer `L`: softmax or sigmoid scores,
+// plus the selection bias, limited to the best expert groups, top experts_per_token. Returns the
+// chosen experts in rank order.
+std::vector<int> select_experts(const ModelConfig& c, const LayerWeights& L,
+                                std::span<const float> logits);
+
 class ReferenceForward {
  public:
   explicit ReferenceForward(const Model& model, ReferenceOptions options = {});
@@ -33,6 +50,12 @@ class ReferenceForward {
   // Runs `tokens` at positions [length(), length() + tokens.size()), appending to the KV cache.
   // Returns the logits, one row of vocab_size floats per token.
   std::vector<float> forward(std::span<const int> tokens, const DumpFn& dump = {});
+
+  // Teacher-forced routing: from now on every routed token runs the experts `choose` returns,
+  // weighted by the reference's own scores of them. A test replays a fast path's recorded choices
+  // with it, so that a near-tie of the router which rounding decided the other way there does not
+  // send the two computations through different experts.
+  void set_expert_choice(ExpertChoiceFn choose) { choose_experts_ = std::move(choose); }
 
   int length() const { return length_; }
   void reset() {
@@ -54,6 +77,7 @@ class ReferenceForward {
 
   const Model& model_;
   ReferenceOptions options_;
+  ExpertChoiceFn choose_experts_;  // empty: the reference routes by its own rule
   int length_ = 0;
   // Per layer: [position][kv_dim]; with MLA [position][heads·head_dim] and
   // [position][heads·v_head_dim].

@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "kernels/cpu/isa.h"
 #include "model/presets.h"
@@ -28,6 +30,8 @@ using testing::prompt_of;
 struct EngineRun {
   std::map<int64_t, Completion> done;
   std::map<std::pair<int64_t, int>, std::vector<float>> logits;  // (request, position) -> row
+  // (request, position, layer) -> the experts the token was routed to, in rank order
+  std::map<std::tuple<int64_t, int, int>, std::vector<int>> experts;
   std::vector<Request> requests;
 };
 
@@ -36,6 +40,9 @@ EngineRun run_engine(const Model& model, Precision precision) {
   EngineRun run;
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
     run.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
+  });
+  engine.set_routing_observer([&](int64_t id, int pos, int layer, std::span<const int> experts) {
+    run.experts[{id, pos, layer}].assign(experts.begin(), experts.end());
   });
   for (int i = 0; i < int(std::size(kPromptLengths)); ++i) {
     Request r;
@@ -114,35 +121,75 @@ TEST_P(BatchEngineMatchesReference, Fp32GreedyContinuationsEqualTheReference) {
   std::printf("fp32 precision: worst relative logit error %.3g\n", worst);
 }
 
+// The bf16 path's tolerance against its reference, relative to the largest value compared:
+// 1e-2, between 1.3 and 2.6 bf16 ulps of that value (bf16 keeps 8 significant bits).
+constexpr double kBf16Tolerance = 1e-2;
+
+// How close two candidates of a choice (two experts' router logits, two tokens' logits) may lie
+// for bf16 rounding to decide between them either way: the tolerance, of the largest value. The
+// test holds each compared value to that much (measured worst: 0.0059 of the largest logit), so
+// two candidates closer than it may be ordered either way in the two computations.
+float bf16_noise(std::span<const float> values) {
+  float largest = 0;
+  for (float v : values) largest = std::max(largest, std::abs(v));
+  return float(kBf16Tolerance) * largest;
+}
+
+bool same_experts(std::vector<int> a, std::vector<int> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
+// Whether the experts `chosen` become the reference's own choice once their router logits are
+// raised by bf16 noise: a near-tie, which rounding can decide either way.
+bool within_bf16_noise(const Model& m, const RouterDecision& d, const std::vector<int>& chosen) {
+  std::vector<float> raised(d.logits.begin(), d.logits.end());
+  for (int e : chosen) raised[size_t(e)] += bf16_noise(d.logits);
+  return same_experts(select_experts(m.config, m.weights.layers[size_t(d.layer)], raised), chosen);
+}
+
 // bf16 precision (the fast path) rounds activations at every GEMM input, as a bf16 transformers
-// run does. Its reference is the reference forward rounding at the same points (teacher-forced
-// along the engine's own continuation): every position within the foundation tolerance, same
-// argmax everywhere. Against the pure fp32 semantics the bf16 path differs more where a near-tie
-// between experts is decided the other way by rounding upstream of the (fp32) router — a
-// property of bf16 MoE inference, not of this engine (measured on these models: ~90% of
-// positions within 1e-2, 99.5% same argmax).
+// run does. Its reference is the reference forward rounding at the same points, teacher-forced
+// along the engine's own continuation and routed to the experts the engine chose: every position
+// within the tolerance; the same argmax, or the engine's within bf16 noise of the best.
 //
-// DeepSeek-V3's tiny model, with FP8 weights and with bf16 ones, is left out here (its fp32 test
-// above holds at every level): its
-// sigmoid scores of random router logits crowd around 0.5, so the biased choice and the
-// best-two group ranks have near-ties (measured: expert gaps down to 1e-4 and group gaps down to
-// 2e-6 over the 224 positions), which bf16 rounding of the activations decides either way: at
-// the AVX2 level 6 of 224 positions differ by up to 0.2 after one such flip, and the two best
-// logits of a few positions lie within 1e-2 of each other.
+// The two computations differ in the order of fp32 additions, so now and then a value lands on
+// the other side of a bf16 rounding boundary in one of them: an error of one bf16 ulp, which
+// spreads to the values computed from it. Where a router's k-th and (k+1)-th logits lie closer
+// than that noise, the two pick different experts and part by far more than rounding (measured:
+// with clang's build, two logits 0.0028 apart at 1.52 sent one position of 224 to 0.081). So the
+// reference replays the engine's choices, and wherever they differ from its own, the test asserts
+// a near-tie: the engine's experts win once raised by bf16 noise. (Measured over every case and
+// level: such near-ties need up to 0.2% of the largest router logit, a different argmax 0.3% of
+// the largest logit; a wrong expert or token is typically tens of percent away.)
 TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
-  if (std::string(std::get<0>(GetParam()).name).rfind("tiny_deepseek_v3", 0) == 0)
-    GTEST_SKIP() << "bf16 near-ties of sigmoid routing on random weights (see above)";
   const Model m = model();
   EngineRun run = run_at_level(m, Precision::kBf16);
   ASSERT_EQ(run.done.size(), std::size(kPromptLengths));
   const size_t V = size_t(m.config.vocab_size);
   double worst = 0;
-  int positions = 0, same_argmax = 0, within = 0;
+  int positions = 0, same_argmax = 0, within = 0, routings = 0, other_experts = 0;
   for (const Request& r : run.requests) {
     std::vector<int> sequence = r.prompt;
     const auto& generated = run.done[r.id].tokens;
     sequence.insert(sequence.end(), generated.begin(), generated.end() - 1);
     ReferenceForward ref(m, {.bf16_gemm_inputs = true, .bf16_kv_cache = true});
+    ref.set_expert_choice([&](const RouterDecision& d) {
+      const auto found = run.experts.find({r.id, d.position, d.layer});
+      if (found == run.experts.end()) {
+        ADD_FAILURE() << "the engine did not route request " << r.id << " position " << d.position
+                      << " in layer " << d.layer;
+        return std::vector<int>(d.experts.begin(), d.experts.end());
+      }
+      ++routings;
+      if (!same_experts(found->second, {d.experts.begin(), d.experts.end()})) {
+        ++other_experts;
+        EXPECT_TRUE(within_bf16_noise(m, d, found->second))
+            << "request " << r.id << " position " << d.position << " layer " << d.layer;
+      }
+      return found->second;
+    });
     std::vector<float> logits = ref.forward(sequence);
     for (int i = 0; i < kNew; ++i) {
       const int pos = int(r.prompt.size()) - 1 + i;
@@ -151,15 +198,19 @@ TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
       ASSERT_EQ(got.size(), V);
       const double e = relative_max_error(got, row);
       worst = std::max(worst, e);
-      within += e < 1e-2;
+      within += e < kBf16Tolerance;
       ++positions;
-      same_argmax += argmax(got) == argmax(row);
+      const int best = argmax(row), picked = argmax(got);
+      same_argmax += picked == best;
+      EXPECT_LE(row[size_t(best)] - row[size_t(picked)], bf16_noise(row))
+          << "request " << r.id << " position " << pos;
     }
   }
-  std::printf("bf16 precision: %d of %d positions within 1e-2 (worst %.3g); same argmax at %d\n",
-              within, positions, worst, same_argmax);
+  std::printf(
+      "bf16 precision: %d of %d positions within %g (worst %.3g); same argmax at %d; the "
+      "engine's experts differ from the reference's own at %d of %d token-layers\n",
+      within, positions, kBf16Tolerance, worst, same_argmax, other_experts, routings);
   EXPECT_EQ(within, positions);
-  EXPECT_EQ(same_argmax, positions);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, BatchEngineMatchesReference,

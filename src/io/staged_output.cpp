@@ -9,14 +9,17 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
 namespace {
 
+// Built with fmt: GCC 12 warns (-Wrestrict, a false positive) on "." + std::string.
 std::string partial_prefix(const fs::path& final_dir) {
-  return "." + final_dir.filename().string() + ".partial-";
+  return fmt::format(".{}.partial-", final_dir.filename().string());
 }
 
 // Partial siblings whose process no longer runs: a kill -9 left them.
@@ -34,8 +37,8 @@ void remove_stale_partials(const fs::path& final_dir) {
 }  // namespace
 
 void write_file_atomically(const fs::path& path, std::string_view bytes) {
-  const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".partial-" +
-                                             std::to_string(::getpid()));
+  const fs::path tmp =
+      path.parent_path() / fmt::format(".{}.partial-{}", path.filename().string(), ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), std::streamsize(bytes.size()));

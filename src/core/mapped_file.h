@@ -17,6 +17,11 @@ class MappedFile {
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
+  // Unmaps the pages of [offset, offset + bytes) from this process (MADV_DONTNEED), once their
+  // bytes were copied or repacked elsewhere: they leave its resident memory, and a later read
+  // faults them in again from the page cache or the file. The range is widened to whole pages;
+  // the mapping is read-only and shared, so no byte is lost.
+  void drop_pages(size_t offset, size_t bytes) const;
 
  private:
   MappedFile() = default;

@@ -15,8 +15,8 @@ namespace {
 Tensor quantize_slot(const Tensor& t, cpu::QuantFormat f, int64_t n, int64_t k, int group,
                      int64_t experts) {
   const size_t bytes = cpu::quant_bytes(f, n, k, group);
-  Tensor out = Tensor::allocate(DType::U8, experts > 0 ? Shape{experts, int64_t(bytes)}
-                                                       : Shape{int64_t(bytes)});
+  Tensor out = Tensor::allocate(
+      DType::U8, experts > 0 ? Shape{experts, int64_t(bytes)} : Shape{int64_t(bytes)});
   for (int64_t e = 0; e < std::max<int64_t>(experts, 1); ++e) {
     // bf16 rows of the matrix: converted from F32/F16, or dequantised from FP8 blocks.
     const auto rows = matrix_bf16(experts > 0 ? t.slice0(e) : t);
@@ -78,14 +78,17 @@ int resolve_expert_group(const ModelConfig& c, ExpertDtype d, int requested,
   std::vector<std::pair<const char*, int>> rows = {{"hidden_size", c.hidden_size}};
   if (c.num_experts > 0) rows.push_back({"moe intermediate size", c.expert_intermediate_size});
   for (int l = 0; l < c.num_layers; ++l)
-    if (c.dense_mlp_size(l) > 0) rows.push_back({"dense MLP intermediate size", c.dense_mlp_size(l)});
+    if (c.dense_mlp_size(l) > 0)
+      rows.push_back({"dense MLP intermediate size", c.dense_mlp_size(l)});
   for (auto [what, k] : rows)
     if (k % group != 0)
       fail(
           "{}: group size {} does not divide the row length {} ({}) of the expert matrices; "
           "expected a group size that divides it{}",
           source, group, k, what,
-          requested > 0 ? "" : " (pass --expert-group, e.g. " + std::to_string(std::gcd(k, group)) + ")");
+          requested > 0
+              ? ""
+              : " (pass --expert-group, e.g. " + std::to_string(std::gcd(k, group)) + ")");
   return group;
 }
 
@@ -130,10 +133,11 @@ ExpertQuant resolve_expert_quant(const ModelConfig& c, ExpertQuant q, const std:
     if (q.dtype == c.expert_quant.dtype &&
         (q.group_size == 0 || q.group_size == c.expert_quant.group_size))
       return c.expert_quant;
-    fail("{}: the checkpoint's experts are {} (group {}); --expert-dtype {} (group {}) cannot "
-         "requantize them: quantize the bf16 checkpoint instead",
-         source, expert_dtype_name(c.expert_quant.dtype), c.expert_quant.group_size,
-         expert_dtype_name(q.dtype), q.group_size);
+    fail(
+        "{}: the checkpoint's experts are {} (group {}); --expert-dtype {} (group {}) cannot "
+        "requantize them: quantize the bf16 checkpoint instead",
+        source, expert_dtype_name(c.expert_quant.dtype), c.expert_quant.group_size,
+        expert_dtype_name(q.dtype), q.group_size);
   }
   if (!q.quantized()) return {};
   return {q.dtype, resolve_expert_group(c, q.dtype, q.group_size, "--expert-dtype")};
@@ -155,13 +159,34 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
     LayerWeights& L = model.weights.layers[size_t(l)];
     for (Tensor* t :
          {&L.expert_gate, &L.expert_up, &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down}) {
-      if (t->empty()) continue;
+      if (t->empty() || t->dtype == DType::U8) continue;
       const MatrixShape s = expert_slot_shape(c, l, L, t);
       const bool stacked = t == &L.expert_gate || t == &L.expert_up || t == &L.expert_down;
       *t = quantize_slot(*t, f, s.n, s.k, q.group_size, stacked ? c.num_experts : 0);
     }
   }
   c.expert_quant = q;
+}
+
+Tensor quantize_mapped_matrices(const std::vector<const TensorEntry*>& matrices, ExpertQuant q,
+                                bool stacked) {
+  const TensorEntry& first = *matrices[0];
+  const int64_t n = first.shape[0], k = first.shape[1];
+  const cpu::QuantFormat f = quant_format(q.dtype);
+  const size_t bytes = cpu::quant_bytes(f, n, k, q.group_size);
+  const int64_t count = int64_t(matrices.size());
+  Tensor out =
+      Tensor::allocate(DType::U8, stacked ? Shape{count, int64_t(bytes)} : Shape{int64_t(bytes)});
+  for (int64_t e = 0; e < count; ++e) {
+    const TensorEntry& m = *matrices[size_t(e)];
+    const Tensor source = m.view();
+    read_into_memory(source.data, m.nbytes, m.file->path());  // in large reads, not page faults
+    const auto rows = matrix_bf16(source);
+    cpu::quantize_weights_into(f, rows.data(), n, k, q.group_size,
+                               out.as<uint8_t>() + size_t(e) * bytes);
+    m.file->drop_pages(m.offset, m.nbytes);
+  }
+  return out;
 }
 
 std::string scale_tensor_name(const std::string& weight_name) {
@@ -186,7 +211,8 @@ void read_quantization_field(const nlohmann::json& j, const std::string& source,
   if (d == ExpertDtype::kBf16) return;
   if (!r.has("group_size")) r.fail_field("group_size", "missing (the experts' scale group size)");
   const int group = r.integer("group_size");
-  c.expert_quant = {d, resolve_expert_group(c, d, group, source + ": field 'quantization.group_size'")};
+  c.expert_quant = {
+      d, resolve_expert_group(c, d, group, source + ": field 'quantization.group_size'")};
 }
 
 void write_quantization_field(const ModelConfig& c, nlohmann::json& j) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "io/safetensors.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "model/weights.h"
 
@@ -63,14 +64,19 @@ ExpertQuant resolve_expert_quant(const ModelConfig& c, ExpertQuant requested,
 
 // Matrix `e` of an expert slot (-1: a dense-MLP slot) as the reference forward multiplies it: the
 // slot's own view in bf16, or the quantized weights dequantized to fp32 (scale · q).
-Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n,
-                         int64_t k);
+Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n, int64_t k);
 
 // Quantizes every expert and dense-MLP matrix of a loaded bf16 model (quantize-at-load), one
 // matrix at a time, and records `q` (group resolved) in model.config. bf16: nothing to do (a
 // quantized checkpoint stays as it is); int8/int4 on an already quantized model must be its own
-// dtype and group (else an error).
+// dtype and group (else an error). Slots already quantized (U8, by load_model) are kept.
 void quantize_model_experts(Model& model, ExpertQuant q);
+
+// One slot quantized from its matrices in the mapped checkpoint (bf16, f16 or f32, each n × k):
+// [E, quant_bytes] when `stacked`, else the one matrix's [quant_bytes]. Each matrix's pages are
+// dropped from the mapping once it is quantized (load_model's quantize-at-load).
+Tensor quantize_mapped_matrices(const std::vector<const TensorEntry*>& matrices, ExpertQuant q,
+                                bool stacked);
 
 // The checkpoint form, per matrix `<name>` (a ".weight" tensor of the bf16 checkpoint):
 //   int8: <name> I8 [n, k], q in [-127, 127];  int4: <name> U8 [n, k/2], two q + 8 per byte

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -23,16 +24,23 @@ bool is_float(DType t) {
 }
 
 // Experts arrive as E separate tensors. When the file stores them back to back in order, the
-// stacked [E, ...] tensor is a view of the mapping; otherwise it is repacked once here.
+// stacked [E, ...] tensor is a view of the mapping; otherwise it is repacked once here, expert by
+// expert, each expert's pages of the mapping dropped once copied (one copy stays resident).
+void require_one_dtype(const std::vector<const TensorEntry*>& experts) {
+  const TensorEntry& first = *experts[0];
+  for (const TensorEntry* x : experts)
+    if (x->dtype != first.dtype)
+      fail("{}: tensor '{}' is {} but '{}' is {}; experts of one layer must share a dtype",
+           x->file->path().string(), x->name, dtype_name(x->dtype), first.name,
+           dtype_name(first.dtype));
+}
+
 Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
+  require_one_dtype(experts);
   const TensorEntry& first = *experts[0];
   bool contiguous = true;
   for (size_t e = 0; e < experts.size(); ++e) {
     const TensorEntry& x = *experts[e];
-    if (x.dtype != first.dtype)
-      fail("{}: tensor '{}' is {} but '{}' is {}; experts of one layer must share a dtype",
-           x.file->path().string(), x.name, dtype_name(x.dtype), first.name,
-           dtype_name(first.dtype));
     if (x.file != first.file || x.offset != first.offset + e * first.nbytes) contiguous = false;
   }
   Shape shape = first.shape;
@@ -43,9 +51,13 @@ Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
     return t;
   }
   Tensor t = Tensor::allocate(first.dtype, shape);
-  for (size_t e = 0; e < experts.size(); ++e)
-    std::memcpy(static_cast<char*>(t.data) + e * first.nbytes,
-                experts[e]->file->data() + experts[e]->offset, first.nbytes);
+  for (size_t e = 0; e < experts.size(); ++e) {  // the source pages leave as the copy is made
+    const TensorEntry& x = *experts[e];
+    read_into_memory(x.file->data() + x.offset, x.nbytes, x.file->path());
+    std::memcpy(static_cast<char*>(t.data) + e * first.nbytes, x.file->data() + x.offset,
+                first.nbytes);
+    x.file->drop_pages(x.offset, x.nbytes);
+  }
   return t;
 }
 
@@ -81,16 +93,30 @@ const TensorEntry& fp8_scales(const Checkpoint& ckpt, const Model& m, const Expe
   return *scales;
 }
 
-}  // namespace
-
-Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
-  if (is_gguf_file(dir)) {
-    if (options.experts_on_disk)
-      fail("{}: the disk tier reads safetensors folders; a GGUF file's experts must fit in "
-           "--host-mem (or convert the model to a Hugging Face folder)",
-           dir.string());
-    return load_gguf_model(dir);
+// The expert and dense-MLP slots of the first `layers` layers: the ones load_model fills with
+// copies (stacked or quantized); the later layers' are checked but never read.
+std::set<const Tensor*> kept_expert_slots(ModelWeights& w, int layers) {
+  std::set<const Tensor*> kept;
+  for (int l = 0; l < layers; ++l) {
+    LayerWeights& L = w.layers[size_t(l)];
+    for (const Tensor* t :
+         {&L.expert_gate, &L.expert_up, &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down})
+      kept.insert(t);
   }
+  return kept;
+}
+
+// The quantization load_folder applies matrix by matrix as it reads the experts: what
+// `options` asks of a bf16/f16/f32 checkpoint whose experts stay in memory; none otherwise
+// (quantize_model_experts then keeps a quantized checkpoint, quantizes FP8 weights after
+// loading, or refuses the disk tier's).
+ExpertQuant quantize_at_load(const ModelConfig& c, const LoadOptions& options,
+                             const std::filesystem::path& dir) {
+  if (options.experts_on_disk || c.expert_quant.quantized() || c.fp8_weights) return {};
+  return resolve_expert_quant(c, options.expert_quant, dir.string());
+}
+
+Model load_folder(const std::filesystem::path& dir, const LoadOptions& options) {
   Model m;
   m.dir = dir;
   if (!std::filesystem::exists(dir / "config.json"))
@@ -100,7 +126,12 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   TensorTable table = tensor_table(m.config, m.weights);
   if (m.config.tie_word_embeddings) table.ignored_suffixes.push_back("lm_head.weight");
 
+  const int layers =
+      options.layers > 0 ? std::min(options.layers, m.config.num_layers) : m.config.num_layers;
+  const std::set<const Tensor*> kept = kept_expert_slots(m.weights, layers);
+  const ExpertQuant quant = quantize_at_load(m.config, options, dir);
   std::map<Tensor*, std::vector<const TensorEntry*>> stacks, scale_stacks;
+  std::map<Tensor*, const TensorEntry*> dense_to_quantize;
   std::map<std::string, bool> used;
   QuantizedCheckpointReader quantized(m.config, m.weights);
   ExpertFilesBuilder on_disk(m.weights);
@@ -144,6 +175,8 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
       on_disk.add(want, *got, scales);
     } else if (want.mapping != TensorMapping::kWhole) {
       *want.slot = mapped_slot(want, got->view());
+    } else if (want.expert < 0 && quant.quantized() && kept.count(want.slot)) {
+      dense_to_quantize[want.slot] = got;
     } else if (want.expert < 0) {
       *want.slot = got->view();
       if (scales) want.slot->block_scales = std::make_shared<const Tensor>(scales->view());
@@ -159,9 +192,20 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
     }
   }
   // Values first: experts of mixed dtypes fail there, before a scale list with gaps is read.
-  for (auto& [slot, experts] : stacks) *slot = stack_experts(experts);
+  for (auto& [slot, experts] : stacks) {
+    if (!kept.count(slot)) continue;
+    if (quant.quantized()) {
+      require_one_dtype(experts);
+      *slot = quantize_mapped_matrices(experts, quant, true);
+    } else {
+      *slot = stack_experts(experts);
+    }
+  }
   for (auto& [slot, scales] : scale_stacks)
-    slot->block_scales = std::make_shared<const Tensor>(stack_experts(scales));
+    if (kept.count(slot))
+      slot->block_scales = std::make_shared<const Tensor>(stack_experts(scales));
+  for (auto& [slot, matrix] : dense_to_quantize)
+    *slot = quantize_mapped_matrices({matrix}, quant, false);
   quantized.pack();
 
   for (const auto& [name, entry] : ckpt.tensors()) {
@@ -176,6 +220,26 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   }
   if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
   if (options.experts_on_disk) m.expert_files = on_disk.finish(m.config, dir.string());
+  return m;
+}
+
+}  // namespace
+
+Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir) && options.experts_on_disk)
+    fail(
+        "{}: the disk tier reads safetensors folders; a GGUF file's experts must fit in "
+        "--host-mem (or convert the model to a Hugging Face folder)",
+        dir.string());
+  Model m = is_gguf_file(dir) ? load_gguf_model(dir) : load_folder(dir, options);
+  if (options.layers > m.config.num_layers)
+    fail("{}: {} layers asked for; the model has {}", dir.string(), options.layers,
+         m.config.num_layers);
+  if (options.layers > 0) {  // the first layers of the model
+    m.config.num_layers = options.layers;
+    m.weights.layers.resize(size_t(options.layers));
+  }
+  quantize_model_experts(m, options.expert_quant);
   return m;
 }
 

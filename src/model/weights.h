@@ -74,10 +74,19 @@ struct LoadOptions {
   // is checked against the table but neither read nor mapped into a slot. Safetensors folders
   // only, with bf16 experts or a quantized checkpoint's.
   bool experts_on_disk = false;
+  // Quantize the experts and dense MLPs at load (quantize_model_experts): matrix by matrix as
+  // they are read from the mapping, whose pages are dropped after each, so the bf16 weights are
+  // never resident next to the quantized ones. bf16: keep them as stored.
+  ExpertQuant expert_quant;
+  // > 0: keep only the model's first `layers` layers (the others are checked, never read).
+  int layers = 0;
 };
 
 // Loads config.json and the safetensors of a Hugging Face model folder, checking every tensor
-// against the family's table; or a GGUF file (the first part of a split one), model/gguf_model.h.
+// against the family's table. Weights are views of the mapped files where they are stored as
+// they run; experts repacked (stacked) or quantized at load are copied expert by expert, each
+// source's pages dropped after it (MappedFile::drop_pages), so the process holds one copy. Or
+// a GGUF file (the first part of a split one), model/gguf_model.h.
 Model load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 // The config alone: the folder's config.json, or a GGUF file's metadata.
 ModelConfig load_model_config(const std::filesystem::path& dir);

@@ -5,22 +5,25 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 #include "model/config_reader.h"
 #include "model/fp8_weights.h"
 
 namespace sluice {
 namespace {
 
-// The quantized form of one slot: [E, bytes] when stacked (experts > 0), else [bytes].
-Tensor quantize_slot(const Tensor& t, cpu::QuantFormat f, int64_t n, int64_t k, int group,
-                     int64_t experts) {
+// The quantized form of a slot's `count` n × k matrices: [count, bytes] when stacked, else the
+// one matrix's [bytes]. bf16_rows(e) gives matrix e's rows in bf16 (converted from F32/F16, or
+// dequantised from FP8 blocks); only one matrix's are held at a time.
+template <class Bf16Rows>
+Tensor quantize_matrices(cpu::QuantFormat f, int64_t n, int64_t k, int group, int64_t count,
+                         bool stacked, const Bf16Rows& bf16_rows) {
   const size_t bytes = cpu::quant_bytes(f, n, k, group);
-  Tensor out = Tensor::allocate(
-      DType::U8, experts > 0 ? Shape{experts, int64_t(bytes)} : Shape{int64_t(bytes)});
-  for (int64_t e = 0; e < std::max<int64_t>(experts, 1); ++e) {
-    // bf16 rows of the matrix: converted from F32/F16, or dequantised from FP8 blocks.
-    const auto rows = matrix_bf16(experts > 0 ? t.slice0(e) : t);
-    cpu::quantize_weights_into(f, rows.data(), n, k, group, out.as<uint8_t>() + e * bytes);
+  Tensor out =
+      Tensor::allocate(DType::U8, stacked ? Shape{count, int64_t(bytes)} : Shape{int64_t(bytes)});
+  for (int64_t e = 0; e < count; ++e) {
+    const std::vector<uint16_t> rows = bf16_rows(e);
+    cpu::quantize_weights_into(f, rows.data(), n, k, group, out.as<uint8_t>() + size_t(e) * bytes);
   }
   return out;
 }
@@ -148,12 +151,13 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
   const ExpertQuant q = resolve_expert_quant(c, requested, model.dir.string());
   if (!q.quantized() || c.expert_quant.quantized()) return;
   if (model.expert_files)
-    fail("{}: the experts stay on disk (the disk tier) and run as the checkpoint stores them; "
-         "to run them {}, {}",
-         model.dir.string(), expert_dtype_name(q.dtype),
-         c.fp8_weights ? "give --host-mem enough for the whole model (they are quantized at "
-                         "load; `sluice quantize` does not take FP8 folders)"
-                       : "write a quantized copy with `sluice quantize` and run that");
+    fail(
+        "{}: the experts stay on disk (the disk tier) and run as the checkpoint stores them; "
+        "to run them {}, {}",
+        model.dir.string(), expert_dtype_name(q.dtype),
+        c.fp8_weights ? "give --host-mem enough for the whole model (they are quantized at "
+                        "load; `sluice quantize` does not take FP8 folders)"
+                      : "write a quantized copy with `sluice quantize` and run that");
   const cpu::QuantFormat f = quant_format(q.dtype);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = model.weights.layers[size_t(l)];
@@ -162,7 +166,8 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
       if (t->empty() || t->dtype == DType::U8) continue;
       const MatrixShape s = expert_slot_shape(c, l, L, t);
       const bool stacked = t == &L.expert_gate || t == &L.expert_up || t == &L.expert_down;
-      *t = quantize_slot(*t, f, s.n, s.k, q.group_size, stacked ? c.num_experts : 0);
+      *t = quantize_matrices(f, s.n, s.k, q.group_size, stacked ? c.num_experts : 1, stacked,
+                             [&](int64_t e) { return matrix_bf16(stacked ? t->slice0(e) : *t); });
     }
   }
   c.expert_quant = q;
@@ -170,23 +175,15 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
 
 Tensor quantize_mapped_matrices(const std::vector<const TensorEntry*>& matrices, ExpertQuant q,
                                 bool stacked) {
-  const TensorEntry& first = *matrices[0];
-  const int64_t n = first.shape[0], k = first.shape[1];
-  const cpu::QuantFormat f = quant_format(q.dtype);
-  const size_t bytes = cpu::quant_bytes(f, n, k, q.group_size);
-  const int64_t count = int64_t(matrices.size());
-  Tensor out =
-      Tensor::allocate(DType::U8, stacked ? Shape{count, int64_t(bytes)} : Shape{int64_t(bytes)});
-  for (int64_t e = 0; e < count; ++e) {
-    const TensorEntry& m = *matrices[size_t(e)];
-    const Tensor source = m.view();
-    read_into_memory(source.data, m.nbytes, m.file->path());  // in large reads, not page faults
-    const auto rows = matrix_bf16(source);
-    cpu::quantize_weights_into(f, rows.data(), n, k, q.group_size,
-                               out.as<uint8_t>() + size_t(e) * bytes);
-    m.file->drop_pages(m.offset, m.nbytes);
-  }
-  return out;
+  const int64_t n = matrices[0]->shape[0], k = matrices[0]->shape[1];
+  return quantize_matrices(quant_format(q.dtype), n, k, q.group_size, int64_t(matrices.size()),
+                           stacked, [&](int64_t e) {
+                             const TensorEntry& m = *matrices[size_t(e)];
+                             m.read_in();
+                             std::vector<uint16_t> rows = matrix_bf16(m.view());
+                             m.drop_pages();  // converted: the mapping's copy is not read again
+                             return rows;
+                           });
 }
 
 std::string scale_tensor_name(const std::string& weight_name) {

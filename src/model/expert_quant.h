@@ -12,11 +12,12 @@
 #include <string>
 #include <string_view>
 
-#include "io/safetensors.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "model/weights.h"
 
 namespace sluice {
+
+struct TensorEntry;  // io/safetensors.h
 
 // The default group size, 128. Quality (ExpertQuantQuality.ErrorGrowsWithTheGroupSize, random
 // Mixtral-shaped model, hidden 256, relative L2 error against bf16): int8 worst-layer FFN error
@@ -66,10 +67,11 @@ ExpertQuant resolve_expert_quant(const ModelConfig& c, ExpertQuant requested,
 // slot's own view in bf16, or the quantized weights dequantized to fp32 (scale · q).
 Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n, int64_t k);
 
-// Quantizes every expert and dense-MLP matrix of a loaded bf16 model (quantize-at-load), one
-// matrix at a time, and records `q` (group resolved) in model.config. bf16: nothing to do (a
-// quantized checkpoint stays as it is); int8/int4 on an already quantized model must be its own
-// dtype and group (else an error). Slots already quantized (U8, by load_model) are kept.
+// Quantizes every expert and dense-MLP matrix of a loaded model (a model made in memory, or what
+// load_model does not quantize as it reads: FP8 and fused experts, GGUF files), one matrix at a
+// time, and records `q` (group resolved) in model.config. Slots already quantized (U8, by
+// load_model) are kept. bf16: nothing to do (a quantized checkpoint stays as it is); int8/int4
+// on an already quantized model must be its own dtype and group (else an error).
 void quantize_model_experts(Model& model, ExpertQuant q);
 
 // One slot quantized from its matrices in the mapped checkpoint (bf16, f16 or f32, each n × k):

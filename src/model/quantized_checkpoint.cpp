@@ -80,6 +80,8 @@ void QuantizedCheckpointReader::pack() {
     std::vector<float> scales(size_t(first.n * (first.k / q.group_size)));
     for (int64_t e = 0; e < count; ++e) {
       const Matrix& m = slot.experts[size_t(e)];
+      m.values->read_in();
+      m.scales->read_in();
       const uint8_t* src =
           reinterpret_cast<const uint8_t*>(m.values->file->data() + m.values->offset);
       if (f == cpu::QuantFormat::kInt8)
@@ -96,8 +98,8 @@ void QuantizedCheckpointReader::pack() {
         fail("{}: tensor '{}': {}", m.values->file->path().string(), m.values->name, err.what());
       }
       // Packed: the checkpoint's pages of this matrix leave the process (one copy resident).
-      m.values->file->drop_pages(m.values->offset, m.values->nbytes);
-      m.scales->file->drop_pages(m.scales->offset, m.scales->nbytes);
+      m.values->drop_pages();
+      m.scales->drop_pages();
     }
     *tensor = std::move(out);
   }

@@ -74,11 +74,14 @@ struct LoadOptions {
   // is checked against the table but neither read nor mapped into a slot. Safetensors folders
   // only, with bf16 experts or a quantized checkpoint's.
   bool experts_on_disk = false;
-  // Quantize the experts and dense MLPs at load (quantize_model_experts): matrix by matrix as
-  // they are read from the mapping, whose pages are dropped after each, so the bf16 weights are
-  // never resident next to the quantized ones. bf16: keep them as stored.
+  // Quantize the experts and dense MLPs at load (as quantize_model_experts does). Those of a
+  // safetensors folder stored one bf16/f16/f32 matrix per tensor are quantized matrix by matrix
+  // as they are read from the mapping, whose pages are dropped after each, so the bf16 weights
+  // are never resident next to the quantized ones; FP8 and fused experts, and GGUF files, are
+  // quantized once loaded. bf16: keep them as stored.
   ExpertQuant expert_quant;
-  // > 0: keep only the model's first `layers` layers (the others are checked, never read).
+  // > 0: keep only the model's first `layers` layers (the others' tensors are checked, never
+  // read); more than the model has is an error.
   int layers = 0;
 };
 

@@ -13,6 +13,7 @@
 #include "model/expert_quant.h"
 #include "model/model_stats.h"
 #include "model/presets.h"
+#include "model/quantize_checkpoint.h"
 #include "model/synthetic.h"
 #include "runtime/memory_info.h"
 #include "test_util.h"
@@ -82,22 +83,25 @@ LoadPeak load_in_child(const std::filesystem::path& warm_up, const std::filesyst
   return r;
 }
 
+// Loads dir/model (after a warm-up model written to dir/warm-up) with `dtype` experts and expects
+// the peak growth within the weights + 10%.
+void expect_one_copy(const std::filesystem::path& dir, ExpertDtype dtype) {
+  write_random_checkpoint(warm_up_mixtral(), dir / "warm-up", 1);
+  const LoadPeak r = load_in_child(dir / "warm-up", dir / "model", dtype);
+  ASSERT_GT(r.weight_bytes, size_t(20) << 20);
+  EXPECT_LE(double(r.peak_growth), 1.10 * double(r.weight_bytes))
+      << "peak growth " << r.peak_growth << " bytes for " << r.weight_bytes << " bytes of weights ("
+      << expert_dtype_name(dtype) << " experts)";
+}
+
 class LoadMemory : public ::testing::TestWithParam<ExpertDtype> {
  protected:
-  void expect_one_copy(const std::filesystem::path& dir) {
-    write_random_checkpoint(warm_up_mixtral(), dir_ / "warm-up", 1);
-    const LoadPeak r = load_in_child(dir_ / "warm-up", dir, GetParam());
-    ASSERT_GT(r.weight_bytes, size_t(20) << 20);
-    EXPECT_LE(double(r.peak_growth), 1.10 * double(r.weight_bytes))
-        << "peak growth " << r.peak_growth << " bytes for " << r.weight_bytes
-        << " bytes of weights (" << expert_dtype_name(GetParam()) << " experts)";
-  }
   testing::TempDir dir_;
 };
 
 TEST_P(LoadMemory, ExpertsStoredBackToBackPeakAtOneCopy) {
   write_random_checkpoint(measured_mixtral(), dir_ / "model", 1);
-  expect_one_copy(dir_ / "model");
+  expect_one_copy(dir_.path(), GetParam());
 }
 
 // Rewritten in name order, each layer's experts lie apart (experts.0.w1, experts.0.w2, ...), so
@@ -105,7 +109,7 @@ TEST_P(LoadMemory, ExpertsStoredBackToBackPeakAtOneCopy) {
 TEST_P(LoadMemory, ExpertsStoredApartPeakAtOneCopy) {
   write_random_checkpoint(measured_mixtral(), dir_ / "model", 1);
   testing::rewrite_checkpoint(dir_ / "model", [](TensorSpec&) { return true; });
-  expect_one_copy(dir_ / "model");
+  expect_one_copy(dir_.path(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(ExpertDtypes, LoadMemory,
@@ -113,6 +117,15 @@ INSTANTIATE_TEST_SUITE_P(ExpertDtypes, LoadMemory,
                          [](const auto& param_info) {
                            return std::string(expert_dtype_name(param_info.param));
                          });
+
+// A quantized checkpoint (`sluice quantize`): each matrix's int8 values and scales are packed
+// into the kernels' layout, and its pages dropped once packed.
+TEST(LoadMemoryQuantizedCheckpoint, PeakAtOneCopy) {
+  testing::TempDir dir;
+  write_random_checkpoint(measured_mixtral(), dir / "bf16", 1);
+  quantize_checkpoint(dir / "bf16", dir / "model", ExpertDtype::kInt8, kDefaultExpertGroup);
+  expect_one_copy(dir.path(), ExpertDtype::kInt8);
+}
 
 }  // namespace
 }  // namespace sluice

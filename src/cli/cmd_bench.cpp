@@ -73,10 +73,27 @@ struct LoadedModel {
   Model model;
   WeightsRead read_in;
   double load_seconds = 0;
+  std::optional<size_t> storage_bytes;  // read from storage by the load (page cache not counted)
 };
+
+// The whole load's reads from storage (quantizing or repacking experts included) as a rate
+// against the profiled disk read rate: with a cold page cache, how near loading is to the disk.
+std::string describe_storage_reads(const LoadedModel& l, double disk_bytes_per_s) {
+  if (!l.storage_bytes || l.model.dir.empty() || l.load_seconds <= 0) return "";
+  if (*l.storage_bytes == 0)
+    return "; nothing read from storage (the files were in the page cache)";
+  const double rate = double(*l.storage_bytes) / l.load_seconds;
+  return fmt::format("; {} read from storage in the load, {:.2f} GB/s{}",
+                     human_bytes(double(*l.storage_bytes)), rate / 1e9,
+                     disk_bytes_per_s > 0
+                         ? fmt::format(" = {:.0f}% of the profiled disk read rate {:.2f} GB/s",
+                                       100 * rate / disk_bytes_per_s, disk_bytes_per_s / 1e9)
+                         : "");
+}
 
 LoadedModel load_for_bench(const Options& o, const HostBudget& budget) {
   const auto t_load = Clock::now();
+  const std::optional<size_t> read_before = storage_read_bytes();
   LoadedModel l;
   const ExpertQuant quant{o.policy.expert_dtype, o.policy.expert_group};
   if (o.preset.empty()) {
@@ -87,6 +104,8 @@ LoadedModel load_for_bench(const Options& o, const HostBudget& budget) {
   }
   l.read_in = read_weights_if_they_fit(l.model);
   l.load_seconds = seconds_since(t_load);
+  const std::optional<size_t> read_after = storage_read_bytes();
+  if (read_before && read_after) l.storage_bytes = *read_after - *read_before;
   return l;
 }
 
@@ -187,6 +206,7 @@ void print_json(const BenchResult& b) {
   j["load_seconds"] = b.loaded->load_seconds;
   j["weights_read_bytes"] = b.loaded->read_in.bytes;
   j["weights_read_seconds"] = b.loaded->read_in.seconds;
+  if (b.loaded->storage_bytes) j["load_storage_read_bytes"] = *b.loaded->storage_bytes;
   j["requests"] = o.requests;
   j["prompt_len"] = o.prompt_len;
   j["gen_len"] = o.gen_len;
@@ -215,10 +235,11 @@ void print_json(const BenchResult& b) {
 void print_setup(const BenchResult& b) {
   const Options& o = *b.o;
   const Policy& policy = b.plan->policy;
-  fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s{}\n",
+  fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s{}{}\n",
              o.preset.empty() ? o.model_dir : o.preset, b.loaded->model.config.num_layers,
              human_bytes(double(b.ms->total_bytes)), b.loaded->load_seconds,
-             describe(b.loaded->read_in, b.ceilings->dram_bytes_per_s, b.hw->disk_bytes_per_s));
+             describe(b.loaded->read_in, b.ceilings->dram_bytes_per_s, b.hw->disk_bytes_per_s),
+             describe_storage_reads(*b.loaded, b.hw->disk_bytes_per_s));
   fmt::print("machine    {}\n", machine_description());
   fmt::print(
       "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -58,6 +59,14 @@ void read_into_memory(const void* data, size_t bytes, const std::filesystem::pat
   volatile unsigned char sink = 0;
   for (uintptr_t p = begin; p < end; p += page) sink = *reinterpret_cast<const unsigned char*>(p);
   (void)sink;
+}
+
+void MappedFile::drop_pages(size_t offset, size_t bytes) const {
+  if (bytes == 0 || offset >= size_) return;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(size_, offset + bytes);
+  madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);  // only a hint
 }
 
 MappedFile::~MappedFile() {

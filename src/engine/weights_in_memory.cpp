@@ -62,12 +62,8 @@ Model load_model_for_run(const std::filesystem::path& dir, ExpertQuant quant,
   if (!c.expert_quant.quantized()) c.expert_quant = resolve_expert_quant(c, quant, dir.string());
   require_servable(c, budget, dir.string(), disk_tier_refusal(dir));
   const bool on_disk = experts_stay_on_disk(c, budget.bytes);
-  Model model = load_model(dir, {.experts_on_disk = on_disk});
-  if (layers > 0) {  // the first layers of the model
-    model.config.num_layers = layers;
-    model.weights.layers.resize(size_t(layers));
-  }
-  quantize_model_experts(model, quant);
+  Model model =
+      load_model(dir, {.experts_on_disk = on_disk, .expert_quant = quant, .layers = layers});
   if (on_disk) copy_resident_weights(model);
   return model;
 }

@@ -22,6 +22,14 @@ Tensor TensorEntry::view() const {
   return t;
 }
 
+void TensorEntry::read_in() const {
+  read_into_memory(file->data() + offset, nbytes, file->path());
+}
+
+void TensorEntry::drop_pages() const {
+  file->drop_pages(offset, nbytes);
+}
+
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit is 100 MB

@@ -26,6 +26,12 @@ struct TensorEntry {
   std::shared_ptr<MappedFile> file;
 
   Tensor view() const;  // a Tensor pointing into the mapping, keeping it alive
+  // Its bytes of the mapping read in now, in large reads rather than page faults
+  // (read_into_memory), before a copy or a conversion reads them all.
+  void read_in() const;
+  // Its pages of the mapping dropped from this process (MappedFile::drop_pages), once copied or
+  // converted elsewhere and not read again.
+  void drop_pages() const;
 };
 
 class SafetensorsFile {

@@ -5,22 +5,25 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 #include "model/config_reader.h"
 #include "model/fp8_weights.h"
 
 namespace sluice {
 namespace {
 
-// The quantized form of one slot: [E, bytes] when stacked (experts > 0), else [bytes].
-Tensor quantize_slot(const Tensor& t, cpu::QuantFormat f, int64_t n, int64_t k, int group,
-                     int64_t experts) {
+// The quantized form of a slot's `count` n × k matrices: [count, bytes] when stacked, else the
+// one matrix's [bytes]. bf16_rows(e) gives matrix e's rows in bf16 (converted from F32/F16, or
+// dequantised from FP8 blocks); only one matrix's are held at a time.
+template <class Bf16Rows>
+Tensor quantize_matrices(cpu::QuantFormat f, int64_t n, int64_t k, int group, int64_t count,
+                         bool stacked, const Bf16Rows& bf16_rows) {
   const size_t bytes = cpu::quant_bytes(f, n, k, group);
-  Tensor out = Tensor::allocate(DType::U8, experts > 0 ? Shape{experts, int64_t(bytes)}
-                                                       : Shape{int64_t(bytes)});
-  for (int64_t e = 0; e < std::max<int64_t>(experts, 1); ++e) {
-    // bf16 rows of the matrix: converted from F32/F16, or dequantised from FP8 blocks.
-    const auto rows = matrix_bf16(experts > 0 ? t.slice0(e) : t);
-    cpu::quantize_weights_into(f, rows.data(), n, k, group, out.as<uint8_t>() + e * bytes);
+  Tensor out =
+      Tensor::allocate(DType::U8, stacked ? Shape{count, int64_t(bytes)} : Shape{int64_t(bytes)});
+  for (int64_t e = 0; e < count; ++e) {
+    const std::vector<uint16_t> rows = bf16_rows(e);
+    cpu::quantize_weights_into(f, rows.data(), n, k, group, out.as<uint8_t>() + size_t(e) * bytes);
   }
   return out;
 }
@@ -78,14 +81,17 @@ int resolve_expert_group(const ModelConfig& c, ExpertDtype d, int requested,
   std::vector<std::pair<const char*, int>> rows = {{"hidden_size", c.hidden_size}};
   if (c.num_experts > 0) rows.push_back({"moe intermediate size", c.expert_intermediate_size});
   for (int l = 0; l < c.num_layers; ++l)
-    if (c.dense_mlp_size(l) > 0) rows.push_back({"dense MLP intermediate size", c.dense_mlp_size(l)});
+    if (c.dense_mlp_size(l) > 0)
+      rows.push_back({"dense MLP intermediate size", c.dense_mlp_size(l)});
   for (auto [what, k] : rows)
     if (k % group != 0)
       fail(
           "{}: group size {} does not divide the row length {} ({}) of the expert matrices; "
           "expected a group size that divides it{}",
           source, group, k, what,
-          requested > 0 ? "" : " (pass --expert-group, e.g. " + std::to_string(std::gcd(k, group)) + ")");
+          requested > 0
+              ? ""
+              : " (pass --expert-group, e.g. " + std::to_string(std::gcd(k, group)) + ")");
   return group;
 }
 
@@ -130,10 +136,11 @@ ExpertQuant resolve_expert_quant(const ModelConfig& c, ExpertQuant q, const std:
     if (q.dtype == c.expert_quant.dtype &&
         (q.group_size == 0 || q.group_size == c.expert_quant.group_size))
       return c.expert_quant;
-    fail("{}: the checkpoint's experts are {} (group {}); --expert-dtype {} (group {}) cannot "
-         "requantize them: quantize the bf16 checkpoint instead",
-         source, expert_dtype_name(c.expert_quant.dtype), c.expert_quant.group_size,
-         expert_dtype_name(q.dtype), q.group_size);
+    fail(
+        "{}: the checkpoint's experts are {} (group {}); --expert-dtype {} (group {}) cannot "
+        "requantize them: quantize the bf16 checkpoint instead",
+        source, expert_dtype_name(c.expert_quant.dtype), c.expert_quant.group_size,
+        expert_dtype_name(q.dtype), q.group_size);
   }
   if (!q.quantized()) return {};
   return {q.dtype, resolve_expert_group(c, q.dtype, q.group_size, "--expert-dtype")};
@@ -144,24 +151,39 @@ void quantize_model_experts(Model& model, ExpertQuant requested) {
   const ExpertQuant q = resolve_expert_quant(c, requested, model.dir.string());
   if (!q.quantized() || c.expert_quant.quantized()) return;
   if (model.expert_files)
-    fail("{}: the experts stay on disk (the disk tier) and run as the checkpoint stores them; "
-         "to run them {}, {}",
-         model.dir.string(), expert_dtype_name(q.dtype),
-         c.fp8_weights ? "give --host-mem enough for the whole model (they are quantized at "
-                         "load; `sluice quantize` does not take FP8 folders)"
-                       : "write a quantized copy with `sluice quantize` and run that");
+    fail(
+        "{}: the experts stay on disk (the disk tier) and run as the checkpoint stores them; "
+        "to run them {}, {}",
+        model.dir.string(), expert_dtype_name(q.dtype),
+        c.fp8_weights ? "give --host-mem enough for the whole model (they are quantized at "
+                        "load; `sluice quantize` does not take FP8 folders)"
+                      : "write a quantized copy with `sluice quantize` and run that");
   const cpu::QuantFormat f = quant_format(q.dtype);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& L = model.weights.layers[size_t(l)];
     for (Tensor* t :
          {&L.expert_gate, &L.expert_up, &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down}) {
-      if (t->empty()) continue;
+      if (t->empty() || t->dtype == DType::U8) continue;
       const MatrixShape s = expert_slot_shape(c, l, L, t);
       const bool stacked = t == &L.expert_gate || t == &L.expert_up || t == &L.expert_down;
-      *t = quantize_slot(*t, f, s.n, s.k, q.group_size, stacked ? c.num_experts : 0);
+      *t = quantize_matrices(f, s.n, s.k, q.group_size, stacked ? c.num_experts : 1, stacked,
+                             [&](int64_t e) { return matrix_bf16(stacked ? t->slice0(e) : *t); });
     }
   }
   c.expert_quant = q;
+}
+
+Tensor quantize_mapped_matrices(const std::vector<const TensorEntry*>& matrices, ExpertQuant q,
+                                bool stacked) {
+  const int64_t n = matrices[0]->shape[0], k = matrices[0]->shape[1];
+  return quantize_matrices(quant_format(q.dtype), n, k, q.group_size, int64_t(matrices.size()),
+                           stacked, [&](int64_t e) {
+                             const TensorEntry& m = *matrices[size_t(e)];
+                             m.read_in();
+                             std::vector<uint16_t> rows = matrix_bf16(m.view());
+                             m.drop_pages();  // converted: the mapping's copy is not read again
+                             return rows;
+                           });
 }
 
 std::string scale_tensor_name(const std::string& weight_name) {
@@ -186,7 +208,8 @@ void read_quantization_field(const nlohmann::json& j, const std::string& source,
   if (d == ExpertDtype::kBf16) return;
   if (!r.has("group_size")) r.fail_field("group_size", "missing (the experts' scale group size)");
   const int group = r.integer("group_size");
-  c.expert_quant = {d, resolve_expert_group(c, d, group, source + ": field 'quantization.group_size'")};
+  c.expert_quant = {
+      d, resolve_expert_group(c, d, group, source + ": field 'quantization.group_size'")};
 }
 
 void write_quantization_field(const ModelConfig& c, nlohmann::json& j) {

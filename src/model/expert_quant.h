@@ -17,6 +17,8 @@
 
 namespace sluice {
 
+struct TensorEntry;  // io/safetensors.h
+
 // The default group size, 128. Quality (ExpertQuantQuality.ErrorGrowsWithTheGroupSize, random
 // Mixtral-shaped model, hidden 256, relative L2 error against bf16): int8 worst-layer FFN error
 // 1.39% / 1.59% / 1.75% / 1.99% and final logits 0.72% / 0.82% / 0.88% / 1.00% at groups
@@ -63,14 +65,20 @@ ExpertQuant resolve_expert_quant(const ModelConfig& c, ExpertQuant requested,
 
 // Matrix `e` of an expert slot (-1: a dense-MLP slot) as the reference forward multiplies it: the
 // slot's own view in bf16, or the quantized weights dequantized to fp32 (scale · q).
-Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n,
-                         int64_t k);
+Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n, int64_t k);
 
-// Quantizes every expert and dense-MLP matrix of a loaded bf16 model (quantize-at-load), one
-// matrix at a time, and records `q` (group resolved) in model.config. bf16: nothing to do (a
-// quantized checkpoint stays as it is); int8/int4 on an already quantized model must be its own
-// dtype and group (else an error).
+// Quantizes every expert and dense-MLP matrix of a loaded model (a model made in memory, or what
+// load_model does not quantize as it reads: FP8 and fused experts, GGUF files), one matrix at a
+// time, and records `q` (group resolved) in model.config. Slots already quantized (U8, by
+// load_model) are kept. bf16: nothing to do (a quantized checkpoint stays as it is); int8/int4
+// on an already quantized model must be its own dtype and group (else an error).
 void quantize_model_experts(Model& model, ExpertQuant q);
+
+// One slot quantized from its matrices in the mapped checkpoint (bf16, f16 or f32, each n × k):
+// [E, quant_bytes] when `stacked`, else the one matrix's [quant_bytes]. Each matrix's pages are
+// dropped from the mapping once it is quantized (load_model's quantize-at-load).
+Tensor quantize_mapped_matrices(const std::vector<const TensorEntry*>& matrices, ExpertQuant q,
+                                bool stacked);
 
 // The checkpoint form, per matrix `<name>` (a ".weight" tensor of the bf16 checkpoint):
 //   int8: <name> I8 [n, k], q in [-127, 127];  int4: <name> U8 [n, k/2], two q + 8 per byte

@@ -24,29 +24,33 @@ const TensorEntry* QuantizedCheckpointReader::check(const Checkpoint& ckpt,
   if (!q.quantized() || !layer_of_.count(want.slot)) return nullptr;
   const std::string file = got.file->path().string();
   if (want.mapping != TensorMapping::kWhole)
-    fail("{}: tensor '{}': quantized experts of {} are not supported (its checkpoint fuses the "
-         "experts into one tensor); load the bf16 checkpoint with --expert-dtype instead",
-         file, want.name, c_.architecture);
+    fail(
+        "{}: tensor '{}': quantized experts of {} are not supported (its checkpoint fuses the "
+        "experts into one tensor); load the bf16 checkpoint with --expert-dtype instead",
+        file, want.name, c_.architecture);
   const int64_t n = want.shape[0], k = want.shape[1];
   const Shape shape = quantized_tensor_shape(q.dtype, n, k);
   const DType dtype = quantized_tensor_dtype(q.dtype);
   if (got.dtype != dtype || got.shape != shape)
-    fail("{}: tensor '{}': expected {} {} ({} weights of the {}x{} matrix, config.json "
-         "quantization.expert_dtype), got {} {}",
-         file, want.name, dtype_name(dtype), shape_str(shape), expert_dtype_name(q.dtype), n, k,
-         dtype_name(got.dtype), shape_str(got.shape));
+    fail(
+        "{}: tensor '{}': expected {} {} ({} weights of the {}x{} matrix, config.json "
+        "quantization.expert_dtype), got {} {}",
+        file, want.name, dtype_name(dtype), shape_str(shape), expert_dtype_name(q.dtype), n, k,
+        dtype_name(got.dtype), shape_str(got.shape));
   const std::string scale_name = scale_tensor_name(want.name);
   const Shape scale_shape = {n, k / q.group_size};
   const TensorEntry* scales = ckpt.find(scale_name);
   if (!scales)
-    fail("{}: tensor '{}' is missing: expected F32 {} group scales of '{}' (config.json "
-         "quantization.group_size = {})",
-         file, scale_name, shape_str(scale_shape), want.name, q.group_size);
+    fail(
+        "{}: tensor '{}' is missing: expected F32 {} group scales of '{}' (config.json "
+        "quantization.group_size = {})",
+        file, scale_name, shape_str(scale_shape), want.name, q.group_size);
   if (scales->dtype != DType::F32 || scales->shape != scale_shape)
-    fail("{}: tensor '{}': expected F32 {} (one scale per row and group of {} of the {}x{} "
-         "matrix '{}'), got {} {}",
-         scales->file->path().string(), scale_name, shape_str(scale_shape), q.group_size, n, k,
-         want.name, dtype_name(scales->dtype), shape_str(scales->shape));
+    fail(
+        "{}: tensor '{}': expected F32 {} (one scale per row and group of {} of the {}x{} "
+        "matrix '{}'), got {} {}",
+        scales->file->path().string(), scale_name, shape_str(scale_shape), q.group_size, n, k,
+        want.name, dtype_name(scales->dtype), shape_str(scales->shape));
   return scales;
 }
 
@@ -76,13 +80,16 @@ void QuantizedCheckpointReader::pack() {
     std::vector<float> scales(size_t(first.n * (first.k / q.group_size)));
     for (int64_t e = 0; e < count; ++e) {
       const Matrix& m = slot.experts[size_t(e)];
-      const uint8_t* src = reinterpret_cast<const uint8_t*>(m.values->file->data() + m.values->offset);
+      m.values->read_in();
+      m.scales->read_in();
+      const uint8_t* src =
+          reinterpret_cast<const uint8_t*>(m.values->file->data() + m.values->offset);
       if (f == cpu::QuantFormat::kInt8)
         std::memcpy(values.data(), src, values.size());
       else
-        cpu::nibbles_to_int4(src, int64_t(values.size()), values.data(),
-                             (m.values->file->path().string() + ": tensor '" + m.values->name +
-                              "'").c_str());
+        cpu::nibbles_to_int4(
+            src, int64_t(values.size()), values.data(),
+            (m.values->file->path().string() + ": tensor '" + m.values->name + "'").c_str());
       std::memcpy(scales.data(), m.scales->file->data() + m.scales->offset, scales.size() * 4);
       try {
         cpu::pack_weights_into(f, values.data(), scales.data(), m.n, m.k, q.group_size,
@@ -90,6 +97,9 @@ void QuantizedCheckpointReader::pack() {
       } catch (const Error& err) {
         fail("{}: tensor '{}': {}", m.values->file->path().string(), m.values->name, err.what());
       }
+      // Packed: the checkpoint's pages of this matrix leave the process (one copy resident).
+      m.values->drop_pages();
+      m.scales->drop_pages();
     }
     *tensor = std::move(out);
   }

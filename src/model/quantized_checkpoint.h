@@ -21,7 +21,8 @@ class QuantizedCheckpointReader {
                            const TensorEntry& got) const;
   // check, and takes the matrix for pack(). False: not a quantized one.
   bool add(const Checkpoint& ckpt, const ExpectedTensor& want, const TensorEntry& got);
-  // Packs every taken matrix into its slot ([E, bytes] or [bytes] U8).
+  // Packs every taken matrix into its slot ([E, bytes] or [bytes] U8), the checkpoint's pages of
+  // each dropped once packed.
   void pack();
 
  private:

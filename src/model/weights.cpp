@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -22,17 +23,24 @@ bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
+void require_one_dtype(const std::vector<const TensorEntry*>& experts) {
+  const TensorEntry& first = *experts[0];
+  for (const TensorEntry* x : experts)
+    if (x->dtype != first.dtype)
+      fail("{}: tensor '{}' is {} but '{}' is {}; experts of one layer must share a dtype",
+           x->file->path().string(), x->name, dtype_name(x->dtype), first.name,
+           dtype_name(first.dtype));
+}
+
 // Experts arrive as E separate tensors. When the file stores them back to back in order, the
-// stacked [E, ...] tensor is a view of the mapping; otherwise it is repacked once here.
+// stacked [E, ...] tensor is a view of the mapping; otherwise it is repacked once here, expert by
+// expert, each expert's pages of the mapping dropped once copied (one copy stays resident). The
+// experts share a dtype (require_one_dtype).
 Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
   const TensorEntry& first = *experts[0];
   bool contiguous = true;
   for (size_t e = 0; e < experts.size(); ++e) {
     const TensorEntry& x = *experts[e];
-    if (x.dtype != first.dtype)
-      fail("{}: tensor '{}' is {} but '{}' is {}; experts of one layer must share a dtype",
-           x.file->path().string(), x.name, dtype_name(x.dtype), first.name,
-           dtype_name(first.dtype));
     if (x.file != first.file || x.offset != first.offset + e * first.nbytes) contiguous = false;
   }
   Shape shape = first.shape;
@@ -43,9 +51,13 @@ Tensor stack_experts(const std::vector<const TensorEntry*>& experts) {
     return t;
   }
   Tensor t = Tensor::allocate(first.dtype, shape);
-  for (size_t e = 0; e < experts.size(); ++e)
-    std::memcpy(static_cast<char*>(t.data) + e * first.nbytes,
-                experts[e]->file->data() + experts[e]->offset, first.nbytes);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const TensorEntry& x = *experts[e];
+    x.read_in();
+    std::memcpy(static_cast<char*>(t.data) + e * first.nbytes, x.file->data() + x.offset,
+                first.nbytes);
+    x.drop_pages();
+  }
   return t;
 }
 
@@ -81,16 +93,108 @@ const TensorEntry& fp8_scales(const Checkpoint& ckpt, const Model& m, const Expe
   return *scales;
 }
 
-}  // namespace
+// The number of layers LoadOptions::layers keeps, checked against the model's.
+int layers_kept(const ModelConfig& c, int asked, const std::filesystem::path& dir) {
+  if (asked > c.num_layers)
+    fail("{}: {} layers asked for (--layers); the model has {}", dir.string(), asked, c.num_layers);
+  return asked > 0 ? asked : c.num_layers;
+}
 
-Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
-  if (is_gguf_file(dir)) {
-    if (options.experts_on_disk)
-      fail("{}: the disk tier reads safetensors folders; a GGUF file's experts must fit in "
-           "--host-mem (or convert the model to a Hugging Face folder)",
-           dir.string());
-    return load_gguf_model(dir);
+// The expert and dense-MLP slots (the matrices load_folder copies: stacked, quantized, packed or
+// transposed) of the first `layers` layers, which it fills, and of the later ones, whose tensors
+// it checks but never reads.
+struct ExpertSlots {
+  std::set<const Tensor*> kept, later;
+};
+
+ExpertSlots expert_slots(ModelWeights& w, int layers) {
+  ExpertSlots slots;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    LayerWeights& L = w.layers[l];
+    for (const Tensor* t :
+         {&L.expert_gate, &L.expert_up, &L.expert_down, &L.mlp_gate, &L.mlp_up, &L.mlp_down})
+      (int(l) < layers ? slots.kept : slots.later).insert(t);
   }
+  return slots;
+}
+
+// The quantization load_folder applies matrix by matrix as it reads the experts of the first
+// `layers` layers: what `options` asks of a bf16/f16/f32 checkpoint whose experts stay in memory
+// (its group resolved against those layers' rows); none otherwise (quantize_model_experts then
+// keeps a quantized checkpoint, quantizes FP8 weights after loading, or refuses the disk tier's).
+ExpertQuant quantize_at_load(ModelConfig c, int layers, const LoadOptions& options,
+                             const std::filesystem::path& dir) {
+  if (options.experts_on_disk || c.expert_quant.quantized() || c.fp8_weights) return {};
+  c.num_layers = layers;
+  return resolve_expert_quant(c, options.expert_quant, dir.string());
+}
+
+// Puts each checked tensor of the kept layers into its slot: a view of the mapping where it is
+// stored as it runs, else a copy. The copies wait until every tensor is checked (fill_copies):
+// experts stored one tensor each (stacked, or quantized as `quant` asks) with their FP8 block
+// scales, and dense-MLP matrices quantized at load.
+class SlotFiller {
+ public:
+  SlotFiller(ExpertSlots slots, ExpertQuant quant) : slots_(std::move(slots)), quant_(quant) {}
+
+  // False: a later layer's tensor, left out.
+  bool keeps(const ExpectedTensor& want) const { return !slots_.later.count(want.slot); }
+
+  void place(const ExpectedTensor& want, const TensorEntry& got, const TensorEntry* scales) {
+    if (want.mapping != TensorMapping::kWhole) {
+      *want.slot = mapped_slot(want, got.view());
+    } else if (want.expert >= 0) {
+      add(experts_[want.slot], want.expert, &got);
+      if (scales) add(expert_scales_[want.slot], want.expert, scales);
+    } else if (quant_.quantized() && slots_.kept.count(want.slot)) {
+      dense_to_quantize_[want.slot] = &got;
+    } else {
+      *want.slot = got.view();
+      if (scales) want.slot->block_scales = std::make_shared<const Tensor>(scales->view());
+    }
+  }
+
+  void fill_copies() const {
+    // Values first: experts of mixed dtypes fail there, before a scale list with gaps is read.
+    for (const auto& [slot, list] : experts_) require_one_dtype(list);
+    for (const auto& [slot, list] : experts_)
+      *slot =
+          quant_.quantized() ? quantize_mapped_matrices(list, quant_, true) : stack_experts(list);
+    for (const auto& [slot, list] : expert_scales_)
+      slot->block_scales = std::make_shared<const Tensor>(stack_experts(list));
+    for (const auto& [slot, matrix] : dense_to_quantize_)
+      *slot = quantize_mapped_matrices({matrix}, quant_, false);
+  }
+
+ private:
+  static void add(std::vector<const TensorEntry*>& list, int expert, const TensorEntry* entry) {
+    if (list.size() <= size_t(expert)) list.resize(size_t(expert) + 1);
+    list[size_t(expert)] = entry;
+  }
+
+  const ExpertSlots slots_;
+  const ExpertQuant quant_;
+  std::map<Tensor*, std::vector<const TensorEntry*>> experts_, expert_scales_;
+  std::map<Tensor*, const TensorEntry*> dense_to_quantize_;
+};
+
+// Every tensor of the checkpoint was used, or is one the table ignores.
+void require_no_unexpected_tensor(const Checkpoint& ckpt, const TensorTable& table,
+                                  const std::map<std::string, bool>& used,
+                                  const std::string& architecture) {
+  for (const auto& [name, entry] : ckpt.tensors()) {
+    if (used.count(name)) continue;
+    bool ignored = false;
+    for (const auto& suffix : table.ignored_suffixes) ignored |= name.ends_with(suffix);
+    for (const auto& prefix : table.ignored_prefixes) ignored |= name.starts_with(prefix);
+    if (!ignored)
+      fail("{}: unexpected tensor '{}' {} {}: not part of a {} checkpoint with this config",
+           entry.file->path().string(), name, dtype_name(entry.dtype), shape_str(entry.shape),
+           architecture);
+  }
+}
+
+Model load_folder(const std::filesystem::path& dir, const LoadOptions& options) {
   Model m;
   m.dir = dir;
   if (!std::filesystem::exists(dir / "config.json"))
@@ -100,7 +204,9 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   TensorTable table = tensor_table(m.config, m.weights);
   if (m.config.tie_word_embeddings) table.ignored_suffixes.push_back("lm_head.weight");
 
-  std::map<Tensor*, std::vector<const TensorEntry*>> stacks, scale_stacks;
+  const int layers = layers_kept(m.config, options.layers, dir);
+  SlotFiller slots(expert_slots(m.weights, layers),
+                   quantize_at_load(m.config, layers, options, dir));
   std::map<std::string, bool> used;
   QuantizedCheckpointReader quantized(m.config, m.weights);
   ExpertFilesBuilder on_disk(m.weights);
@@ -116,7 +222,8 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
         used[want.name] = used[scale_tensor_name(want.name)] = true;
         continue;
       }
-    } else if (quantized.add(ckpt, want, *got)) {
+    } else if (slots.keeps(want) ? quantized.add(ckpt, want, *got)
+                                 : quantized.check(ckpt, want, *got) != nullptr) {
       used[want.name] = used[scale_tensor_name(want.name)] = true;
       continue;
     }
@@ -138,44 +245,35 @@ Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
     used[want.name] = true;
     if (stays_on_disk) {
       if (got->dtype != DType::BF16 && got->dtype != DType::F8_E4M3)
-        fail("{}: tensor '{}': the disk tier reads experts as stored and runs bf16 or FP8 "
-             "ones; this one is {} (give --host-mem enough for the whole model)",
-             file, want.name, dtype_name(got->dtype));
+        fail(
+            "{}: tensor '{}': the disk tier reads experts as stored and runs bf16 or FP8 "
+            "ones; this one is {} (give --host-mem enough for the whole model)",
+            file, want.name, dtype_name(got->dtype));
       on_disk.add(want, *got, scales);
-    } else if (want.mapping != TensorMapping::kWhole) {
-      *want.slot = mapped_slot(want, got->view());
-    } else if (want.expert < 0) {
-      *want.slot = got->view();
-      if (scales) want.slot->block_scales = std::make_shared<const Tensor>(scales->view());
-    } else {
-      auto& list = stacks[want.slot];
-      if (list.size() <= size_t(want.expert)) list.resize(want.expert + 1);
-      list[want.expert] = got;
-      if (scales) {
-        auto& scale_list = scale_stacks[want.slot];
-        if (scale_list.size() <= size_t(want.expert)) scale_list.resize(want.expert + 1);
-        scale_list[want.expert] = scales;
-      }
+    } else if (slots.keeps(want)) {
+      slots.place(want, *got, scales);
     }
   }
-  // Values first: experts of mixed dtypes fail there, before a scale list with gaps is read.
-  for (auto& [slot, experts] : stacks) *slot = stack_experts(experts);
-  for (auto& [slot, scales] : scale_stacks)
-    slot->block_scales = std::make_shared<const Tensor>(stack_experts(scales));
+  require_no_unexpected_tensor(ckpt, table, used, m.config.architecture);
+  slots.fill_copies();
   quantized.pack();
-
-  for (const auto& [name, entry] : ckpt.tensors()) {
-    if (used.count(name)) continue;
-    bool ignored = false;
-    for (const auto& suffix : table.ignored_suffixes) ignored |= name.ends_with(suffix);
-    for (const auto& prefix : table.ignored_prefixes) ignored |= name.starts_with(prefix);
-    if (!ignored)
-      fail("{}: unexpected tensor '{}' {} {}: not part of a {} checkpoint with this config",
-           entry.file->path().string(), name, dtype_name(entry.dtype), shape_str(entry.shape),
-           m.config.architecture);
-  }
   if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
   if (options.experts_on_disk) m.expert_files = on_disk.finish(m.config, dir.string());
+  return m;
+}
+
+}  // namespace
+
+Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir) && options.experts_on_disk)
+    fail(
+        "{}: the disk tier reads safetensors folders; a GGUF file's experts must fit in "
+        "--host-mem (or convert the model to a Hugging Face folder)",
+        dir.string());
+  Model m = is_gguf_file(dir) ? load_gguf_model(dir) : load_folder(dir, options);
+  m.config.num_layers = layers_kept(m.config, options.layers, dir);  // the first layers
+  m.weights.layers.resize(size_t(m.config.num_layers));
+  quantize_model_experts(m, options.expert_quant);
   return m;
 }
 

@@ -74,10 +74,22 @@ struct LoadOptions {
   // is checked against the table but neither read nor mapped into a slot. Safetensors folders
   // only, with bf16 experts or a quantized checkpoint's.
   bool experts_on_disk = false;
+  // Quantize the experts and dense MLPs at load (as quantize_model_experts does). Those of a
+  // safetensors folder stored one bf16/f16/f32 matrix per tensor are quantized matrix by matrix
+  // as they are read from the mapping, whose pages are dropped after each, so the bf16 weights
+  // are never resident next to the quantized ones; FP8 and fused experts, and GGUF files, are
+  // quantized once loaded. bf16: keep them as stored.
+  ExpertQuant expert_quant;
+  // > 0: keep only the model's first `layers` layers (the others' tensors are checked, never
+  // read); more than the model has is an error.
+  int layers = 0;
 };
 
 // Loads config.json and the safetensors of a Hugging Face model folder, checking every tensor
-// against the family's table; or a GGUF file (the first part of a split one), model/gguf_model.h.
+// against the family's table. Weights are views of the mapped files where they are stored as
+// they run; experts repacked (stacked) or quantized at load are copied expert by expert, each
+// source's pages dropped after it (MappedFile::drop_pages), so the process holds one copy. Or
+// a GGUF file (the first part of a split one), model/gguf_model.h.
 Model load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 // The config alone: the folder's config.json, or a GGUF file's metadata.
 ModelConfig load_model_config(const std::filesystem::path& dir);

@@ -10,15 +10,19 @@
 namespace sluice {
 
 namespace {
-// The value in kB of `key` in a /proc file of "Key:   123 kB" lines, in bytes; 0 if absent.
-size_t proc_kb(const char* file, const std::string& key) {
+// The number after `key` in a /proc file of "Key:   123[ kB]" lines; nullopt if absent.
+std::optional<size_t> proc_number(const char* file, const std::string& key) {
   std::ifstream in(file);
   std::string line;
   const std::string prefix = key + ":";
   while (std::getline(in, line))
-    if (line.compare(0, prefix.size(), prefix) == 0)
-      return std::stoull(line.substr(prefix.size())) * 1024;
-  return 0;
+    if (line.compare(0, prefix.size(), prefix) == 0) return std::stoull(line.substr(prefix.size()));
+  return std::nullopt;
+}
+
+// The value in kB of `key` in a /proc file of "Key:   123 kB" lines, in bytes; 0 if absent.
+size_t proc_kb(const char* file, const std::string& key) {
+  return proc_number(file, key).value_or(0) * 1024;
 }
 
 std::string first_line(const std::filesystem::path& path) {
@@ -66,6 +70,9 @@ size_t peak_resident_bytes() {
 size_t current_resident_bytes() {
   return proc_kb("/proc/self/status", "VmRSS");
 }
+std::optional<size_t> storage_read_bytes() {
+  return proc_number("/proc/self/io", "read_bytes");
+}
 
 std::optional<size_t> cgroup_room(const std::string& limit, const std::string& usage) {
   size_t l = 0, u = 0;
@@ -77,7 +84,9 @@ std::optional<size_t> cgroup_room(const std::string& limit, const std::string& u
   return l > u ? l - u : 0;
 }
 
-AllocatableMemory allocatable_memory() { return allocatable_memory(available_memory_bytes()); }
+AllocatableMemory allocatable_memory() {
+  return allocatable_memory(available_memory_bytes());
+}
 
 AllocatableMemory allocatable_memory(size_t mem_available) {
   AllocatableMemory m{mem_available, "MemAvailable"};

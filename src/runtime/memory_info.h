@@ -11,6 +11,10 @@ namespace sluice {
 size_t available_memory_bytes();  // MemAvailable from /proc/meminfo
 size_t peak_resident_bytes();     // VmHWM of this process
 size_t current_resident_bytes();  // VmRSS of this process
+// The bytes this process had read from storage, page-cache hits not counted (read_bytes of
+// /proc/self/io: reads, O_DIRECT reads, and the readahead of faults on mapped files); nullopt
+// where the kernel does not account them.
+std::optional<size_t> storage_read_bytes();
 
 // What this process may still allocate before the kernel refuses or kills it: MemAvailable,
 // capped by the room left under each memory cgroup limit this process is in (v2 memory.max less

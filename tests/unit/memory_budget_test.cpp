@@ -1,6 +1,8 @@
 // The host-memory budget: what this process may really allocate (MemAvailable, cgroup limits,
 // `ulimit -v`), never derived from the model; and jobs that need more than it are refused with
-// the numbers before they allocate, instead of being killed part way.
+// the numbers before they allocate, instead of being killed part way. And the storage reads
+// /proc/self/io counts (bench's load rate).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -12,9 +14,9 @@
 #include "engine/host_budget.h"
 #include "model/presets.h"
 #include "model/weights.h"
-#include "runtime/planner/planner.h"
 #include "runtime/disk/expert_page_pool.h"
 #include "runtime/memory_info.h"
+#include "runtime/planner/planner.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -28,6 +30,23 @@ TEST(CgroupRoom, IsTheLimitLessTheUsageAndNothingWhenUnlimited) {
   EXPECT_EQ(cgroup_room("300", "1000"), std::optional<size_t>(0));
   EXPECT_EQ(cgroup_room("max", "1000"), std::nullopt);
   EXPECT_EQ(cgroup_room("", ""), std::nullopt);  // no such file
+}
+
+// A file's pages dropped from the page cache are read from storage again, and counted.
+TEST(StorageReadBytes, CountReadsThatMissThePageCache) {
+  if (!storage_read_bytes()) GTEST_SKIP() << "/proc/self/io: the kernel does not account reads";
+  testing::TempDir dir;
+  const std::string bytes(size_t(4) << 20, 'x');
+  testing::write_file(dir / "data", bytes);
+  const int fd = open((dir / "data").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fdatasync(fd), 0);  // clean pages: fadvise can drop them
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  const size_t before = *storage_read_bytes();
+  std::string read_back(bytes.size(), '\0');
+  ASSERT_EQ(pread(fd, read_back.data(), read_back.size(), 0), ssize_t(read_back.size()));
+  close(fd);
+  EXPECT_GE(*storage_read_bytes() - before, bytes.size());
 }
 
 TEST(HostBudget, DefaultIsWhatTheMachineHasLessAMargin) {
@@ -59,10 +78,11 @@ TEST(RequireServable, WeightsThatFitOrThatTheDiskTierTakesPass) {
 TEST(RequireServable, TooLittleForTheResidentPartNamesTheNumbersAndTheWaysOut) {
   const ModelConfig c = preset_config("mixtral-8x7b", 0);
   EXPECT_ERROR_MENTIONS(require_servable(c, {size_t(2) << 30, "--host-mem"}, "--preset x", ""),
-                        "--preset x: the weights need ", "more than the budget of 2.00 GiB "
+                        "--preset x: the weights need ",
+                        "more than the budget of 2.00 GiB "
                         "(--host-mem); even with the routed experts on disk",
-                        "a page pool of 2 experts need ", "a larger --host-mem",
-                        "sluice quantize", "int4");
+                        "a page pool of 2 experts need ", "a larger --host-mem", "sluice quantize",
+                        "int4");
 }
 
 TEST(RequireServable, WhatTheDiskTierDoesNotTakeMustFitWhole) {
@@ -135,10 +155,9 @@ testing::TempDir* OverBudgetJob::dir_ = nullptr;
 
 TEST_F(OverBudgetJob, KvCacheLargerThanTheLimitIsRefused) {
   // 4000000 blocks of 16 tokens of the tiny model's KV: 7.6 GiB.
-  auto r = run_command(under_ulimit("run --model " + model().string() + " --input " +
-                                    (dir_->path() / "in.jsonl").string() + " --output " +
-                                    (dir_->path() / "out.jsonl").string() +
-                                    " --kv-blocks 4000000"));
+  auto r = run_command(under_ulimit(
+      "run --model " + model().string() + " --input " + (dir_->path() / "in.jsonl").string() +
+      " --output " + (dir_->path() / "out.jsonl").string() + " --kv-blocks 4000000"));
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("error: planner: needs at least "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("minimum KV ("), std::string::npos) << r.output;
@@ -158,10 +177,10 @@ TEST_F(OverBudgetJob, WeightsLargerThanTheLimitAreRefusedBeforeLoading) {
 // stay on disk in a page pool.
 TEST_F(OverBudgetJob, AFolderLargerThanTheBudgetRunsWithItsExpertsOnDisk) {
   const size_t weights = model_weight_bytes(load_model_config(model()));
-  auto r = run_command(sluice_command(
-      "run --model " + model().string() + " --input " + (dir_->path() / "in.jsonl").string() +
-      " --output " + (dir_->path() / "disk.jsonl").string() + " --host-mem " +
-      std::to_string(weights - 1)));
+  auto r = run_command(sluice_command("run --model " + model().string() + " --input " +
+                                      (dir_->path() / "in.jsonl").string() + " --output " +
+                                      (dir_->path() / "disk.jsonl").string() + " --host-mem " +
+                                      std::to_string(weights - 1)));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("experts on disk, pool of "), std::string::npos) << r.output;
 }

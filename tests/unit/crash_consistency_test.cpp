@@ -31,7 +31,8 @@ bool output_begun(const fs::path& out) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out.parent_path(), ec)) {
     const std::string name = entry.path().filename().string();
-    if ((name == out.filename().string() || name.starts_with("." + out.filename().string())) &&
+    if ((name == out.filename().string() ||
+         (name.starts_with('.') && name.substr(1).starts_with(out.filename().string()))) &&
         fs::is_directory(entry.path()) && !fs::is_empty(entry.path()))
       return true;
   }
@@ -42,8 +43,7 @@ bool output_begun(const fs::path& out) {
 // as the first file of `out` exists, in the middle of writing it; true when the kill came before
 // the end.
 bool run_and_kill(const std::string& args, std::chrono::microseconds delay, const fs::path& out) {
-  const std::string command =
-      "exec " + testing::sluice_binary() + " " + args + " >/dev/null 2>&1";
+  const std::string command = "exec " + testing::sluice_binary() + " " + args + " >/dev/null 2>&1";
   const pid_t pid = fork();
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
@@ -114,11 +114,10 @@ TEST(CrashConsistency, MakeModelFolderIsWholeOrAbsent) {
 
 TEST(CrashConsistency, QuantizedFolderIsWholeOrAbsent) {
   TempDir work;
-  ASSERT_EQ(
-      testing::run_command(testing::sluice_command("make-model --preset tiny-mixtral --out " +
-                                                   (work / "src").string()))
-          .status,
-      0);
+  ASSERT_EQ(testing::run_command(testing::sluice_command("make-model --preset tiny-mixtral --out " +
+                                                         (work / "src").string()))
+                .status,
+            0);
   kill_at_every_moment("quantize --model " + (work / "src").string() + " --out " +
                            (work / "q").string() + " --expert-dtype int8 --expert-group 32",
                        work / "q");

@@ -139,22 +139,19 @@ TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Checkpoints, DiskTier,
-    ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
-                      DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                      DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                      DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0},
-                      DiskCase{"tiny-deepseek-v3", ExpertDtype::kBf16, 0}),
-    [](const ::testing::TestParamInfo<DiskCase>& case_info) {
-      const DiskCase& p = case_info.param;
-      const bool fp8 = preset_config(p.preset).fp8_weights;
-      std::string name =
-          std::string(p.preset) + "_" + std::string(fp8 ? "fp8" : expert_dtype_name(p.dtype));
-      for (char& ch : name)
-        if (ch == '-') ch = '_';
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier,
+                         ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
+                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
+                                           DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0},
+                                           DiskCase{"tiny-deepseek-v3", ExpertDtype::kBf16, 0}),
+                         [](const ::testing::TestParamInfo<DiskCase>& case_info) {
+                           const DiskCase& p = case_info.param;
+                           const bool fp8 = preset_config(p.preset).fp8_weights;
+                           return testing::test_name(
+                               std::string(p.preset) + "_" +
+                               std::string(fp8 ? "fp8" : expert_dtype_name(p.dtype)));
+                         });
 
 TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
   TempDir dir;

@@ -73,9 +73,9 @@ TEST_P(OffloadQuantized, StreamedAndResidentExpertsGiveTheCpuEnginesNumbers) {
     const QuantRun want = run(cpu_engine, m.config);
     for (int resident : {0, 1, L})
       for (int cpu_max : {0, 2}) {
-        SCOPED_TRACE(::testing::Message() << "f32 " << (precision == Precision::kF32)
-                                          << ", resident " << resident << ", cpu experts ≤ "
-                                          << cpu_max);
+        SCOPED_TRACE(::testing::Message()
+                     << "f32 " << (precision == Precision::kF32) << ", resident " << resident
+                     << ", cpu experts ≤ " << cpu_max);
         OffloadSettings s{0, 6, cpu_max};
         s.resident_expert_layers = resident;
         const QuantRun got = on_standin(m, p, s);
@@ -99,8 +99,8 @@ TEST_P(OffloadQuantized, StreamedAndResidentExpertsGiveTheCpuEnginesNumbers) {
         }
         // Every page copied is one packed expert matrix (w1/w3 and w2 pack to the same size
         // at these shapes).
-        EXPECT_DOUBLE_EQ(got.stats.device_weight_bytes,
-                         double(got.stats.device_pages_copied) * double(expert_matrix_bytes(m.config)));
+        EXPECT_DOUBLE_EQ(got.stats.device_weight_bytes, double(got.stats.device_pages_copied) *
+                                                            double(expert_matrix_bytes(m.config)));
       }
   }
 }
@@ -122,19 +122,16 @@ TEST_P(OffloadQuantized, TheFootprintCountsThePackedBytes) {
   EXPECT_LT(q.page_bytes, b.page_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, OffloadQuantized,
-    ::testing::Values(QuantCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                      QuantCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                      QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
-                      QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
-    [](const auto& case_info) {
-      std::string name = std::string(case_info.param.preset) + "_" +
-                         std::string(expert_dtype_name(case_info.param.dtype));
-      for (char& ch : name)
-        if (ch == '-') ch = '_';
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadQuantized,
+                         ::testing::Values(QuantCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                                           QuantCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
+                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
+                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
+                         [](const auto& case_info) {
+                           return testing::test_name(
+                               std::string(case_info.param.preset) + "_" +
+                               std::string(expert_dtype_name(case_info.param.dtype)));
+                         });
 
 }  // namespace
 }  // namespace sluice

@@ -77,11 +77,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AtLoadCase{"tiny-dbrx", ExpertDtype::kInt8, 8, false}),
     [](const auto& param_info) {
       const AtLoadCase& p = param_info.param;
-      std::string name = std::string(p.preset) + "_" + std::string(expert_dtype_name(p.dtype)) +
-                         (p.experts_apart ? "_apart" : "");
-      for (char& ch : name)
-        if (ch == '-') ch = '_';
-      return name;
+      return testing::test_name(std::string(p.preset) + "_" +
+                                std::string(expert_dtype_name(p.dtype)) +
+                                (p.experts_apart ? "_apart" : ""));
     });
 
 TEST(LoadLayers, AQuantizedCheckpointKeepsItsFirstLayers) {

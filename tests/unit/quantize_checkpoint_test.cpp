@@ -65,7 +65,8 @@ TEST_P(QuantizedCheckpoint, GivesTheLogitsOfQuantizingAtLoadBitForBit) {
   // The packed bytes are the same, matrix by matrix...
   for (size_t l = 0; l < at_load.weights.layers.size(); ++l) {
     const LayerWeights &a = at_load.weights.layers[l], &b = from_file.weights.layers[l];
-    for (auto [x, y] : {std::pair{&a.expert_gate, &b.expert_gate}, {&a.expert_down, &b.expert_down},
+    for (auto [x, y] : {std::pair{&a.expert_gate, &b.expert_gate},
+                        {&a.expert_down, &b.expert_down},
                         {&a.mlp_up, &b.mlp_up}}) {
       ASSERT_EQ(x->empty(), y->empty());
       if (x->empty()) continue;
@@ -82,18 +83,15 @@ TEST_P(QuantizedCheckpoint, GivesTheLogitsOfQuantizingAtLoadBitForBit) {
   EXPECT_NE(engine_logits(load_model(dir / "bf16")), a);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, QuantizedCheckpoint,
-    ::testing::Values(CheckpointCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                      CheckpointCase{"tiny-mixtral", ExpertDtype::kInt4, 16},
-                      CheckpointCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
-    [](const auto& case_info) {
-      std::string name = std::string(case_info.param.preset) + "_" +
-                         std::string(expert_dtype_name(case_info.param.dtype));
-      for (char& ch : name)
-        if (ch == '-') ch = '_';
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(TinyModels, QuantizedCheckpoint,
+                         ::testing::Values(CheckpointCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                                           CheckpointCase{"tiny-mixtral", ExpertDtype::kInt4, 16},
+                                           CheckpointCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
+                         [](const auto& case_info) {
+                           return testing::test_name(
+                               std::string(case_info.param.preset) + "_" +
+                               std::string(expert_dtype_name(case_info.param.dtype)));
+                         });
 
 class QuantizedCheckpointErrors : public ::testing::Test {
  protected:
@@ -109,8 +107,8 @@ constexpr const char* kScale = "model.layers.0.block_sparse_moe.experts.1.w2.wei
 
 TEST_F(QuantizedCheckpointErrors, AMissingScaleTensorIsNamed) {
   rewrite_checkpoint(q(), [](TensorSpec& s) { return s.name != kScale; });
-  EXPECT_ERROR_MENTIONS(load_model(q()), "model.safetensors", kScale, "is missing",
-                        "F32 [64, 3]", "group_size = 32");
+  EXPECT_ERROR_MENTIONS(load_model(q()), "model.safetensors", kScale, "is missing", "F32 [64, 3]",
+                        "group_size = 32");
 }
 
 TEST_F(QuantizedCheckpointErrors, AScaleOfTheWrongShapeIsNamed) {
@@ -167,9 +165,9 @@ TEST_F(QuantizedCheckpointErrors, RequantizingAQuantizedCheckpointIsRefused) {
 // The CLI: quantize, then `logits` on the quantized folder equals `logits --expert-dtype` on the
 // bf16 one (both the reference forward with the dequantized experts).
 TEST_F(QuantizedCheckpointErrors, TheQuantizeCommandWritesWhatLogitsReadsAsQuantizingAtLoad) {
-  const auto made = testing::run_command(testing::sluice_command(
-      "quantize --model " + (dir_ / "bf16").string() + " --out " + (dir_ / "cli").string() +
-      " --expert-dtype int4 --expert-group 16"));
+  const auto made = testing::run_command(
+      testing::sluice_command("quantize --model " + (dir_ / "bf16").string() + " --out " +
+                              (dir_ / "cli").string() + " --expert-dtype int4 --expert-group 16"));
   ASSERT_EQ(made.status, 0) << made.output;
   EXPECT_NE(made.output.find("int4 (group 16)"), std::string::npos) << made.output;
   const auto a = testing::run_command(

@@ -111,7 +111,9 @@ TEST(ShippedModel, ContinuesHeldOutPromptsWithRealWords) {
   for (std::string line; std::getline(out, line);) {
     for (const char* p : prompts) {
       const size_t at = line.find(p);
-      if (at != std::string::npos) continuations += " " + line.substr(at + std::strlen(p));
+      if (at == std::string::npos) continue;
+      continuations += ' ';
+      continuations += line.substr(at + std::strlen(p));
     }
   }
   const std::vector<std::string> words = words_of(continuations);

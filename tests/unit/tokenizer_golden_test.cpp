@@ -10,6 +10,7 @@
 
 #include "io/tokenizer.h"
 #include "io/tokenizer/loaders.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -109,18 +110,12 @@ TEST_P(LlamaCppVocabGolden, MatchesReferenceIds) {
                 name + " (ik variant)");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LlamaCppVocabGolden,
-                         ::testing::Values("ggml-vocab-llama-spm", "ggml-vocab-phi-3",
-                                           "ggml-vocab-gpt-2", "ggml-vocab-mpt",
-                                           "ggml-vocab-deepseek-llm", "ggml-vocab-deepseek-coder",
-                                           "ggml-vocab-falcon", "ggml-vocab-starcoder",
-                                           "ggml-vocab-refact"),
-                         [](const auto& param_info) {
-                           std::string n = param_info.param.substr(11);
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Families, LlamaCppVocabGolden,
+    ::testing::Values("ggml-vocab-llama-spm", "ggml-vocab-phi-3", "ggml-vocab-gpt-2",
+                      "ggml-vocab-mpt", "ggml-vocab-deepseek-llm", "ggml-vocab-deepseek-coder",
+                      "ggml-vocab-falcon", "ggml-vocab-starcoder", "ggml-vocab-refact"),
+    [](const auto& param_info) { return testing::test_name(param_info.param.substr(11)); });
 
 std::vector<GoldenCase> qwen2_cases() {
   const fs::path ik = kData / "llamacpp-vocab-tests/ik_llama.cpp-variant";

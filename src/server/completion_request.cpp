@@ -135,7 +135,9 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view text
   if (!parsed.request) return invalid(parsed.error_message, param_of(parsed.error_message));
   const BatchRequest& b = *parsed.request;
 
-  CompletionRequest out{std::get<CompletionCall>(call), {}, b.stop};
+  CompletionRequest out;  // member by member: GCC 12 warns (falsely) on {call, {}, stop}
+  out.call = std::get<CompletionCall>(call);
+  out.stop = b.stop;
   Request& r = out.request;
   auto prompt = prompt_of(b, model);
   if (auto* e = std::get_if<ApiError>(&prompt)) return *e;

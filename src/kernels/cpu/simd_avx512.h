@@ -11,9 +11,11 @@
 // GCC 12 warns "__Y may be used uninitialized" inside many AVX-512 intrinsics (they start from
 // _mm512_undefined_*()) when they are inlined into target-attribute functions (GCC bug 105593,
 // fixed in GCC 13). The warning is about the header, not our code; it is silenced for the rest
-// of each kernel .cpp that includes this file.
+// of each kernel .cpp that includes this file. Clang has neither the bug nor the warning group.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 namespace sluice::cpu::avx512 {
 

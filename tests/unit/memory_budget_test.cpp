@@ -108,7 +108,7 @@ TEST(RequireServable, FP8WeightsLargerThanTheBudgetStayOnDisk) {
       "even with the routed experts on disk", "a page pool of 2 experts need ");
 }
 
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(SLUICE_UNDER_ASAN)
 // In a child whose address space may grow by 512 MiB more, the budget follows that limit.
 TEST(HostBudget, FollowsUlimitV) {
   const pid_t child = fork();

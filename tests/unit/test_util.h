@@ -16,6 +16,16 @@
 
 #include "io/safetensors.h"
 
+// Whether this build runs under AddressSanitizer: GCC defines __SANITIZE_ADDRESS__, clang before
+// 15 only answers __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define SLUICE_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SLUICE_UNDER_ASAN 1
+#endif
+#endif
+
 namespace sluice::testing {
 
 class TempDir {

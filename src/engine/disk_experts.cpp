@@ -14,6 +14,7 @@ void DiskExperts::begin_layer(int layer, const std::vector<int>& chosen, int ste
   chosen_ = chosen;
   asked_ = 0;
   guessed_ = false;
+  pool_.drop_guesses(layer, chosen);
   pool_.set_current_layer(layer);
   ask_ahead(0);
   used_last_step_[size_t(layer)] = chosen;

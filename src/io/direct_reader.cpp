@@ -87,23 +87,43 @@ void DirectReader::fail_short(const FileRead& r, uint64_t file_end) const {
        paths_[size_t(r.file)].string(), r.bytes, r.offset, file_end, size);
 }
 
-void DirectReader::read(std::span<const FileRead> reads, const std::function<void(size_t)>& done) {
-  for (const FileRead& r : reads)
-    if (r.file < 0 || size_t(r.file) >= fds_.size() ||
-        reinterpret_cast<uintptr_t>(r.buffer) % kDirectAlign != 0)
-      fail("DirectReader: read {} at offset {}: expected a file index below {} and a buffer "
-           "aligned to {} bytes",
-           r.file, r.offset, fds_.size(), kDirectAlign);
-  if (ring_)
-    read_with_uring(reads, done);
-  else
-    read_with_pread(reads, done);
+void DirectReader::check(const FileRead& r) const {
+  if (r.file < 0 || size_t(r.file) >= fds_.size() ||
+      reinterpret_cast<uintptr_t>(r.buffer) % kDirectAlign != 0)
+    fail("DirectReader: read {} at offset {}: expected a file index below {} and a buffer "
+         "aligned to {} bytes",
+         r.file, r.offset, fds_.size(), kDirectAlign);
 }
 
-void DirectReader::read_with_pread(std::span<const FileRead> reads,
-                                   const std::function<void(size_t)>& done) {
-  for (size_t i = 0; i < reads.size(); ++i) {
-    const FileRead& r = reads[i];
+void DirectReader::read(std::span<const FileRead> reads, const std::function<void(size_t)>& done) {
+  for (const FileRead& r : reads) check(r);
+  size_t next = 0;
+  read_stream(
+      [&]() -> std::optional<TaggedRead> {
+        if (next == reads.size()) return std::nullopt;
+        const size_t i = next++;
+        return TaggedRead{reads[i], i};
+      },
+      [&](uint64_t i) { done(size_t(i)); });
+}
+
+void DirectReader::read_stream(const std::function<std::optional<TaggedRead>()>& next,
+                               const std::function<void(uint64_t)>& done) {
+  auto checked = [&]() -> std::optional<TaggedRead> {
+    std::optional<TaggedRead> r = next();
+    if (r) check(r->read);
+    return r;
+  };
+  if (ring_)
+    read_with_uring(checked, done);
+  else
+    read_with_pread(checked, done);
+}
+
+void DirectReader::read_with_pread(const std::function<std::optional<TaggedRead>()>& next,
+                                   const std::function<void(uint64_t)>& done) {
+  while (std::optional<TaggedRead> t = next()) {
+    const FileRead& r = t->read;
     Progress p = progress_of(r);
     while (p.got < p.needed) {
       const ssize_t n = ::pread(fds_[size_t(r.file)], r.buffer + p.got, p.length - p.got,
@@ -116,45 +136,55 @@ void DirectReader::read_with_pread(std::span<const FileRead> reads,
       if (p.got < p.needed && (n == 0 || uint64_t(n) % kDirectAlign != 0))
         fail_short(r, p.begin + p.got);
     }
-    done(i);
+    done(t->tag);
   }
 }
 
-// Up to queue_depth reads in flight; a read that returns part of its span is resubmitted for the
-// rest. An error is raised after the reads in flight have landed, so no buffer is written later.
-void DirectReader::read_with_uring(std::span<const FileRead> reads,
-                                   const std::function<void(size_t)>& done) {
+// Up to queue_depth reads in flight, refilled from `next` as each lands; a read that returns
+// part of its span is resubmitted for the rest. An error is raised after the reads in flight
+// have landed, so no buffer is written later.
+void DirectReader::read_with_uring(const std::function<std::optional<TaggedRead>()>& next,
+                                   const std::function<void(uint64_t)>& done) {
   io_uring* ring = &ring_->ring;
-  std::vector<Progress> progress(reads.size());
-  size_t next = 0, in_flight = 0;
-  std::string error;
-  auto submit = [&](size_t i) {
-    io_uring_sqe* sqe = io_uring_get_sqe(ring);
-    if (!sqe) fail("io_uring: no free submission entry with {} reads in flight", in_flight);
-    const Progress& p = progress[i];
-    const FileRead& r = reads[i];
-    io_uring_prep_read(sqe, fds_[size_t(r.file)], r.buffer + p.got, unsigned(p.length - p.got),
-                       p.begin + p.got);
-    io_uring_sqe_set_data64(sqe, i);
-    ++in_flight;
+  struct InFlight {
+    TaggedRead t;
+    Progress p;
   };
-  while ((error.empty() && next < reads.size()) || in_flight > 0) {
-    while (error.empty() && next < reads.size() && in_flight < size_t(queue_depth_)) {
-      progress[next] = progress_of(reads[next]);
-      submit(next++);
+  std::vector<InFlight> slots(static_cast<size_t>(queue_depth_));  // one per read in flight
+  std::vector<size_t> free_slots;
+  for (size_t i = slots.size(); i-- > 0;) free_slots.push_back(i);
+  std::string error;
+  auto submit = [&](size_t slot) {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    if (!sqe)
+      fail("io_uring: no free submission entry with {} reads in flight",
+           slots.size() - free_slots.size());
+    const InFlight& f = slots[slot];
+    io_uring_prep_read(sqe, fds_[size_t(f.t.read.file)], f.t.read.buffer + f.p.got,
+                       unsigned(f.p.length - f.p.got), f.p.begin + f.p.got);
+    io_uring_sqe_set_data64(sqe, slot);
+  };
+  for (;;) {
+    while (error.empty() && !free_slots.empty()) {
+      std::optional<TaggedRead> t = next();
+      if (!t) break;
+      const size_t slot = free_slots.back();
+      free_slots.pop_back();
+      slots[slot] = {*t, progress_of(t->read)};
+      submit(slot);
     }
+    if (free_slots.size() == slots.size()) break;  // nothing in flight, nothing to start
     const int s = io_uring_submit_and_wait(ring, 1);
     if (s < 0 && s != -EINTR) fail("io_uring: submit failed: {}", std::strerror(-s));
     io_uring_cqe* cqe = nullptr;
     while (io_uring_peek_cqe(ring, &cqe) == 0) {
-      const size_t i = size_t(io_uring_cqe_get_data64(cqe));
+      const size_t slot = size_t(io_uring_cqe_get_data64(cqe));
       const int res = cqe->res;
       io_uring_cqe_seen(ring, cqe);
-      --in_flight;
-      const FileRead& r = reads[i];
-      Progress& p = progress[i];
+      InFlight& f = slots[slot];
+      const FileRead& r = f.t.read;
       if (res == -EINTR || res == -EAGAIN) {
-        submit(i);
+        submit(slot);
         continue;
       }
       if (res < 0) {
@@ -162,21 +192,24 @@ void DirectReader::read_with_uring(std::span<const FileRead> reads,
           error = fmt::format("{}: read of {} bytes at offset {} failed: {}",
                               paths_[size_t(r.file)].string(), r.bytes, r.offset,
                               std::strerror(-res));
+        free_slots.push_back(slot);
         continue;
       }
-      p.got += uint64_t(res);
-      if (p.got >= p.needed) {
-        if (error.empty()) done(i);
+      f.p.got += uint64_t(res);
+      if (f.p.got >= f.p.needed) {
+        free_slots.push_back(slot);
+        if (error.empty()) done(f.t.tag);
       } else if (res == 0 || res % int(kDirectAlign) != 0) {
+        free_slots.push_back(slot);
         if (error.empty()) {
           try {
-            fail_short(r, p.begin + p.got);
+            fail_short(r, f.p.begin + f.p.got);
           } catch (const Error& e) {
             error = e.what();
           }
         }
       } else {
-        submit(i);
+        submit(slot);
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,6 +49,17 @@ class DirectReader {
   // completes. Throws (after the reads in flight have finished) on an error or a short read.
   void read(std::span<const FileRead> reads, const std::function<void(size_t)>& done);
 
+  // A stream of reads, the queue kept full: `next()` is asked for another read whenever fewer
+  // than queue_depth are in flight (it must not block; nullopt: none now), and `done(tag)` is
+  // called on this thread as each read completes. Returns once `next()` has none and no read is
+  // in flight; throws as read() does, after the reads in flight have landed.
+  struct TaggedRead {
+    FileRead read;
+    uint64_t tag = 0;
+  };
+  void read_stream(const std::function<std::optional<TaggedRead>()>& next,
+                   const std::function<void(uint64_t)>& done);
+
   bool direct() const { return direct_; }    // every file opened with O_DIRECT
   bool uring() const { return ring_ != nullptr; }
   // How the files are read, in words: "O_DIRECT through io_uring", or what fell back and why.
@@ -56,8 +68,11 @@ class DirectReader {
 
  private:
   struct Ring;
-  void read_with_pread(std::span<const FileRead> reads, const std::function<void(size_t)>& done);
-  void read_with_uring(std::span<const FileRead> reads, const std::function<void(size_t)>& done);
+  void check(const FileRead& r) const;
+  void read_with_pread(const std::function<std::optional<TaggedRead>()>& next,
+                       const std::function<void(uint64_t)>& done);
+  void read_with_uring(const std::function<std::optional<TaggedRead>()>& next,
+                       const std::function<void(uint64_t)>& done);
   // The error of read `r` finding the file's end at `file_end`, before the range's end.
   [[noreturn]] void fail_short(const FileRead& r, uint64_t file_end) const;
 

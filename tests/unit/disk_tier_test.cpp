@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/batch_engine.h"
@@ -125,6 +127,36 @@ TEST_P(DiskTier, ThePoolHoldsNoMoreThanThePlannerCounts) {
   EXPECT_LE(pool.bytes(), slots * expert_slot_bytes(on_disk.config));
 }
 
+// Guesses for a layer that the router did not choose are dropped when the layer begins, unless
+// already on their way: a dropped guess is neither read nor counted; a chosen one is a hit.
+TEST_P(DiskTier, GuessesTheRouterDidNotChooseAreDroppedOrRead) {
+  TempDir dir;
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 14);
+  const Model on_disk = load_with_experts_on_disk(model_dir);
+  const ModelConfig& c = on_disk.config;
+  int layer = 0;
+  while (!c.is_moe_layer(layer)) ++layer;
+  ExpertPagePool pool(c, on_disk.expert_files, 4);
+  for (int e = 0; e < 4; ++e) EXPECT_TRUE(pool.prefetch({layer, e}, false));
+  pool.drop_guesses(layer, {2});
+  pool.set_current_layer(layer);
+  EXPECT_TRUE(pool.prefetch({layer, 2}, true));
+  pool.acquire({layer, 2});
+  pool.release({layer, 2});
+  // Every guess still counted lands.
+  ExpertPoolStats s = pool.stats();
+  for (int i = 0; i < 500 && s.experts_read < s.guesses; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s = pool.stats();
+  }
+  EXPECT_GE(s.guesses, 1);
+  EXPECT_LE(s.guesses, 4);
+  EXPECT_EQ(s.experts_read, s.guesses);
+  EXPECT_EQ(s.demands, 1);
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.guesses_used, 1);
+}
+
 TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);
@@ -223,6 +255,52 @@ TEST(DirectReader, ReadsMisalignedRangesExactly) {
     EXPECT_FALSE(reader.note().empty());
     fs::remove(file);
   }
+}
+
+// A stream of reads: `next` is asked again as reads land, so one that had none for a moment
+// ("none now", with reads in flight) is asked again later; every read lands once, exactly, with
+// its tag; the call returns only when `next` has none and nothing is in flight.
+TEST(DirectReader, AStreamIsRefilledAsReadsLand) {
+  const fs::path file =
+      fs::temp_directory_path() / fmt::format("sluice-stream-{}.bin", getpid());
+  std::string bytes(40 * kDirectAlign, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char(i * 13 + i / 4096);
+  testing::write_file(file, bytes);
+  DirectReader reader({file}, 3);
+  constexpr size_t kReads = 12;
+  std::vector<std::unique_ptr<std::byte, decltype(&std::free)>> buffers;
+  std::vector<FileRead> reads;
+  for (size_t i = 0; i < kReads; ++i) {
+    const uint64_t offset = i * 3 * kDirectAlign + i;
+    const size_t n = kDirectAlign + 7 * i;
+    buffers.emplace_back(
+        static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, direct_buffer_bytes(offset, n))),
+        &std::free);
+    reads.push_back({0, offset, n, buffers.back().get()});
+  }
+  size_t handed = 0, asked = 0;
+  std::vector<int> landed(kReads, 0);
+  reader.read_stream(
+      [&]() -> std::optional<DirectReader::TaggedRead> {
+        // Every third question has nothing, but only while a read is in flight.
+        const bool in_flight = handed > size_t(std::count(landed.begin(), landed.end(), 1));
+        if (++asked % 3 == 0 && in_flight) return std::nullopt;
+        if (handed == kReads) return std::nullopt;
+        const size_t i = handed++;
+        return DirectReader::TaggedRead{reads[i], 100 + i};
+      },
+      [&](uint64_t tag) { ++landed[size_t(tag - 100)]; });
+  EXPECT_EQ(handed, kReads);
+  for (size_t i = 0; i < kReads; ++i) {
+    EXPECT_EQ(landed[i], 1) << "read " << i;
+    EXPECT_EQ(std::memcmp(direct_data(reads[i]), bytes.data() + reads[i].offset, reads[i].bytes),
+              0)
+        << "read " << i;
+  }
+  // With nothing to read, it returns at once.
+  reader.read_stream([] { return std::optional<DirectReader::TaggedRead>(); },
+                     [](uint64_t) { ADD_FAILURE() << "nothing was asked for"; });
+  fs::remove(file);
 }
 
 }  // namespace

@@ -264,67 +264,118 @@ ExpertMatrices ExpertPagePool::matrices(const Slot& s) const {
   return m;
 }
 
-// Reads every queued slot that fits the queue depth at once, until stopped.
+// The next slot to read (locked), taken off the queue: the router's choices first, in the
+// order asked; else the oldest guess, while fewer than half the queue's experts in flight are
+// guesses (so a choice that arrives finds most of the disk's queue free). -1: none now.
+int ExpertPagePool::take_queued() {
+  auto it = std::find_if(queue_.begin(), queue_.end(),
+                         [&](int slot) { return !slots_[size_t(slot)].guessed; });
+  if (it == queue_.end()) {
+    const int guesses_in_flight = int(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) {
+      return s.state == State::kLoading && s.guessed;
+    }));
+    if (guesses_in_flight >= std::max(1, queue_depth_ / reads_per_expert() / 2)) return -1;
+    it = queue_.begin();
+  }
+  if (it == queue_.end()) return -1;
+  const int slot = *it;
+  queue_.erase(it);
+  return slot;
+}
+
+void ExpertPagePool::drop_guesses(int layer, const std::vector<int>& chosen) {
+  std::lock_guard lock(mutex_);
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Slot& s = slots_[size_t(*it)];
+    if (s.layer == layer && s.guessed &&
+        std::find(chosen.begin(), chosen.end(), s.expert) == chosen.end()) {
+      index_.erase(key_of({s.layer, s.expert}));
+      s = Slot{.memory = s.memory};
+      --stats_.guesses;
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+int ExpertPagePool::reads_per_expert() const {
+  return files_->has_scales() ? 6 : 3;
+}
+
+// Waits for queued slots and reads them, the disk's queue refilled as each read lands, until
+// stopped.
 void ExpertPagePool::loader_loop() {
-  const int reads_per_expert = files_->has_scales() ? 6 : 3;
   for (;;) {
-    std::vector<int> batch;
     {
       std::unique_lock lock(mutex_);
-      work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      // After a failed read, nothing more is read: acquire raises the error.
+      work_.wait(lock, [&] { return stop_ || (!queue_.empty() && error_.empty()); });
       if (stop_) return;
-      while (!queue_.empty() &&
-             (batch.empty() || int(batch.size() + 1) * reads_per_expert <= queue_depth_)) {
-        const int slot = queue_.front();
-        queue_.pop_front();
-        slots_[size_t(slot)].state = State::kLoading;
-        batch.push_back(slot);
-      }
     }
     try {
-      load(batch);
+      read_queued();
     } catch (const Error& e) {
       std::lock_guard lock(mutex_);
       if (error_.empty()) error_ = e.what();
-      for (int slot : batch) {
-        if (slots_[size_t(slot)].state == State::kReady) continue;  // landed, maybe in use
-        index_.erase(key_of({slots_[size_t(slot)].layer, slots_[size_t(slot)].expert}));
-        slots_[size_t(slot)] = Slot{.memory = slots_[size_t(slot)].memory};
-      }
+      for (Slot& s : slots_)
+        if (s.state == State::kLoading) {  // its reads were cut short
+          index_.erase(key_of({s.layer, s.expert}));
+          s = Slot{.memory = s.memory};
+        }
     }
     landed_.notify_all();
   }
 }
 
-// The slots' reads, in flight together; each expert is ready (packed first when quantized; FP8
-// as read) as soon as its own reads have landed.
-void ExpertPagePool::load(const std::vector<int>& batch) {
-  const size_t per_expert = files_->has_scales() ? 6 : 3;
-  std::vector<FileRead> reads;
-  std::vector<int> remaining(batch.size(), int(per_expert));
-  for (int slot : batch) {
-    const Slot& s = slots_[size_t(slot)];
-    const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
-    for (size_t j = 0; j < 3; ++j) {
-      const FileRange& w = src.weights[j];
-      reads.push_back({w.file, w.offset, w.bytes, s.memory + layout_.weights[j]});
-      if (files_->has_scales()) {
-        const FileRange& sc = src.scales[j];
-        reads.push_back({sc.file, sc.offset, sc.bytes, s.memory + layout_.scales[j]});
+// Reads queued slots until the queue has none to start and none is in flight. Each expert is
+// ready (packed first when quantized; FP8 as read) as soon as its own reads have landed.
+void ExpertPagePool::read_queued() {
+  const int per_expert = reads_per_expert();
+  std::vector<FileRead> pending;  // the reads of the slot being started, last first
+  int pending_slot = -1;
+  std::vector<int> remaining(slots_.size(), 0);
+  std::vector<double> bytes(slots_.size(), 0);  // read per expert, whole blocks
+  std::string pack_error;                       // raised once every read has landed
+  // Reads are in flight from the call's start to its end: the time is booked as each expert
+  // lands, so the books are current while the stream runs on.
+  auto booked = Clock::now();
+  auto book_read_time = [&] {  // locked
+    stats_.read_seconds += seconds_since(booked);
+    booked = Clock::now();
+  };
+  auto next = [&]() -> std::optional<DirectReader::TaggedRead> {
+    if (pending.empty()) {
+      std::lock_guard lock(mutex_);
+      if (!error_.empty() || stop_) return std::nullopt;
+      pending_slot = take_queued();
+      if (pending_slot < 0) return std::nullopt;
+      Slot& s = slots_[size_t(pending_slot)];
+      s.state = State::kLoading;
+      const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
+      for (size_t j = 3; j-- > 0;) {
+        if (files_->has_scales()) {
+          const FileRange& sc = src.scales[j];
+          pending.push_back({sc.file, sc.offset, sc.bytes, s.memory + layout_.scales[j]});
+        }
+        const FileRange& w = src.weights[j];
+        pending.push_back({w.file, w.offset, w.bytes, s.memory + layout_.weights[j]});
       }
+      remaining[size_t(pending_slot)] = per_expert;
+      bytes[size_t(pending_slot)] = 0;
+      for (const FileRead& r : pending)
+        bytes[size_t(pending_slot)] += double(direct_buffer_bytes(r.offset, r.bytes));
     }
-  }
-  std::vector<double> bytes(batch.size(), 0);  // read per expert, whole blocks
-  for (size_t i = 0; i < reads.size(); ++i)
-    bytes[i / per_expert] += double(direct_buffer_bytes(reads[i].offset, reads[i].bytes));
-  const auto t0 = Clock::now();
-  std::string pack_error;  // raised once every read has landed
-  reader_.read(reads, [&](size_t i) {
-    const size_t b = i / per_expert;
-    if (--remaining[b] > 0 || !pack_error.empty()) return;
-    Slot& s = slots_[size_t(batch[b])];
+    DirectReader::TaggedRead t{pending.back(), uint64_t(pending_slot)};
+    pending.pop_back();
+    return t;
+  };
+  reader_.read_stream(next, [&](uint64_t tag) {
+    const size_t slot = size_t(tag);
+    if (--remaining[slot] > 0 || !pack_error.empty()) return;
+    Slot& s = slots_[slot];
     try {
-      if (files_->quantized) pack(s, reads.begin() + std::ptrdiff_t(b * per_expert));
+      if (files_->quantized) pack(s);
     } catch (const Error& e) {
       pack_error = e.what();
       return;
@@ -333,25 +384,31 @@ void ExpertPagePool::load(const std::vector<int>& batch) {
       std::lock_guard lock(mutex_);
       s.state = State::kReady;
       ++stats_.experts_read;
-      stats_.bytes_read += bytes[b];
+      stats_.bytes_read += bytes[slot];
+      book_read_time();
     }
     landed_.notify_all();
   });
+  {
+    std::lock_guard lock(mutex_);
+    book_read_time();
+  }
   if (!pack_error.empty()) fail("{}", pack_error);
-  std::lock_guard lock(mutex_);
-  stats_.read_seconds += seconds_since(t0);
 }
 
 // A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per
 // byte) and their scales, as read, to the packed form beside them in the slot.
-void ExpertPagePool::pack(const Slot& s, std::vector<FileRead>::const_iterator reads) {
+void ExpertPagePool::pack(const Slot& s) {
   const ExpertQuant& q = c_.expert_quant;
   const cpu::QuantFormat f = quant_format(q.dtype);
   const auto shapes = matrix_shapes(c_);
+  const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
   std::vector<int8_t> unpacked;
   for (size_t j = 0; j < 3; ++j) {
-    const FileRead& values = reads[std::ptrdiff_t(2 * j)];
-    const FileRead& scales = reads[std::ptrdiff_t(2 * j + 1)];
+    const FileRead values{src.weights[j].file, src.weights[j].offset, src.weights[j].bytes,
+                          s.memory + layout_.weights[j]};
+    const FileRead scales{src.scales[j].file, src.scales[j].offset, src.scales[j].bytes,
+                          s.memory + layout_.scales[j]};
     const auto* v = reinterpret_cast<const uint8_t*>(direct_data(values));
     const int8_t* q8 = reinterpret_cast<const int8_t*>(v);
     const std::string what =

@@ -6,8 +6,11 @@
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
-// waits until it has landed, and releases it after its GEMMs. Slots stay filled after release:
-// the pool is also a cache between steps. When a slot is needed, the expert whose next use is
+// waits until it has landed, and releases it after its GEMMs. The loader keeps the disk's queue
+// full, refilling it as each read lands; the router's choices go before guesses, at most half
+// the queue's experts are guesses, and guesses not yet started that the router did not choose
+// are dropped when their layer begins: with the disk the bottleneck, it reads what is needed.
+// Slots stay filled after release: the pool is also a cache between steps. When a slot is needed, the expert whose next use is
 // the latest goes, assuming layers run in order (a step goes through every layer, so the layer
 // just computed is used again last), the least used first among experts of one layer. Unlike LRU,
 // which keeps nothing of a cyclic scan larger than itself, this keeps a fixed part of the model
@@ -97,6 +100,9 @@ class ExpertPagePool {
   // until release. Throws the loader's error (naming the file and offset) if its read failed.
   ExpertMatrices acquire(ExpertKey k);
   void release(ExpertKey k);
+  // Layer `layer` begins with the router's `chosen` experts: the guesses for it not yet started
+  // that the router did not choose are dropped, so the disk reads what is needed.
+  void drop_guesses(int layer, const std::vector<int>& chosen);
 
   int slots() const { return int(slots_.size()); }
   // Host bytes the pool holds: its slots, allocated once when it is made.
@@ -120,9 +126,11 @@ class ExpertPagePool {
   int take_slot(ExpertKey k, bool certain);
   int next_use(int layer) const;  // layers until `layer` runs again, counted from current_layer_
   void enqueue(int slot, ExpertKey k);
+  int reads_per_expert() const;  // 3 matrices, and their scales where the files have them
+  int take_queued();
   void loader_loop();
-  void load(const std::vector<int>& slots);
-  void pack(const Slot& s, std::vector<FileRead>::const_iterator reads);
+  void read_queued();
+  void pack(const Slot& s);
   ExpertMatrices matrices(const Slot& s) const;
 
   ModelConfig c_;
@@ -133,7 +141,7 @@ class ExpertPagePool {
   std::vector<Slot> slots_;
   std::byte* memory_ = nullptr;
   std::unordered_map<int64_t, int> index_;  // key → slot
-  std::deque<int> queue_;                   // slots to read, in order
+  std::deque<int> queue_;                   // slots to read, in the order asked
   int current_layer_ = 0;
   ExpertPoolStats stats_;
   std::string error_;  // the loader's first failure

@@ -58,7 +58,7 @@ std::string describe(const WeightsRead& r, double dram_bytes_per_s, double disk_
                      disk ? "the profiled disk read rate" : "DRAM");
 }
 
-// The disk tier's read ceiling where the profile has none (engine_plan.h); 0 when it cannot be
+// The disk tier's read rate, probed as it reads (engine_plan.h); 0 when it cannot be
 // measured, with a note why.
 double probe_expert_disk(const ExpertFiles& files) {
   std::string why;
@@ -191,6 +191,7 @@ struct BenchResult {
   ThroughputReport report;
   double wall = 0, prefill_share = 0, decode_share = 0;
   size_t peak_rss = 0;
+  double profiled_disk = 0;  // the profile's disk read rate (the load is compared with it)
 };
 
 void print_json(const BenchResult& b) {
@@ -238,8 +239,8 @@ void print_setup(const BenchResult& b) {
   fmt::print("model      {} ({} layers), {} of weights, made/loaded in {:.1f} s{}{}\n",
              o.preset.empty() ? o.model_dir : o.preset, b.loaded->model.config.num_layers,
              human_bytes(double(b.ms->total_bytes)), b.loaded->load_seconds,
-             describe(b.loaded->read_in, b.ceilings->dram_bytes_per_s, b.hw->disk_bytes_per_s),
-             describe_storage_reads(*b.loaded, b.hw->disk_bytes_per_s));
+             describe(b.loaded->read_in, b.ceilings->dram_bytes_per_s, b.profiled_disk),
+             describe_storage_reads(*b.loaded, b.profiled_disk));
   fmt::print("machine    {}\n", machine_description());
   fmt::print(
       "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "
@@ -331,9 +332,13 @@ int run(Options o) {
 
   // The planner fills the fields left at 0 (engine/engine_plan.h) and predicts the run, to print
   // beside the measurement.
+  // With the experts on disk, the planner and the disk's figures use the disk as the tier reads
+  // it, probed now (engine_plan.h), not the profile's probe.
   HardwareProfile hw = planner_profile(o.policy.threads);
-  const bool probe_disk = loaded.model.expert_files && hw.disk_bytes_per_s <= 0;
-  if (probe_disk) hw.disk_bytes_per_s = probe_expert_disk(*loaded.model.expert_files);
+  const double profiled_disk = hw.disk_bytes_per_s;
+  const bool probe_disk = loaded.model.expert_files != nullptr;
+  const double disk_before = probe_disk ? probe_expert_disk(*loaded.model.expert_files) : 0;
+  if (disk_before > 0) hw.disk_bytes_per_s = disk_before;
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   DeviceOptions device_options = o.device;
   const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);
@@ -366,7 +371,7 @@ int run(Options o) {
   // ceiling is the faster of the two readings.
   if (probe_disk)
     hw.disk_bytes_per_s =
-        std::max(hw.disk_bytes_per_s, probe_expert_disk(*loaded.model.expert_files));
+        std::max({hw.disk_bytes_per_s, disk_before, probe_expert_disk(*loaded.model.expert_files)});
 
   const EngineStats& s = engine.stats();
   BenchResult b{&o,
@@ -384,6 +389,7 @@ int run(Options o) {
   b.prefill_share = share.prefill_share(s.prefill_seconds, plan.policy.threads);
   b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);
   b.peak_rss = peak_resident_bytes();
+  b.profiled_disk = profiled_disk;
   o.json ? print_json(b) : print_text(b);
   return 0;
 }

@@ -11,9 +11,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/throughput_report.h"
+#include "io/direct_reader.h"
 #include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
 #include "runtime/planner/planner.h"
@@ -172,19 +174,63 @@ HardwareProfile planner_profile(int threads) {
   return p;
 }
 
-std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string* why) {
-  std::filesystem::path largest;
-  uintmax_t largest_bytes = 0;
-  for (const auto& f : files.files) {
-    std::error_code ec;
-    const uintmax_t bytes = std::filesystem::file_size(f, ec);
-    if (!ec && bytes > largest_bytes) largest = f, largest_bytes = bytes;
+namespace {
+
+// The pieces the expert disk probe reads: whole experts (their matrices and scales), every
+// 7919th of all experts in (layer, expert) order (a prime stride, so they spread over the layers
+// and files as the router's choices do), until `bytes`, cut into reads of `piece` bytes.
+std::vector<FileRange> expert_probe_pieces(const ExpertFiles& files, size_t bytes, size_t piece) {
+  std::vector<const ExpertSource*> experts;
+  for (const auto& layer : files.layers)
+    for (const ExpertSource& e : layer) experts.push_back(&e);
+  std::vector<FileRange> pieces;
+  size_t taken = 0;
+  for (size_t i = 0; i < experts.size() && taken < bytes; ++i) {
+    const ExpertSource& e = *experts[i * 7919 % experts.size()];
+    for (const auto* ranges : {&e.weights, &e.scales})
+      for (const FileRange& r : *ranges)
+        for (size_t at = 0; at < r.bytes; at += piece) {
+          pieces.push_back({r.file, r.offset + at, std::min(piece, r.bytes - at)});
+          taken += pieces.back().bytes;
+        }
   }
-  if (largest.empty()) {
-    if (why) *why = "the experts' files cannot be read";
+  return pieces;
+}
+
+}  // namespace
+
+std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string* why) {
+  constexpr size_t kPiece = size_t(4) << 20, kBytes = size_t(512) << 20;
+  constexpr int kDepth = 32;  // the pool's reads in flight
+  const std::vector<FileRange> pieces = expert_probe_pieces(files, kBytes, kPiece);
+  if (pieces.empty()) {
+    if (why) *why = "the model has no routed experts on disk";
     return std::nullopt;
   }
-  return measure_file_read_bandwidth(largest, size_t(256) << 20, why);
+  // What is read is discarded: piece i lands in buffer i % depth, in flight or not.
+  const size_t buffer = direct_buffer_bytes(kDirectAlign - 1, kPiece);
+  std::unique_ptr<std::byte, decltype(&std::free)> buffers(
+      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, kDepth * buffer)), &std::free);
+  std::vector<FileRead> reads;
+  double bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const FileRange& p = pieces[i];
+    reads.push_back({p.file, p.offset, p.bytes, buffers.get() + (i % kDepth) * buffer});
+    bytes += double(direct_buffer_bytes(p.offset, p.bytes));
+  }
+  try {
+    DirectReader reader(files.files, kDepth);
+    if (!reader.direct()) {
+      if (why) *why = reader.note();
+      return std::nullopt;
+    }
+    const auto t = Clock::now();
+    reader.read(reads, [](size_t) {});
+    return bytes / seconds_since(t);
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return std::nullopt;
+  }
 }
 
 std::string EnginePlan::describe() const {

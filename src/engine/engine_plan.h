@@ -26,9 +26,11 @@ namespace sluice {
 // On a machine with a usable GPU, a profile without a GPU half gets one the same way (measured
 // once, cached), so the default device plans the GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
-// The O_DIRECT read rate of 256 MiB of the largest file the disk tier reads experts from: the
-// disk the run actually uses, for a profile without a disk figure (the quick one). nullopt, with
-// `why`, where it cannot be measured.
+// The disk tier's read rate, measured as it reads: O_DIRECT through io_uring, 32 reads in flight,
+// of whole experts spread over the model (512 MiB of them, or all), from the files the run reads.
+// On a VM the disk's rate moves with what the host has cached, so a run is compared with this,
+// taken beside it, rather than with the profile's probe of a fresh temporary file. nullopt,
+// with `why`, where it cannot be measured.
 std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string* why);
 
 struct EnginePlan {

@@ -1,5 +1,5 @@
-// The O_DIRECT read probes: of a temporary file (sluice profile) and of an existing one (the
-// disk tier's expert files, when the profile has no disk figure).
+// The O_DIRECT read probes: of a temporary file (sluice profile), of an existing one, and of the
+// disk tier's experts in their files (bench, beside a run with experts on disk).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,22 +46,32 @@ TEST(DiskProbe, TheTemporaryFileProbeLeavesNothingBehind) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
-TEST(DiskProbe, ExpertDiskReadsTheLargestOfTheExpertFiles) {
+// The expert probe reads whole experts as the tier does, from every file they are in.
+TEST(DiskProbe, ExpertDiskReadsTheExpertsFromTheirFiles) {
   testing::TempDir dir;
-  testing::write_file(dir / "small.safetensors", std::string(1000, 'x'));
-  testing::write_file(dir / "large.safetensors", std::string(size_t(8) << 20, 'x'));
+  testing::write_file(dir / "a.safetensors", std::string(size_t(20) << 20, 'x'));
+  testing::write_file(dir / "b.safetensors", std::string(size_t(3) << 20, 'y'));
   ExpertFiles files;
-  files.files = {dir / "small.safetensors", dir / "large.safetensors"};
+  files.files = {dir / "a.safetensors", dir / "b.safetensors"};
+  // Two layers of two experts: misaligned ranges, one larger than a 4 MiB read, in both files.
+  auto expert = [](int file, uint64_t offset, size_t bytes) {
+    ExpertSource e;
+    for (size_t j = 0; j < 3; ++j) e.weights[j] = {file, offset + j * bytes, bytes};
+    return e;
+  };
+  files.layers = {{expert(0, 17, size_t(5) << 20), expert(1, 4096, 1000)},
+                  {expert(1, 100, 2000), expert(0, 3, 1 << 20)}};
   std::string why;
-  const auto rate = measure_expert_disk(files, &why);
-  expect_rate_or_refusal(rate, why);
-  if (!rate) {
-    EXPECT_NE(why.find("large.safetensors"), std::string::npos) << why;
-  }
+  expect_rate_or_refusal(measure_expert_disk(files, &why), why);
 
+  files.layers = {{}, {}};
+  EXPECT_FALSE(measure_expert_disk(files, &why));
+  EXPECT_EQ(why, "the model has no routed experts on disk");
+
+  files.layers = {{expert(0, 0, 4096)}};
   files.files = {dir / "missing.safetensors"};
   EXPECT_FALSE(measure_expert_disk(files, &why));
-  EXPECT_EQ(why, "the experts' files cannot be read");
+  EXPECT_NE(why.find("missing.safetensors"), std::string::npos) << why;
 }
 
 }  // namespace

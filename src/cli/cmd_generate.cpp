@@ -2,6 +2,7 @@
 // batch through the engine) with the model's own tokenizer. With --chat each prompt is sent as one
 // user message through the model's chat template, and only the reply is printed.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <fstream>
@@ -30,6 +31,7 @@ struct Options {
   SamplingParams sampling;
   bool reference = false;
   bool chat = false;
+  bool token_ids = false;
   Policy policy;
   std::string host_mem;
   DeviceOptions device;
@@ -104,6 +106,7 @@ int run(const Options& o) {
   const ChatPrompter* chat_ptr = chat ? &*chat : nullptr;
   if (o.reference) {
     if (o.prompt.empty()) fail("generate: --reference runs one --prompt");
+    if (o.token_ids) fail("generate: --token-ids is for the batch engine, not --reference");
     return generate_with_reference(model, *tok, o, chat_ptr);
   }
   std::vector<std::string> prompts =
@@ -147,6 +150,7 @@ int run(const Options& o) {
     generated += int64_t(results[i].tokens.size());
     if (results.size() > 1) fmt::print("[{}] ", i + 1);
     fmt::print("{}{}\n", chat ? "" : prompts[i], tok->decode(tokens));
+    if (o.token_ids) fmt::print("  token ids: {}\n", fmt::join(results[i].tokens, ","));
   }
   fmt::print(stderr, "{} prompts, {} tokens generated in {:.2f} s ({:.1f} tokens/s); policy {}\n",
              results.size(), generated, seconds, generated / seconds, plan.describe());
@@ -174,6 +178,9 @@ RegisterCommand reg(
        sub.add_flag("--chat", o->chat,
                     "Send each prompt as one user message through the model's "
                     "chat template; print only the reply");
+       sub.add_flag("--token-ids", o->token_ids,
+                    "After each continuation, print the generated token ids (the end-of-text "
+                    "token included): what to compare between two runs");
        sub.add_flag("--reference", o->reference,
                     "Use the plain reference forward (one prompt, streamed)");
        add_policy_options(sub, o->policy);

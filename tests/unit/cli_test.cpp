@@ -12,6 +12,7 @@
 #include "model/presets.h"
 #include "model/reference_forward.h"
 #include "model/synthetic.h"
+#include "model/weights.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -121,6 +122,37 @@ TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
   auto rows = lines_of(r.output);
   ASSERT_GE(rows.size(), 3u);
   EXPECT_EQ(rows[0].rfind("[1] The quick brown fox", 0), 0u) << r.output;
+}
+
+// --token-ids prints each continuation's ids under its text: max-new-tokens of them (or fewer,
+// ending at the end-of-text token), each within the vocabulary.
+TEST_F(Cli, GenerateTokenIdsPrintsTheIdsOfEachContinuation) {
+  TempDir d;
+  testing::write_file(d / "prompts.txt", "The quick brown fox\nHello world!\n");
+  auto r = run_command(sluice_command("generate --model " + model().string() + " --input " +
+                                      (d / "prompts.txt").string() +
+                                      " --max-new-tokens 5 --token-ids"),
+                       false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto rows = lines_of(r.output);
+  ASSERT_EQ(rows.size(), 4u) << r.output;
+  for (size_t i = 1; i < rows.size(); i += 2) {
+    ASSERT_EQ(rows[i].rfind("  token ids: ", 0), 0u) << rows[i];
+    std::istringstream in(rows[i].substr(std::string("  token ids: ").size()));
+    int count = 0;
+    for (std::string id; std::getline(in, id, ',');) {
+      ++count;
+      EXPECT_GE(std::stoi(id), 0) << rows[i];
+      EXPECT_LT(std::stoi(id), load_model_config(model()).vocab_size) << rows[i];
+    }
+    EXPECT_GE(count, 1) << rows[i];
+    EXPECT_LE(count, 5) << rows[i];
+  }
+  auto reference = run_command(sluice_command("generate --model " + model().string() +
+                                              " --prompt Hi --reference --token-ids"));
+  EXPECT_NE(reference.status, 0);
+  EXPECT_NE(reference.output.find("--token-ids is for the batch engine"), std::string::npos)
+      << reference.output;
 }
 
 // A prompt that can never run (here: more KV blocks than --kv-blocks gives) fails alone: the

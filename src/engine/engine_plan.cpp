@@ -224,9 +224,16 @@ std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string*
       if (why) *why = reader.note();
       return std::nullopt;
     }
-    const auto t = Clock::now();
-    reader.read(reads, [](size_t) {});
-    return bytes / seconds_since(t);
+    // Twice, the faster pass: the tier reads each expert many times, and a VM's disk serves
+    // what its host has cached faster (on the development VM the first pass often ran at 70-80%
+    // of the run's own reads, the second near them).
+    double best = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      const auto t = Clock::now();
+      reader.read(reads, [](size_t) {});
+      best = std::max(best, bytes / seconds_since(t));
+    }
+    return best;
   } catch (const Error& e) {
     if (why) *why = e.what();
     return std::nullopt;

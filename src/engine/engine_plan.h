@@ -27,7 +27,8 @@ namespace sluice {
 // once, cached), so the default device plans the GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
 // The disk tier's read rate, measured as it reads: O_DIRECT through io_uring, 32 reads in flight,
-// of whole experts spread over the model (512 MiB of them, or all), from the files the run reads.
+// of whole experts spread over the model (512 MiB of them, or all), from the files the run reads,
+// the faster of two passes.
 // On a VM the disk's rate moves with what the host has cached, so a run is compared with this,
 // taken beside it, rather than with the profile's probe of a fresh temporary file. nullopt,
 // with `why`, where it cannot be measured.

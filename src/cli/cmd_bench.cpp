@@ -192,6 +192,8 @@ struct BenchResult {
   double wall = 0, prefill_share = 0, decode_share = 0;
   size_t peak_rss = 0;
   double profiled_disk = 0;  // the profile's disk read rate (the load is compared with it)
+  // The experts' disk, probed before and after the run (0: not probed).
+  std::pair<double, double> disk_probes = {0, 0};
 };
 
 void print_json(const BenchResult& b) {
@@ -224,7 +226,11 @@ void print_json(const BenchResult& b) {
   j["profile_dram_bytes_per_s"] = b.hw->dram_bytes_per_s;
   j["peak_resident_bytes"] = b.peak_rss;
   j["weights_bytes"] = b.ms->total_bytes;
-  if (!s.disk_reads.empty()) add_disk_report(j, disk_report(s, b.wall, b.hw->disk_bytes_per_s), s);
+  if (!s.disk_reads.empty()) {
+    add_disk_report(j, disk_report(s, b.wall, b.hw->disk_bytes_per_s), s);
+    j["disk"]["probe_bytes_per_s_before"] = b.disk_probes.first;
+    j["disk"]["probe_bytes_per_s_after"] = b.disk_probes.second;
+  }
   if (const auto& backend = b.device->backend) {
     j["device"] = backend->device->name();
     add_device_report(j, device_report(s, b.wall, b.device->h2d_reference, b.device->h2d_source),
@@ -304,9 +310,16 @@ void print_text(const BenchResult& b) {
   print_report(b.report, *b.stats, *b.ceilings);
   print_prediction_and_share(b);
   print_memory(b);
-  if (!b.stats->disk_reads.empty())
+  if (!b.stats->disk_reads.empty()) {
     print_disk_report(disk_report(*b.stats, b.wall, b.hw->disk_bytes_per_s), *b.stats,
                       b.plan->policy.pool_experts);
+    const auto [before, after] = b.disk_probes;
+    if (before > 0 || after > 0)
+      fmt::print(
+          "           the disk's read rate, probed reading whole experts: {}/s before the run, "
+          "{}/s after; the bounds and the prediction use the faster\n",
+          human_bytes(before), human_bytes(after));
+  }
   if (const auto& backend = b.device->backend) {
     fmt::print("device     {}\n", backend->device->name());
     print_device_report(
@@ -342,7 +355,7 @@ int run(Options o) {
   const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
   DeviceOptions device_options = o.device;
   const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);
-  const Prediction predicted = predict(hw, c, plan.policy, plan.offload, work);
+  Prediction predicted = predict(hw, c, plan.policy, plan.offload, work);
   omp_set_num_threads(plan.policy.threads);
 
   const BenchDevice device = open_bench_device(device_options, hw);
@@ -368,10 +381,13 @@ int run(Options o) {
   });
   const double wall = seconds_since(t0);
   // A disk's rate moves (a VM's far more than its DRAM's): probed again after the run, the
-  // ceiling is the faster of the two readings.
-  if (probe_disk)
-    hw.disk_bytes_per_s =
-        std::max({hw.disk_bytes_per_s, disk_before, probe_expert_disk(*loaded.model.expert_files)});
+  // ceiling is the faster of the two readings, and the chosen policy's prediction is made again
+  // with it, as the disk bounds are.
+  const double disk_after = probe_disk ? probe_expert_disk(*loaded.model.expert_files) : 0;
+  if (disk_after > hw.disk_bytes_per_s) {
+    hw.disk_bytes_per_s = disk_after;
+    predicted = predict(hw, c, plan.policy, plan.offload, work);
+  }
 
   const EngineStats& s = engine.stats();
   BenchResult b{&o,
@@ -390,6 +406,7 @@ int run(Options o) {
   b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);
   b.peak_rss = peak_resident_bytes();
   b.profiled_disk = profiled_disk;
+  b.disk_probes = {disk_before, disk_after};
   o.json ? print_json(b) : print_text(b);
   return 0;
 }

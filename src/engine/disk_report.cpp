@@ -6,6 +6,30 @@
 
 namespace sluice {
 
+namespace {
+
+DiskReport::PhaseBound phase_bound(int64_t steps, double tokens, double seconds, double bytes,
+                                   double disk_bytes_per_s) {
+  DiskReport::PhaseBound b;
+  if (steps <= 0) return b;
+  b.bytes_per_step = bytes / double(steps);
+  if (seconds > 0) b.tokens_per_s = tokens / seconds;
+  if (disk_bytes_per_s > 0 && bytes > 0) b.bound_tokens_per_s = tokens * disk_bytes_per_s / bytes;
+  if (b.bound_tokens_per_s > 0) b.bound_fraction = b.tokens_per_s / b.bound_tokens_per_s;
+  return b;
+}
+
+void print_phase_bound(const char* phase, const DiskReport::PhaseBound& b) {
+  if (b.bound_tokens_per_s <= 0) return;
+  fmt::print(
+      "           {} bound by the disk: {} read per step -> {:.1f} tokens/s; measured {:.1f} = "
+      "{:.0f}% of it\n",
+      phase, human_bytes(b.bytes_per_step), b.bound_tokens_per_s, b.tokens_per_s,
+      100 * b.bound_fraction);
+}
+
+}  // namespace
+
 DiskReport disk_report(const EngineStats& s, double wall, double profiled) {
   DiskReport r;
   const ExpertPoolStats& d = s.disk;
@@ -13,16 +37,13 @@ DiskReport disk_report(const EngineStats& s, double wall, double profiled) {
   r.read_bytes_per_s = d.read_bytes_per_s();
   if (profiled > 0) r.read_fraction = r.read_bytes_per_s / profiled;
   if (wall > 0) r.wait_fraction = d.wait_seconds / wall;
-  if (s.decode_only_steps > 0) {
-    r.decode_bytes_per_step = s.decode_only_disk_bytes / double(s.decode_only_steps);
-    if (s.decode_only_seconds > 0)
-      r.decode_tokens_per_s = double(s.decode_only_tokens) / s.decode_only_seconds;
-    if (profiled > 0 && s.decode_only_disk_bytes > 0)
-      r.decode_bound_tokens_per_s =
-          double(s.decode_only_tokens) * profiled / s.decode_only_disk_bytes;
-    if (r.decode_bound_tokens_per_s > 0)
-      r.decode_bound_fraction = r.decode_tokens_per_s / r.decode_bound_tokens_per_s;
-  }
+  r.decode = phase_bound(s.decode_only_steps, double(s.decode_only_tokens), s.decode_only_seconds,
+                         s.decode_only_disk_bytes, profiled);
+  r.prompt = phase_bound(
+      s.steps - s.decode_only_steps,
+      double(s.prefill_tokens + s.decode_tokens - s.decode_only_tokens),
+      s.prefill_seconds + s.decode_seconds - s.decode_only_seconds,
+      d.bytes_read - s.decode_only_disk_bytes, profiled);
   return r;
 }
 
@@ -45,12 +66,8 @@ void print_disk_report(const DiskReport& r, const EngineStats& s, int pool_exper
       "not read; prefetch guesses {}, accuracy {:.1f}%\n",
       100 * d.hit_rate(), d.hits, d.demands, human_bytes(d.bytes_saved()), d.guesses,
       100 * d.prefetch_accuracy());
-  if (r.decode_bound_tokens_per_s > 0)
-    fmt::print(
-        "           decode bound by the disk: {} read per decode step -> {:.1f} tokens/s; "
-        "measured {:.1f} = {:.0f}% of it\n",
-        human_bytes(r.decode_bytes_per_step), r.decode_bound_tokens_per_s, r.decode_tokens_per_s,
-        100 * r.decode_bound_fraction);
+  print_phase_bound("steps with prompt tokens", r.prompt);
+  print_phase_bound("decode-only steps", r.decode);
 }
 
 void add_disk_report(nlohmann::json& j, const DiskReport& r, const EngineStats& s) {
@@ -70,9 +87,12 @@ void add_disk_report(nlohmann::json& j, const DiskReport& r, const EngineStats& 
                {"bytes_saved", d.bytes_saved()},
                {"prefetch_guesses", d.guesses},
                {"prefetch_accuracy", d.prefetch_accuracy()},
-               {"decode_bytes_per_step", r.decode_bytes_per_step},
-               {"decode_bound_tokens_per_s", r.decode_bound_tokens_per_s},
-               {"decode_bound_fraction", r.decode_bound_fraction}};
+               {"decode_bytes_per_step", r.decode.bytes_per_step},
+               {"decode_bound_tokens_per_s", r.decode.bound_tokens_per_s},
+               {"decode_bound_fraction", r.decode.bound_fraction},
+               {"prompt_steps_bytes_per_step", r.prompt.bytes_per_step},
+               {"prompt_steps_bound_tokens_per_s", r.prompt.bound_tokens_per_s},
+               {"prompt_steps_bound_fraction", r.prompt.bound_fraction}};
 }
 
 }  // namespace sluice

@@ -2,11 +2,11 @@
 // how fast against the profiled O_DIRECT bandwidth, how long compute waited for it, what the
 // expert cache saved, and the decode bound the disk sets.
 //
-// Decode bound: a pure-decode step must read every expert its tokens route to that the pool does
-// not hold, so it cannot take less than (expert bytes read per step) / (disk bandwidth), and
-//   bound = decode tokens of those steps · disk bandwidth / expert bytes they read,
-// measured over the steps with no prompt tokens; decode_bound_fraction is the decode rate of
-// those steps divided by the bound.
+// The disk's bound on a phase (the steps with no prompt tokens, and the steps with some): its
+// steps must read every expert their tokens route to that the pool does not hold, so they cannot
+// take less than (expert bytes they read) / (disk bandwidth), and
+//   bound = tokens of those steps · disk bandwidth / expert bytes they read;
+// bound_fraction is the phase's token rate divided by the bound.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,10 +20,14 @@ struct DiskReport {
   double read_bytes_per_s = 0;      // bytes read / time with reads in flight
   double read_fraction = 0;         // read_bytes_per_s / profiled
   double wait_fraction = 0;         // compute waiting on the disk / wall time
-  double decode_bytes_per_step = 0;
-  double decode_tokens_per_s = 0;
-  double decode_bound_tokens_per_s = 0;  // 0 without decode steps that read
-  double decode_bound_fraction = 0;
+  struct PhaseBound {
+    double bytes_per_step = 0;
+    double tokens_per_s = 0;
+    double bound_tokens_per_s = 0;  // 0 without steps of the phase that read
+    double bound_fraction = 0;
+  };
+  PhaseBound decode;  // the steps with no prompt tokens
+  PhaseBound prompt;  // the steps with prompt tokens (and the decode tokens batched with them)
 };
 
 DiskReport disk_report(const EngineStats& s, double wall_seconds, double profiled_bytes_per_s);

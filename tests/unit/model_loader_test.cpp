@@ -17,22 +17,18 @@ namespace {
 
 using testing::TempDir;
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
-}
-
 TEST(ModelLoader, WrittenCheckpointEqualsTheInMemoryModel) {
   TempDir dir;
   ModelConfig c = preset_config("tiny-mixtral");
   write_random_checkpoint(c, dir.path(), 7);
   Model loaded = load_model(dir.path());
   Model made = make_random_model(c, 7);
-  EXPECT_TRUE(same_bytes(loaded.weights.embed, made.weights.embed));
-  EXPECT_TRUE(same_bytes(loaded.weights.lm_head, made.weights.lm_head));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.embed, made.weights.embed));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.lm_head, made.weights.lm_head));
   for (int l = 0; l < c.num_layers; ++l) {
-    EXPECT_TRUE(same_bytes(loaded.weights.layers[l].wk, made.weights.layers[l].wk));
+    EXPECT_TRUE(testing::same_bytes(loaded.weights.layers[l].wk, made.weights.layers[l].wk));
     EXPECT_TRUE(
-        same_bytes(loaded.weights.layers[l].expert_down, made.weights.layers[l].expert_down));
+        testing::same_bytes(loaded.weights.layers[l].expert_down, made.weights.layers[l].expert_down));
   }
   // The writer stores each layer's experts back to back, so the stack is a view of the mapping.
   const Tensor& gate = loaded.weights.layers[1].expert_gate;
@@ -52,8 +48,8 @@ TEST(ModelLoader, ShardedCheckpointLoadsAndMatches) {
   EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors.index.json"));
   Model loaded = load_model(dir.path());
   Model made = make_random_model(c, 3);
-  EXPECT_TRUE(same_bytes(loaded.weights.layers[1].expert_up, made.weights.layers[1].expert_up));
-  EXPECT_TRUE(same_bytes(loaded.weights.final_norm, made.weights.final_norm));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.layers[1].expert_up, made.weights.layers[1].expert_up));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.final_norm, made.weights.final_norm));
 }
 
 // Rewrites the checkpoint of `dir` with `edit` applied to its list of tensors.
@@ -87,8 +83,8 @@ TEST(ModelLoader, ExpertsStoredInterleavedAreRepacked) {
   });
   Model loaded = load_model(dir.path());
   Model made = make_random_model(c, 5);
-  EXPECT_TRUE(same_bytes(loaded.weights.layers[0].expert_gate, made.weights.layers[0].expert_gate));
-  EXPECT_TRUE(same_bytes(loaded.weights.layers[1].expert_down, made.weights.layers[1].expert_down));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.layers[0].expert_gate, made.weights.layers[0].expert_gate));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.layers[1].expert_down, made.weights.layers[1].expert_down));
 }
 
 TEST(ModelLoader, MissingTensorIsNamed) {
@@ -225,9 +221,9 @@ TEST(ModelLoader, DbrxFusedQkvAndFlatExpertsMapOntoTheCanonicalWeights) {
                         {&a.expert_up, &b.expert_up},
                         {&a.expert_down, &b.expert_down},
                         {&a.attn_norm, &b.attn_norm}})
-      EXPECT_TRUE(same_bytes(*x, *y)) << "layer " << l;
+      EXPECT_TRUE(testing::same_bytes(*x, *y)) << "layer " << l;
   }
-  EXPECT_TRUE(same_bytes(loaded.weights.final_norm, made.weights.final_norm));
+  EXPECT_TRUE(testing::same_bytes(loaded.weights.final_norm, made.weights.final_norm));
 }
 
 // A DBRX checkpoint whose Wqkv is wider than its config says (written for 2 KV heads, read

@@ -128,9 +128,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadQuantized,
                                            QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
                                            QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
                          [](const auto& case_info) {
-                           return testing::test_name(
-                               std::string(case_info.param.preset) + "_" +
-                               std::string(expert_dtype_name(case_info.param.dtype)));
+                           return testing::preset_dtype_name(case_info.param.preset,
+                                                             case_info.param.dtype);
                          });
 
 }  // namespace

@@ -33,9 +33,7 @@ void expect_same_expert_slots(const Model& a, const Model& b, int layers) {
                         {&x.mlp_down, &y.mlp_down}}) {
       ASSERT_EQ(s->empty(), t->empty()) << "layer " << l;
       if (s->empty()) continue;
-      ASSERT_EQ(s->dtype, t->dtype) << "layer " << l;
-      ASSERT_EQ(s->shape, t->shape) << "layer " << l;
-      EXPECT_EQ(std::memcmp(s->data, t->data, s->nbytes()), 0) << "layer " << l;
+      EXPECT_TRUE(testing::same_bytes(*s, *t)) << "layer " << l;
     }
   }
 }
@@ -77,9 +75,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AtLoadCase{"tiny-dbrx", ExpertDtype::kInt8, 8, false}),
     [](const auto& param_info) {
       const AtLoadCase& p = param_info.param;
-      return testing::test_name(std::string(p.preset) + "_" +
-                                std::string(expert_dtype_name(p.dtype)) +
-                                (p.experts_apart ? "_apart" : ""));
+      return testing::preset_dtype_name(p.preset, p.dtype, p.experts_apart ? "_apart" : "");
     });
 
 TEST(LoadLayers, AQuantizedCheckpointKeepsItsFirstLayers) {

@@ -88,9 +88,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, QuantizedCheckpoint,
                                            CheckpointCase{"tiny-mixtral", ExpertDtype::kInt4, 16},
                                            CheckpointCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
                          [](const auto& case_info) {
-                           return testing::test_name(
-                               std::string(case_info.param.preset) + "_" +
-                               std::string(expert_dtype_name(case_info.param.dtype)));
+                           return testing::preset_dtype_name(case_info.param.preset,
+                                                             case_info.param.dtype);
                          });
 
 class QuantizedCheckpointErrors : public ::testing::Test {

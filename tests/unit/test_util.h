@@ -7,14 +7,17 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "io/safetensors.h"
+#include "model/expert_quant.h"
 
 // Whether this build runs under AddressSanitizer: GCC defines __SANITIZE_ADDRESS__, clang before
 // 15 only answers __has_feature(address_sanitizer).
@@ -48,6 +51,19 @@ inline std::string test_name(std::string name) {
   for (char& ch : name)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
+}
+
+// The name of a case of a preset and an expert dtype ("tiny_mixtral_int8"), and a suffix.
+inline std::string preset_dtype_name(std::string_view preset, ExpertDtype dtype,
+                                     std::string_view suffix = "") {
+  return test_name(std::string(preset) + "_" + std::string(expert_dtype_name(dtype)) +
+                   std::string(suffix));
+}
+
+// Whether two tensors have the same dtype, shape and bytes.
+inline bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.shape == b.shape &&
+         std::memcmp(a.data, b.data, a.nbytes()) == 0;
 }
 
 inline void write_file(const std::filesystem::path& path, const std::string& bytes) {

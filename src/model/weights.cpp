@@ -194,6 +194,33 @@ void require_no_unexpected_tensor(const Checkpoint& ckpt, const TensorTable& tab
   }
 }
 
+// A float tensor's checks: its shape, and its dtype (BF16, F16 or F32, or F8_E4M3 where the
+// slot allows it, whose block scales it returns; else null).
+const TensorEntry* check_float_tensor(const Checkpoint& ckpt, const Model& m,
+                                      const ExpectedTensor& want, const TensorEntry& got) {
+  const std::string file = got.file->path().string();
+  if (got.shape != want.shape)
+    fail("{}: tensor '{}': expected shape {}, got {}{}", file, want.name, shape_str(want.shape),
+         shape_str(got.shape),
+         want.shape_from ? fmt::format(" (the shape follows config.json's {})", want.shape_from)
+                         : "");
+  if (got.dtype == DType::F8_E4M3) return &fp8_scales(ckpt, m, want, got);
+  if (!is_float(got.dtype))
+    fail("{}: tensor '{}': expected dtype BF16, F16 or F32{}, got {}", file, want.name,
+         fp8_slot_allowed(m.weights, want.slot) ? " (or F8_E4M3 with block scales)" : "",
+         dtype_name(got.dtype));
+  return nullptr;
+}
+
+// The disk tier reads experts as stored, and its kernels take bf16 or FP8 ones.
+void check_disk_tier_dtype(const ExpectedTensor& want, const TensorEntry& got) {
+  if (got.dtype != DType::BF16 && got.dtype != DType::F8_E4M3)
+    fail(
+        "{}: tensor '{}': the disk tier reads experts as stored and runs bf16 or FP8 ones; this "
+        "one is {} (give --host-mem enough for the whole model)",
+        got.file->path().string(), want.name, dtype_name(got.dtype));
+}
+
 Model load_folder(const std::filesystem::path& dir, const LoadOptions& options) {
   Model m;
   m.dir = dir;
@@ -227,28 +254,11 @@ Model load_folder(const std::filesystem::path& dir, const LoadOptions& options) 
       used[want.name] = used[scale_tensor_name(want.name)] = true;
       continue;
     }
-    const std::string file = got->file->path().string();
-    if (got->shape != want.shape)
-      fail("{}: tensor '{}': expected shape {}, got {}{}", file, want.name, shape_str(want.shape),
-           shape_str(got->shape),
-           want.shape_from ? fmt::format(" (the shape follows config.json's {})", want.shape_from)
-                           : "");
-    const TensorEntry* scales = nullptr;
-    if (got->dtype == DType::F8_E4M3) {
-      scales = &fp8_scales(ckpt, m, want, *got);
-      used[scales->name] = true;
-    } else if (!is_float(got->dtype)) {
-      fail("{}: tensor '{}': expected dtype BF16, F16 or F32{}, got {}", file, want.name,
-           fp8_slot_allowed(m.weights, want.slot) ? " (or F8_E4M3 with block scales)" : "",
-           dtype_name(got->dtype));
-    }
+    const TensorEntry* scales = check_float_tensor(ckpt, m, want, *got);
     used[want.name] = true;
+    if (scales) used[scales->name] = true;
     if (stays_on_disk) {
-      if (got->dtype != DType::BF16 && got->dtype != DType::F8_E4M3)
-        fail(
-            "{}: tensor '{}': the disk tier reads experts as stored and runs bf16 or FP8 "
-            "ones; this one is {} (give --host-mem enough for the whole model)",
-            file, want.name, dtype_name(got->dtype));
+      check_disk_tier_dtype(want, *got);
       on_disk.add(want, *got, scales);
     } else if (slots.keeps(want)) {
       slots.place(want, *got, scales);

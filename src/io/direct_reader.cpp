@@ -166,7 +166,13 @@ void DirectReader::read_with_uring(const std::function<std::optional<TaggedRead>
   };
   for (;;) {
     while (error.empty() && !free_slots.empty()) {
-      std::optional<TaggedRead> t = next();
+      std::optional<TaggedRead> t;
+      try {  // a refused read waits, as a failed one does, for those in flight to land
+        t = next();
+      } catch (const Error& e) {
+        error = e.what();
+        break;
+      }
       if (!t) break;
       const size_t slot = free_slots.back();
       free_slots.pop_back();

@@ -300,6 +300,20 @@ TEST(DirectReader, AStreamIsRefilledAsReadsLand) {
   // With nothing to read, it returns at once.
   reader.read_stream([] { return std::optional<DirectReader::TaggedRead>(); },
                      [](uint64_t) { ADD_FAILURE() << "nothing was asked for"; });
+  // A read it cannot make (a misaligned buffer) fails the stream once those in flight landed.
+  handed = 0;
+  std::fill(landed.begin(), landed.end(), 0);
+  EXPECT_ERROR_MENTIONS(
+      reader.read_stream(
+          [&]() -> std::optional<DirectReader::TaggedRead> {
+            const size_t i = handed++;
+            FileRead r = reads[i % kReads];
+            if (i == 2) ++r.buffer;
+            return DirectReader::TaggedRead{r, i};
+          },
+          [&](uint64_t tag) { ++landed[size_t(tag)]; }),
+      "aligned to 4096 bytes");
+  EXPECT_EQ(landed[0] + landed[1], 2);
   fs::remove(file);
 }
 

@@ -157,6 +157,35 @@ TEST_P(DiskTier, GuessesTheRouterDidNotChooseAreDroppedOrRead) {
   EXPECT_EQ(s.guesses_used, 1);
 }
 
+// A slot that held a guess never chosen, taken for an expert the router chose, keeps nothing of
+// the guess: that expert is not counted as a guess used when it is hit again.
+TEST_P(DiskTier, ASlotTakenFromAnUnusedGuessStartsAfresh) {
+  TempDir dir;
+  const fs::path model_dir = write_checkpoint(GetParam(), dir, 15);
+  const Model on_disk = load_with_experts_on_disk(model_dir);
+  const ModelConfig& c = on_disk.config;
+  int layer = 0;
+  while (!c.is_moe_layer(layer)) ++layer;
+  ExpertPagePool pool(c, on_disk.expert_files, kMinPoolExperts);
+  pool.set_current_layer(layer);
+  for (int e = 0; e < kMinPoolExperts; ++e) ASSERT_TRUE(pool.prefetch({layer, e}, false));
+  for (int i = 0; i < 500 && pool.stats().experts_read < kMinPoolExperts; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(pool.stats().experts_read, kMinPoolExperts);
+  const ExpertKey chosen{layer, kMinPoolExperts};  // evicts one of the guesses
+  ASSERT_TRUE(pool.prefetch(chosen, true));
+  pool.acquire(chosen);
+  pool.release(chosen);
+  ASSERT_TRUE(pool.prefetch(chosen, true));  // a hit
+  pool.acquire(chosen);
+  pool.release(chosen);
+  const ExpertPoolStats s = pool.stats();
+  EXPECT_EQ(s.demands, 2);
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.guesses, kMinPoolExperts);
+  EXPECT_EQ(s.guesses_used, 0);
+}
+
 TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);

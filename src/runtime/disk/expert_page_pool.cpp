@@ -158,10 +158,9 @@ int ExpertPagePool::take_slot(ExpertKey k, bool certain) {
 
 void ExpertPagePool::enqueue(int slot, ExpertKey k) {
   Slot& s = slots_[size_t(slot)];
-  s.layer = k.layer;
-  s.expert = k.expert;
-  s.state = State::kQueued;
-  s.uses = 0;
+  // A slot taken from another expert starts afresh: that one's flags (a guess never chosen)
+  // would rank this read among the guesses and count it as one used.
+  s = Slot{.layer = k.layer, .expert = k.expert, .state = State::kQueued, .memory = s.memory};
   index_[key_of(k)] = slot;
   queue_.push_back(slot);
   work_.notify_one();

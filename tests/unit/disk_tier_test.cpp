@@ -65,6 +65,23 @@ int64_t all_experts(const ModelConfig& c) {
   return n;
 }
 
+// The first MoE layer of a config.
+int first_moe_layer(const ModelConfig& c) {
+  int layer = 0;
+  while (!c.is_moe_layer(layer)) ++layer;
+  return layer;
+}
+
+// The pool's books once its loader has read `experts` experts, or after 5 s.
+ExpertPoolStats stats_once_read(const ExpertPagePool& pool, int64_t experts) {
+  ExpertPoolStats s = pool.stats();
+  for (int i = 0; i < 500 && s.experts_read < experts; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s = pool.stats();
+  }
+  return s;
+}
+
 struct DiskCase {
   const char* preset;
   ExpertDtype dtype;  // bf16: the checkpoint as written (V3's FP8); else a quantized checkpoint
@@ -133,10 +150,8 @@ TEST_P(DiskTier, GuessesTheRouterDidNotChooseAreDroppedOrRead) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 14);
   const Model on_disk = load_with_experts_on_disk(model_dir);
-  const ModelConfig& c = on_disk.config;
-  int layer = 0;
-  while (!c.is_moe_layer(layer)) ++layer;
-  ExpertPagePool pool(c, on_disk.expert_files, 4);
+  const int layer = first_moe_layer(on_disk.config);
+  ExpertPagePool pool(on_disk.config, on_disk.expert_files, 4);
   for (int e = 0; e < 4; ++e) EXPECT_TRUE(pool.prefetch({layer, e}, false));
   pool.drop_guesses(layer, {2});
   pool.set_current_layer(layer);
@@ -144,11 +159,7 @@ TEST_P(DiskTier, GuessesTheRouterDidNotChooseAreDroppedOrRead) {
   pool.acquire({layer, 2});
   pool.release({layer, 2});
   // Every guess still counted lands.
-  ExpertPoolStats s = pool.stats();
-  for (int i = 0; i < 500 && s.experts_read < s.guesses; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s = pool.stats();
-  }
+  const ExpertPoolStats s = stats_once_read(pool, pool.stats().guesses);
   EXPECT_GE(s.guesses, 1);
   EXPECT_LE(s.guesses, 4);
   EXPECT_EQ(s.experts_read, s.guesses);
@@ -163,15 +174,11 @@ TEST_P(DiskTier, ASlotTakenFromAnUnusedGuessStartsAfresh) {
   TempDir dir;
   const fs::path model_dir = write_checkpoint(GetParam(), dir, 15);
   const Model on_disk = load_with_experts_on_disk(model_dir);
-  const ModelConfig& c = on_disk.config;
-  int layer = 0;
-  while (!c.is_moe_layer(layer)) ++layer;
-  ExpertPagePool pool(c, on_disk.expert_files, kMinPoolExperts);
+  const int layer = first_moe_layer(on_disk.config);
+  ExpertPagePool pool(on_disk.config, on_disk.expert_files, kMinPoolExperts);
   pool.set_current_layer(layer);
   for (int e = 0; e < kMinPoolExperts; ++e) ASSERT_TRUE(pool.prefetch({layer, e}, false));
-  for (int i = 0; i < 500 && pool.stats().experts_read < kMinPoolExperts; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(pool.stats().experts_read, kMinPoolExperts);
+  ASSERT_EQ(stats_once_read(pool, kMinPoolExperts).experts_read, kMinPoolExperts);
   const ExpertKey chosen{layer, kMinPoolExperts};  // evicts one of the guesses
   ASSERT_TRUE(pool.prefetch(chosen, true));
   pool.acquire(chosen);

@@ -156,6 +156,10 @@ struct ModelConfig {
   int mtp_layers = 0;
 
   ExpertQuant expert_quant;  // the experts' weights in memory: bf16, or quantized
+  // The checkpoint stores each routed expert's down matrix transposed, [I, H] (DBRX's w2, used
+  // as act @ w2): loading transposes it, and the disk tier does as each expert lands, into a
+  // second buffer of its pool slot.
+  bool expert_down_transposed = false;
   // config.json's quantization_config says the checkpoint holds FP8 e4m3 weights with 128 × 128
   // block scales (model/fp8_weights.h); which tensors are FP8 their dtypes say.
   bool fp8_weights = false;

@@ -32,7 +32,10 @@ ExpertFilesBuilder::ExpertFilesBuilder(const ModelWeights& w) {
 }
 
 bool ExpertFilesBuilder::takes(const ExpectedTensor& want) const {
-  return want.mapping == TensorMapping::kWhole && want.expert >= 0 && slot_of_.count(want.slot) > 0;
+  const bool one_expert = want.mapping == TensorMapping::kWhole && want.expert >= 0;
+  const bool all_experts = want.mapping == TensorMapping::kExpertsFlat ||
+                           want.mapping == TensorMapping::kExpertsFlatTransposed;
+  return (one_expert || all_experts) && slot_of_.count(want.slot) > 0;
 }
 
 FileRange ExpertFilesBuilder::range_of(const TensorEntry& e) {
@@ -42,17 +45,36 @@ FileRange ExpertFilesBuilder::range_of(const TensorEntry& e) {
   return {it->second, e.offset, e.nbytes};
 }
 
+ExpertSource& ExpertFilesBuilder::expert_source(int layer, int expert) {
+  auto& experts = files_->layers[size_t(layer)];
+  if (experts.size() <= size_t(expert)) experts.resize(size_t(expert) + 1);
+  return experts[size_t(expert)];
+}
+
 void ExpertFilesBuilder::add(const ExpectedTensor& want, const TensorEntry& weights,
                              const TensorEntry* scales) {
   const auto [layer, matrix] = slot_of_.at(want.slot);
-  auto& experts = files_->layers[size_t(layer)];
-  if (experts.size() <= size_t(want.expert)) experts.resize(size_t(want.expert) + 1);
-  ExpertSource& s = experts[size_t(want.expert)];
-  s.weights[size_t(matrix)] = range_of(weights);
-  ++matrices_;
   if (weights.dtype == DType::F8_E4M3) ++fp8_matrices_;
-  if (scales) s.scales[size_t(matrix)] = range_of(*scales);
   if (scales && weights.dtype != DType::F8_E4M3) files_->quantized = true;
+  if (want.mapping == TensorMapping::kWhole) {
+    ExpertSource& s = expert_source(layer, want.expert);
+    s.weights[size_t(matrix)] = range_of(weights);
+    if (scales) s.scales[size_t(matrix)] = range_of(*scales);
+    ++matrices_;
+    return;
+  }
+  // Every expert of the layer, one slice each (the loader reads fused experts only in bf16, so
+  // there are no scales to slice).
+  if (scales)
+    fail("{}: tensor '{}': the disk tier reads experts fused into one tensor only without scales",
+         weights.file->path().string(), want.name);
+  files_->transposed[size_t(matrix)] = want.mapping == TensorMapping::kExpertsFlatTransposed;
+  const FileRange all = range_of(weights);
+  const size_t each = all.bytes / size_t(want.experts);
+  for (int e = 0; e < int(want.experts); ++e) {
+    expert_source(layer, e).weights[size_t(matrix)] = {all.file, all.offset + size_t(e) * each, each};
+    ++matrices_;
+  }
 }
 
 std::shared_ptr<const ExpertFiles> ExpertFilesBuilder::finish(const ModelConfig& c,
@@ -68,11 +90,7 @@ std::shared_ptr<const ExpertFiles> ExpertFilesBuilder::finish(const ModelConfig&
   for (int l = 0; l < int(files_->layers.size()); ++l) {
     const auto& experts = files_->layers[size_t(l)];
     if (!c.is_moe_layer(l)) continue;
-    if (experts.empty())
-      fail("{}: layer {}: the disk tier reads each expert's matrices as separate tensors, but "
-           "this checkpoint fuses the experts into one; give --host-mem enough for the whole "
-           "model",
-           source, l);
+    if (experts.empty()) fail("{}: layer {}: no routed expert's tensors were found", source, l);
     if (int(experts.size()) != c.num_experts)
       fail("{}: layer {} has {} experts in its files, config.json says {}", source, l,
            experts.size(), c.num_experts);

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 
 #include "model/family.h"
 
@@ -27,15 +26,12 @@ Tensor mapped_slot(const ExpectedTensor& t, const Tensor& whole) {
     v.shape = {E, I, H};
     return v;
   }
-  // [E, I, H] → [E, H, I], element by element (any float dtype: bytes are moved, not converted).
+  // [E, I, H] → [E, H, I], expert by expert (any float dtype: bytes are moved, not converted).
   Tensor out = Tensor::allocate(whole.dtype, {E, H, I});
-  const char* src = static_cast<const char*>(whole.data);
-  char* dst = static_cast<char*>(out.data);
+  const size_t expert_bytes = size_t(I * H) * esize;
   for (int64_t e = 0; e < E; ++e)
-    for (int64_t i = 0; i < I; ++i)
-      for (int64_t h = 0; h < H; ++h)
-        std::memcpy(dst + size_t((e * H + h) * I + i) * esize,
-                    src + size_t((e * I + i) * H + h) * esize, esize);
+    transpose_matrix(static_cast<const char*>(whole.data) + size_t(e) * expert_bytes,
+                     static_cast<char*>(out.data) + size_t(e) * expert_bytes, I, H, esize);
   return out;
 }
 

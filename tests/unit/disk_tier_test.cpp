@@ -1,7 +1,8 @@
 // The disk tier: a model whose routed experts stay in their files, read into a host page pool of a
 // fraction of them, gives the logits of the same model held in memory, bit for bit (the same
 // bytes reach the same kernels); the pool's books add up; a file truncated while the job runs
-// fails with its name and offset; a budget too small for the resident part names the minimum.
+// fails with its name and offset; a budget too small for the resident part names the minimum. The
+// cases cover every kind of expert the pool reads: bf16, int8, int4, FP8, and stored transposed.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -139,6 +140,8 @@ TEST_P(DiskTier, ThePoolHoldsNoMoreThanThePlannerCounts) {
   const ExpertPagePool pool(on_disk.config, on_disk.expert_files, slots);
   const size_t slot = expert_slot_bytes(on_disk.config, *on_disk.expert_files);
   EXPECT_EQ(on_disk.expert_files->expert_file_bytes(), expert_file_bytes(on_disk.config));
+  // What the config says is stored transposed (DBRX's down), the files hold transposed.
+  EXPECT_EQ(on_disk.expert_files->transposed[2], on_disk.config.expert_down_transposed);
   EXPECT_GE(slot, expert_file_bytes(on_disk.config));
   EXPECT_EQ(pool.bytes(), slots * slot);
   EXPECT_LE(pool.bytes(), slots * expert_slot_bytes(on_disk.config));
@@ -212,7 +215,8 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier,
                                            DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
                                            DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
                                            DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0},
-                                           DiskCase{"tiny-deepseek-v3", ExpertDtype::kBf16, 0}),
+                                           DiskCase{"tiny-deepseek-v3", ExpertDtype::kBf16, 0},
+                                           DiskCase{"tiny-dbrx", ExpertDtype::kBf16, 0}),
                          [](const ::testing::TestParamInfo<DiskCase>& case_info) {
                            const DiskCase& p = case_info.param;
                            const bool fp8 = preset_config(p.preset).fp8_weights;

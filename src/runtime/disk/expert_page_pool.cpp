@@ -27,11 +27,20 @@ std::array<MatrixShape, 3> matrix_shapes(const ModelConfig& c) {
   return {MatrixShape{I, H}, MatrixShape{I, H}, MatrixShape{H, I}};
 }
 
-size_t packed_bytes(const ModelConfig& c, const MatrixShape& s) {
-  if (!c.expert_quant.quantized()) return 0;
-  return round_up(
-      cpu::quant_bytes(quant_format(c.expert_quant.dtype), s.n, s.k, c.expert_quant.group_size),
-      kDirectAlign);
+// Bytes of matrix j as the kernels read it, where it is made as it lands (ExpertSlotLayout::made):
+// packed when quantized, bf16 [n, k] when stored transposed; else 0.
+size_t made_bytes(const ModelConfig& c, size_t j, bool transposed) {
+  const MatrixShape s = matrix_shapes(c)[j];
+  if (c.expert_quant.quantized())
+    return round_up(
+        cpu::quant_bytes(quant_format(c.expert_quant.dtype), s.n, s.k, c.expert_quant.group_size),
+        kDirectAlign);
+  return transposed ? round_up(size_t(s.n * s.k) * 2, kDirectAlign) : 0;
+}
+
+// Whether the config says matrix j (gate, up, down) is stored transposed.
+bool stored_transposed(const ModelConfig& c, size_t j) {
+  return j == 2 && c.expert_down_transposed;
 }
 
 }  // namespace
@@ -40,14 +49,13 @@ ExpertSlotLayout expert_slot_layout(const ModelConfig& c, const ExpertFiles& fil
   ExpertSlotLayout l;
   for (const auto& layer : files.layers)
     if (!layer.empty()) {
-      const auto shapes = matrix_shapes(c);
       for (size_t j = 0; j < 3; ++j) {
         l.weights[j] = l.bytes;
         l.bytes += read_capacity(layer[0].weights[j].bytes);
         l.scales[j] = l.bytes;
         l.bytes += read_capacity(layer[0].scales[j].bytes);
-        l.packed[j] = l.bytes;
-        l.bytes += packed_bytes(c, shapes[j]);
+        l.made[j] = l.bytes;
+        l.bytes += made_bytes(c, j, files.transposed[j]);
       }
       break;
     }
@@ -83,11 +91,10 @@ std::array<std::pair<size_t, size_t>, 3> matrix_file_bytes(const ModelConfig& c)
 
 size_t expert_slot_bytes(const ModelConfig& c) {
   size_t bytes = 0;
-  const auto shapes = matrix_shapes(c);
   const auto file = matrix_file_bytes(c);
   for (size_t j = 0; j < 3; ++j)
-    bytes +=
-        read_capacity(file[j].first) + read_capacity(file[j].second) + packed_bytes(c, shapes[j]);
+    bytes += read_capacity(file[j].first) + read_capacity(file[j].second) +
+             made_bytes(c, j, stored_transposed(c, j));
   return bytes;
 }
 
@@ -253,8 +260,8 @@ ExpertMatrices ExpertPagePool::matrices(const Slot& s) const {
   const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
   ExpertMatrices m;
   for (size_t j = 0; j < 3; ++j) {
-    m.weights[j] = files_->quantized
-                       ? s.memory + layout_.packed[j]
+    m.weights[j] = files_->quantized || files_->transposed[j]
+                       ? s.memory + layout_.made[j]
                        : s.memory + layout_.weights[j] + src.weights[j].offset % kDirectAlign;
     if (files_->fp8)
       m.block_scales[j] = reinterpret_cast<const float*>(s.memory + layout_.scales[j] +
@@ -328,14 +335,15 @@ void ExpertPagePool::loader_loop() {
 }
 
 // Reads queued slots until the queue has none to start and none is in flight. Each expert is
-// ready (packed first when quantized; FP8 as read) as soon as its own reads have landed.
+// ready as soon as its own reads have landed, its matrices made first where the kernels cannot
+// take them as read (packed, transposed).
 void ExpertPagePool::read_queued() {
   const int per_expert = reads_per_expert();
   std::vector<FileRead> pending;  // the reads of the slot being started, last first
   int pending_slot = -1;
   std::vector<int> remaining(slots_.size(), 0);
   std::vector<double> bytes(slots_.size(), 0);  // read per expert, whole blocks
-  std::string pack_error;                       // raised once every read has landed
+  std::string make_error;                       // raised once every read has landed
   // Reads are in flight from the call's start to its end: the time is booked as each expert
   // lands, so the books are current while the stream runs on.
   auto booked = Clock::now();
@@ -371,12 +379,12 @@ void ExpertPagePool::read_queued() {
   };
   reader_.read_stream(next, [&](uint64_t tag) {
     const size_t slot = size_t(tag);
-    if (--remaining[slot] > 0 || !pack_error.empty()) return;
+    if (--remaining[slot] > 0 || !make_error.empty()) return;
     Slot& s = slots_[slot];
     try {
-      if (files_->quantized) pack(s);
+      make_matrices(s);
     } catch (const Error& e) {
-      pack_error = e.what();
+      make_error = e.what();
       return;
     }
     {
@@ -392,11 +400,28 @@ void ExpertPagePool::read_queued() {
     std::lock_guard lock(mutex_);
     book_read_time();
   }
-  if (!pack_error.empty()) fail("{}", pack_error);
+  if (!make_error.empty()) fail("{}", make_error);
 }
 
 // A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per
 // byte) and their scales, as read, to the packed form beside them in the slot.
+void ExpertPagePool::make_matrices(const Slot& s) {
+  if (files_->quantized) pack(s);
+  transpose(s);
+}
+
+void ExpertPagePool::transpose(const Slot& s) {
+  const auto shapes = matrix_shapes(c_);
+  const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
+  for (size_t j = 0; j < 3; ++j) {
+    if (!files_->transposed[j]) continue;
+    const FileRead values{src.weights[j].file, src.weights[j].offset, src.weights[j].bytes,
+                          s.memory + layout_.weights[j]};
+    // Stored [k, n]: k rows of n.
+    transpose_matrix(direct_data(values), s.memory + layout_.made[j], shapes[j].k, shapes[j].n, 2);
+  }
+}
+
 void ExpertPagePool::pack(const Slot& s) {
   const ExpertQuant& q = c_.expert_quant;
   const cpu::QuantFormat f = quant_format(q.dtype);
@@ -420,7 +445,7 @@ void ExpertPagePool::pack(const Slot& s) {
     try {
       cpu::pack_weights_into(f, q8, reinterpret_cast<const float*>(direct_data(scales)),
                              shapes[j].n, shapes[j].k, q.group_size,
-                             reinterpret_cast<uint8_t*>(s.memory + layout_.packed[j]));
+                             reinterpret_cast<uint8_t*>(s.memory + layout_.made[j]));
     } catch (const Error& e) {
       fail("{}: {}", what, e.what());
     }

@@ -1,8 +1,9 @@
 // The host page pool of the disk tier: a bounded set of slots, each holding one routed expert
 // (its gate, up and down matrices) read from the checkpoint's files by a loader thread with
 // O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
-// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread;
-// an FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM dequantises them).
+// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread,
+// and a matrix stored transposed (DBRX's down) is transposed; an FP8 checkpoint's codes and block
+// scales stay as read (the FP8 GEMM dequantises them).
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
@@ -66,10 +67,11 @@ struct ExpertMatrices {
 };
 
 // Where each part of an expert sits in a pool slot: per matrix (gate, up, down) the read buffers
-// of its weights and scales (the file ranges in whole blocks; FP8 codes and block scales are used as
-// read), and with a quantized checkpoint the packed matrix beside them.
+// of its weights and scales (the file ranges in whole blocks; bf16 [n, k], FP8 codes and block
+// scales are used as read), and the matrix made from them as it lands where the kernels cannot
+// take it as read: a quantized checkpoint's packed matrix, or a transposed one's [n, k].
 struct ExpertSlotLayout {
-  size_t weights[3] = {}, scales[3] = {}, packed[3] = {};
+  size_t weights[3] = {}, scales[3] = {}, made[3] = {};
   size_t bytes = 0;
 };
 ExpertSlotLayout expert_slot_layout(const ModelConfig& c, const ExpertFiles& files);
@@ -130,7 +132,10 @@ class ExpertPagePool {
   int take_queued();
   void loader_loop();
   void read_queued();
+  // Makes the matrices the kernels read from the slot's read buffers (made[] of the layout).
+  void make_matrices(const Slot& s);
   void pack(const Slot& s);
+  void transpose(const Slot& s);
   ExpertMatrices matrices(const Slot& s) const;
 
   ModelConfig c_;

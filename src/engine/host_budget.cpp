@@ -8,6 +8,7 @@
 #include "core/units.h"
 #include "io/gguf.h"
 #include "model/expert_quant.h"
+#include "model/gguf_model.h"
 #include "runtime/disk/expert_page_pool.h"
 #include "runtime/memory_info.h"
 #include "runtime/planner/planner.h"
@@ -65,8 +66,7 @@ HostBudget host_budget(size_t requested, bool allocating) {
 }
 
 std::string disk_tier_refusal(const std::filesystem::path& dir) {
-  if (is_gguf_file(dir)) return "a GGUF file";
-  return "";
+  return is_gguf_file(dir) ? gguf_disk_tier_refusal(dir) : "";
 }
 
 void require_servable(const ModelConfig& c, const HostBudget& budget, std::string_view what,

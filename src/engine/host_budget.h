@@ -28,8 +28,8 @@ HostBudget default_host_budget();
 HostBudget host_budget(size_t requested, bool allocating);
 
 // Why the disk tier (the routed experts left in their files, runtime/disk/expert_page_pool.h)
-// cannot serve the model at `dir`: "a GGUF file"; "" when it can (bf16, quantized and FP8
-// safetensors folders).
+// cannot serve the model at `dir`: a GGUF file whose experts are F32 or F16; "" when it can
+// (bf16, quantized and FP8 safetensors folders; GGUF files in BF16 or block types).
 std::string disk_tier_refusal(const std::filesystem::path& dir);
 
 // Fails, with the numbers and the ways out (a larger --host-mem where the machine has it, the

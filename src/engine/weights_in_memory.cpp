@@ -5,9 +5,11 @@
 
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "model/expert_files.h"
 #include "model/expert_quant.h"
 #include "model/model_stats.h"
 #include "runtime/memory_info.h"
@@ -30,6 +32,16 @@ Tensor owned_copy(const Tensor& t) {
 // lm_head stays the embedding), and the files' pages dropped from the page cache: the resident
 // part of a model whose experts stay on disk is then held once, and a file changed while the job
 // runs cannot touch it (a truncated mapping would fault).
+// The files of a folder's safetensors, or those the disk tier reads of a GGUF file.
+std::vector<std::filesystem::path> checkpoint_files(const Model& model) {
+  if (!std::filesystem::is_directory(model.dir))
+    return model.expert_files ? model.expert_files->files : std::vector<std::filesystem::path>{};
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(model.dir))
+    if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
+  return files;
+}
+
 void copy_resident_weights(Model& model) {
   std::map<const void*, Tensor> copies;
   auto own = [&](const Tensor& t) {
@@ -43,9 +55,8 @@ void copy_resident_weights(Model& model) {
     for (const Tensor* t : layer_tensors_but_experts(L)) own(*t);
   own(model.weights.final_norm);
   own(model.weights.lm_head);
-  for (const auto& entry : std::filesystem::directory_iterator(model.dir)) {
-    if (entry.path().extension() != ".safetensors") continue;
-    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+  for (const auto& file : checkpoint_files(model)) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;  // only a hint to the kernel
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);

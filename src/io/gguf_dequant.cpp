@@ -1,6 +1,7 @@
 #include "io/gguf_dequant.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "io/gguf.h"
@@ -139,6 +140,20 @@ bool dequantize(uint32_t type, const void* src, float* dst, int64_t n) {
     default:
       return false;
   }
+}
+
+bool dequantize_to_bf16(uint32_t type, const void* src, uint16_t* dst, int64_t rows, int64_t row) {
+  const auto info = ggml_type_info(type);
+  if (!info) return false;
+  const size_t row_bytes = size_t(row / info->block_elements) * info->block_bytes;
+  std::vector<float> values(static_cast<size_t>(row));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!dequantize(type, static_cast<const std::byte*>(src) + size_t(r) * row_bytes, values.data(),
+                    row))
+      return false;
+    for (int64_t i = 0; i < row; ++i) dst[r * row + i] = f32_to_bf16(values[size_t(i)]);
+  }
+  return true;
 }
 
 }  // namespace sluice

@@ -25,5 +25,9 @@ void dequantize_q6_k(const void* src, float* dst, int64_t n);
 
 // Dequantises n values of ggml type `type` (one of the above); false for any other type.
 bool dequantize(uint32_t type, const void* src, float* dst, int64_t n);
+// The same for `rows` rows of `row` values (whole blocks each), rounded to bf16 (nearest even) row
+// by row, as sluice holds them: what loading a GGUF file does, and the disk tier as each expert
+// lands. False for a type not above.
+bool dequantize_to_bf16(uint32_t type, const void* src, uint16_t* dst, int64_t rows, int64_t row);
 
 }  // namespace sluice

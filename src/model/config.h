@@ -5,6 +5,7 @@
 // never asks which family it runs.
 #pragma once
 
+#include <array>
 #include <filesystem>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -156,10 +157,16 @@ struct ModelConfig {
   int mtp_layers = 0;
 
   ExpertQuant expert_quant;  // the experts' weights in memory: bf16, or quantized
-  // The checkpoint stores each routed expert's down matrix transposed, [I, H] (DBRX's w2, used
-  // as act @ w2): loading transposes it, and the disk tier does as each expert lands, into a
-  // second buffer of its pool slot.
-  bool expert_down_transposed = false;
+  // How the checkpoint stores the routed experts' gate, up and down (what the disk tier reads)
+  // where that is not what the kernels take: DBRX's down transposed ([I, H], its w2, used as
+  // act @ w2), or a GGUF file's block types. The disk tier makes bf16 [n, k] of such a matrix as
+  // each expert lands, in a second buffer of its pool slot.
+  struct StoredExpertMatrix {
+    bool made_on_read = false;
+    double file_bytes_per_value = 0;  // 0: as expert_quant and fp8_weights say (else bf16's 2);
+                                      // a GGUF file's the largest over its layers
+  };
+  std::array<StoredExpertMatrix, 3> stored_experts{};
   // config.json's quantization_config says the checkpoint holds FP8 e4m3 weights with 128 × 128
   // block scales (model/fp8_weights.h); which tensors are FP8 their dtypes say.
   bool fp8_weights = false;

@@ -70,7 +70,7 @@ void read_config(const ConfigReader& r, ModelConfig& c) {
     fail("{}: field 'n_heads' ({}) must be a multiple of 'attn_config.kv_n_heads' ({})", r.source(),
          c.num_heads, c.num_kv_heads);
   read_ffn(sub_config(r, "ffn_config"), c);
-  c.expert_down_transposed = true;
+  c.stored_experts[2].made_on_read = true;  // w2: each expert's down transposed
   c.norm = NormKind::kLayerNorm;
   c.rms_norm_eps = 1e-5f;  // nn.LayerNorm's default: the config has no eps
   auto bos = r.ids_or_empty("bos_token_id");

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
 #include "core/error.h"
 #include "io/gguf_dequant.h"
+#include "model/expert_files.h"
 #include "model/tensor_table.h"
 
 namespace sluice {
@@ -93,6 +96,12 @@ bool is_dequantized_type(uint32_t type) {
          t == GgmlType::Q6_K;
 }
 
+// The disk tier reads experts of this type: BF16 as stored, a block type dequantised as it lands
+// (F32 and F16 experts, which loading keeps as stored, would run differently from disk).
+bool takes_on_disk(uint32_t type) {
+  return type == uint32_t(GgmlType::BF16) || is_dequantized_type(type);
+}
+
 // The shape with leading 1s dropped: llama.cpp keeps [1, H] tensors as [H] or [H, 1] alike.
 Shape squeezed(Shape s) {
   while (s.size() > 1 && s.front() == 1) s.erase(s.begin());
@@ -116,14 +125,8 @@ Tensor read_tensor(const GgufTensorInfo& t, const Shape& shape) {
         "Q4_K, Q5_K and Q6_K)",
         t.file->path().string(), t.name, ggml_type_name(t.type));
   Tensor out = Tensor::allocate(DType::BF16, shape);
-  const int64_t row = t.dims[0], rows = out.numel() / row;
-  const size_t row_bytes = t.nbytes / size_t(rows);
-  std::vector<float> buf(size_t(row), 0.f);
-  auto* dst = out.as<uint16_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    dequantize(t.type, t.data() + size_t(r) * row_bytes, buf.data(), row);
-    for (int64_t i = 0; i < row; ++i) dst[r * row + i] = f32_to_bf16(buf[size_t(i)]);
-  }
+  const int64_t row = t.dims[0];
+  dequantize_to_bf16(t.type, t.data(), out.as<uint16_t>(), out.numel() / row, row);
   return out;
 }
 
@@ -187,8 +190,10 @@ class GgufLoader {
   GgufLoader(const GgufFile& g, const FamilySpec& spec, Model& m)
       : g_(g), naming_(*spec.gguf), m_(m) {}
 
-  void load() {
+  void load(bool experts_on_disk) {
     TensorTable table = tensor_table(m_.config, m_.weights);
+    std::optional<ExpertFilesBuilder> on_disk;
+    if (experts_on_disk) on_disk.emplace(m_.weights);
     std::vector<GgufSource> plan;
     for (const ExpectedTensor& want : table.tensors) {
       GgufName gn = gguf_tensor_name(naming_, want.name);
@@ -201,9 +206,18 @@ class GgufLoader {
     }
     check_present(plan);
     check_nothing_left();
-    report_dequantized(g_, used_);
-    for (const GgufSource& s : plan) load_one(s);
+    std::set<std::string> read_now;  // what loading reads: all but the experts left on disk
+    for (const GgufSource& s : plan)
+      if (!on_disk || !on_disk->takes(*s.want))
+        for (const auto& part : s.parts) read_now.insert(part.first);
+    report_dequantized(g_, read_now);
+    for (const GgufSource& s : plan)
+      if (on_disk && on_disk->takes(*s.want))
+        leave_on_disk(s, *on_disk);
+      else
+        load_one(s);
     if (m_.config.tie_word_embeddings) m_.weights.lm_head = m_.weights.embed;
+    if (on_disk) m_.expert_files = on_disk->finish(m_.config, where());
   }
 
  private:
@@ -279,6 +293,18 @@ class GgufLoader {
       *want.slot = unpermuted(read(s.parts[0]), s.gn.rows);
     else
       *want.slot = read(s.parts[0]);
+  }
+
+  // A routed expert slot's stacked tensor, each expert a slice of the file the pool reads.
+  void leave_on_disk(const GgufSource& s, ExpertFilesBuilder& on_disk) const {
+    const GgufTensorInfo& t = *g_.find_tensor(s.parts[0].first);
+    if (!takes_on_disk(t.type))
+      fail(
+          "{}: tensor '{}': the disk tier reads a GGUF file's experts in BF16, or in a block type "
+          "it dequantises as they land (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); this one is {} (give "
+          "--host-mem enough for the whole model)",
+          t.file->path().string(), t.name, ggml_type_name(t.type));
+    on_disk.add_gguf(*s.want, t.file->path(), t.offset, t.nbytes, m_.config.num_experts, t.type);
   }
 
   Tensor unpermuted(const Tensor& v, GgufRows rows) const {
@@ -401,9 +427,48 @@ json gguf_config_json(const GgufFile& g, const FamilySpec& spec) {
 
 namespace {
 
+// The ggml types of the routed experts' stacked tensors, per matrix (gate, up, down); a tensor
+// missing is left out (loading names it).
+std::array<std::set<uint32_t>, 3> expert_types(const GgufFile& g, const FamilySpec& spec,
+                                               const ModelConfig& c) {
+  std::array<std::set<uint32_t>, 3> types;
+  ModelWeights w;
+  const TensorTable table = tensor_table(c, w);
+  std::map<const Tensor*, size_t> matrix_of;
+  for (const LayerWeights& L : w.layers) {
+    matrix_of[&L.expert_gate] = 0;
+    matrix_of[&L.expert_up] = 1;
+    matrix_of[&L.expert_down] = 2;
+  }
+  for (const ExpectedTensor& want : table.tensors) {
+    const auto it = matrix_of.find(want.slot);
+    if (want.expert > 0 || it == matrix_of.end()) continue;  // one stacked tensor per slot
+    if (const GgufTensorInfo* t = g.find_tensor(gguf_tensor_name(*spec.gguf, want.name).name))
+      types[it->second].insert(t->type);
+  }
+  return types;
+}
+
+// How the file stores the routed experts (ModelConfig::stored_experts): the widest type over the
+// layers, and whether any is not BF16 (the disk tier dequantises those as they land).
+void read_stored_experts(const GgufFile& g, const FamilySpec& spec, ModelConfig& c) {
+  const auto types = expert_types(g, spec, c);
+  for (size_t j = 0; j < 3; ++j)
+    for (const uint32_t type : types[j]) {
+      const auto info = ggml_type_info(type);
+      if (!info) continue;  // loading names it
+      ModelConfig::StoredExpertMatrix& s = c.stored_experts[j];
+      s.file_bytes_per_value = std::max(s.file_bytes_per_value,
+                                        double(info->block_bytes) / double(info->block_elements));
+      s.made_on_read = s.made_on_read || type != uint32_t(GgmlType::BF16);
+    }
+}
+
 ModelConfig config_of(const GgufFile& g, const FamilySpec& spec) {
-  return parse_config(gguf_config_json(g, spec),
-                      g.path().string() + " (GGUF metadata read as config.json fields)");
+  ModelConfig c = parse_config(gguf_config_json(g, spec),
+                               g.path().string() + " (GGUF metadata read as config.json fields)");
+  read_stored_experts(g, spec, c);
+  return c;
 }
 
 }  // namespace
@@ -413,13 +478,26 @@ ModelConfig load_gguf_config(const std::filesystem::path& path) {
   return config_of(g, gguf_family(g));
 }
 
-Model load_gguf_model(const std::filesystem::path& path) {
+std::string gguf_disk_tier_refusal(const std::filesystem::path& path) {
+  const GgufFile g = GgufFile::open(path);
+  const FamilySpec& spec = gguf_family(g);
+  for (const auto& types : expert_types(g, spec, config_of(g, spec)))
+    for (const uint32_t type : types)
+      if (!takes_on_disk(type))
+        return fmt::format(
+            "a GGUF file whose routed experts are {}; the disk tier reads BF16 and "
+            "the block types it dequantises",
+            ggml_type_name(type));
+  return "";
+}
+
+Model load_gguf_model(const std::filesystem::path& path, bool experts_on_disk) {
   const GgufFile g = GgufFile::open(path);
   const FamilySpec& spec = gguf_family(g);
   Model m;
   m.dir = path;
   m.config = config_of(g, spec);
-  GgufLoader(g, spec, m).load();
+  GgufLoader(g, spec, m).load(experts_on_disk);
   return m;
 }
 

@@ -5,6 +5,8 @@
 // name (a fused one sliced as the table says, DeepSeek's split kv_b joined). F32, F16 and BF16
 // tensors are views of the mapping; Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are dequantised to BF16 at
 // load (one line on stderr says so); any other type is an error naming the tensor and the type.
+// With the experts on disk (the disk tier), the routed experts' stacked tensors are not read:
+// each expert is a slice of its file, in BF16 or a block type the pool dequantises as it lands.
 #pragma once
 
 #include <filesystem>
@@ -17,9 +19,11 @@
 
 namespace sluice {
 
-Model load_gguf_model(const std::filesystem::path& path);
+Model load_gguf_model(const std::filesystem::path& path, bool experts_on_disk = false);
 // Only the config, from the metadata (no tensor data is read).
 ModelConfig load_gguf_config(const std::filesystem::path& path);
+// Why the disk tier cannot read the file's routed experts (their type); "" when it can.
+std::string gguf_disk_tier_refusal(const std::filesystem::path& path);
 
 // The family a GGUF file holds (an error naming general.architecture when no family reads it).
 const FamilySpec& gguf_family(const GgufFile& g);

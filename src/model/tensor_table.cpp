@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "model/family.h"
 
 namespace sluice {

@@ -275,12 +275,8 @@ Model load_folder(const std::filesystem::path& dir, const LoadOptions& options) 
 }  // namespace
 
 Model load_model(const std::filesystem::path& dir, const LoadOptions& options) {
-  if (is_gguf_file(dir) && options.experts_on_disk)
-    fail(
-        "{}: the disk tier reads safetensors folders; a GGUF file's experts must fit in "
-        "--host-mem (or convert the model to a Hugging Face folder)",
-        dir.string());
-  Model m = is_gguf_file(dir) ? load_gguf_model(dir) : load_folder(dir, options);
+  Model m = is_gguf_file(dir) ? load_gguf_model(dir, options.experts_on_disk)
+                               : load_folder(dir, options);
   m.config.num_layers = layers_kept(m.config, options.layers, dir);  // the first layers
   m.weights.layers.resize(size_t(m.config.num_layers));
   quantize_model_experts(m, options.expert_quant);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/weights_in_memory.h"
+#include "gguf_test_writer.h"
 #include "io/direct_reader.h"
 #include "model/expert_files.h"
 #include "model/expert_quant.h"
@@ -140,8 +141,10 @@ TEST_P(DiskTier, ThePoolHoldsNoMoreThanThePlannerCounts) {
   const ExpertPagePool pool(on_disk.config, on_disk.expert_files, slots);
   const size_t slot = expert_slot_bytes(on_disk.config, *on_disk.expert_files);
   EXPECT_EQ(on_disk.expert_files->expert_file_bytes(), expert_file_bytes(on_disk.config));
-  // What the config says is stored transposed (DBRX's down), the files hold transposed.
-  EXPECT_EQ(on_disk.expert_files->transposed[2], on_disk.config.expert_down_transposed);
+  // The matrices the config counts a second buffer for (DBRX's transposed down) are the ones the
+  // pool makes as they land.
+  for (size_t j = 0; j < 3; ++j)
+    EXPECT_EQ(on_disk.expert_files->made_on_read(j), on_disk.config.stored_experts[j].made_on_read);
   EXPECT_GE(slot, expert_file_bytes(on_disk.config));
   EXPECT_EQ(pool.bytes(), slots * slot);
   EXPECT_LE(pool.bytes(), slots * expert_slot_bytes(on_disk.config));
@@ -225,6 +228,53 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier,
                                std::string(fp8 ? "fp8" : expert_dtype_name(p.dtype)));
                          });
 
+// A GGUF file's experts stay in it, each a slice of its layer's stacked tensor: BF16 read as
+// stored, Q8_0 and Q4_0 dequantised as they land, with the logits of the file loaded whole, bit
+// for bit; the pool holds no more than the planner counts from the file's config. (DBRX in BF16
+// only: its down rows of 40 are not whole blocks, and the test writer stores those in F32.)
+TEST(DiskTierGguf, ExpertsReadFromTheFileGiveTheLogitsOfTheFileInMemory) {
+  using testing::GgufWeights;
+  const std::pair<const char*, GgufWeights> cases[] = {{"tiny-mixtral", GgufWeights::kBF16},
+                                                       {"tiny-mixtral", GgufWeights::kQ8_0},
+                                                       {"tiny-mixtral", GgufWeights::kQ4_0},
+                                                       {"tiny-dbrx", GgufWeights::kBF16}};
+  for (const auto& [preset, w] : cases) {
+    SCOPED_TRACE(std::string(preset) + " " + testing::gguf_weights_name(w));
+    TempDir dir;
+    const ModelConfig c = preset_config(preset);
+    write_random_checkpoint(c, dir / "hf", 19);
+    write_synthetic_tokenizer(c, dir / "hf");
+    const fs::path file = testing::convert_to_gguf(dir / "hf", dir / "m.gguf", w);
+    const Model in_memory = load_model(file);
+    const Model on_disk = load_with_experts_on_disk(file);
+    ASSERT_TRUE(on_disk.expert_files);
+    EXPECT_TRUE(on_disk.weights.layers.back().expert_gate.empty());
+    EXPECT_EQ(on_disk.expert_files->made_on_read(0), w != testing::GgufWeights::kBF16);
+
+    const RunResult want = run_engine(in_memory, 0);
+    const RunResult got = run_engine(on_disk, 3);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.logits, want.logits);
+    EXPECT_GT(got.stats.disk.experts_read, 0);
+
+    EXPECT_EQ(on_disk.expert_files->expert_file_bytes(), expert_file_bytes(on_disk.config));
+    EXPECT_LE(expert_slot_bytes(on_disk.config, *on_disk.expert_files),
+              expert_slot_bytes(on_disk.config));
+  }
+}
+
+// Experts loading would keep in F32 (or F16) are refused by name before anything is read.
+TEST(DiskTierGguf, F32ExpertsAreRefusedNamingTheirType) {
+  TempDir dir;
+  const ModelConfig c = preset_config("tiny-mixtral");
+  write_random_checkpoint(c, dir / "hf", 19);
+  write_synthetic_tokenizer(c, dir / "hf");
+  const fs::path file =
+      testing::convert_to_gguf(dir / "hf", dir / "m.gguf", testing::GgufWeights::kF32);
+  EXPECT_ERROR_MENTIONS(load_with_experts_on_disk(file), "m.gguf",
+                        "a GGUF file whose routed experts are F32", "--host-mem");
+}
+
 TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
   TempDir dir;
   write_random_checkpoint(preset_config("tiny-mixtral"), dir / "m", 13);
@@ -301,8 +351,7 @@ TEST(DirectReader, ReadsMisalignedRangesExactly) {
 // ("none now", with reads in flight) is asked again later; every read lands once, exactly, with
 // its tag; the call returns only when `next` has none and nothing is in flight.
 TEST(DirectReader, AStreamIsRefilledAsReadsLand) {
-  const fs::path file =
-      fs::temp_directory_path() / fmt::format("sluice-stream-{}.bin", getpid());
+  const fs::path file = fs::temp_directory_path() / fmt::format("sluice-stream-{}.bin", getpid());
   std::string bytes(40 * kDirectAlign, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char(i * 13 + i / 4096);
   testing::write_file(file, bytes);
@@ -333,8 +382,7 @@ TEST(DirectReader, AStreamIsRefilledAsReadsLand) {
   EXPECT_EQ(handed, kReads);
   for (size_t i = 0; i < kReads; ++i) {
     EXPECT_EQ(landed[i], 1) << "read " << i;
-    EXPECT_EQ(std::memcmp(direct_data(reads[i]), bytes.data() + reads[i].offset, reads[i].bytes),
-              0)
+    EXPECT_EQ(std::memcmp(direct_data(reads[i]), bytes.data() + reads[i].offset, reads[i].bytes), 0)
         << "read " << i;
   }
   // With nothing to read, it returns at once.
@@ -342,16 +390,15 @@ TEST(DirectReader, AStreamIsRefilledAsReadsLand) {
                      [](uint64_t) { ADD_FAILURE() << "nothing was asked for"; });
   // A read it cannot make (a misaligned buffer) fails the stream once those in flight landed.
   handed = 0;
-  EXPECT_ERROR_MENTIONS(
-      reader.read_stream(
-          [&]() -> std::optional<DirectReader::TaggedRead> {
-            const size_t i = handed++;
-            FileRead r = reads[i % kReads];
-            if (i == 2) ++r.buffer;
-            return DirectReader::TaggedRead{r, i};
-          },
-          [&](uint64_t tag) { ++landed[size_t(tag)]; }),
-      "aligned to 4096 bytes");
+  EXPECT_ERROR_MENTIONS(reader.read_stream(
+                            [&]() -> std::optional<DirectReader::TaggedRead> {
+                              const size_t i = handed++;
+                              FileRead r = reads[i % kReads];
+                              if (i == 2) ++r.buffer;
+                              return DirectReader::TaggedRead{r, i};
+                            },
+                            [&](uint64_t tag) { ++landed[size_t(tag)]; }),
+                        "aligned to 4096 bytes");
   EXPECT_EQ(handed, 3u) << "nothing is asked for after the refusal";
   fs::remove(file);
 }

@@ -13,8 +13,8 @@ namespace sluice {
 namespace {
 
 TEST(TransposeMatrix, EqualsTheDefinitionAtAwkwardSizes) {
-  const std::pair<int64_t, int64_t> sizes[] = {{1, 1}, {1, 37}, {37, 1}, {31, 33}, {64, 96},
-                                               {65, 130}, {100, 7}};
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {1, 37},   {37, 1}, {31, 33},
+                                               {64, 96}, {65, 130}, {100, 7}};
   for (const size_t width : {1u, 2u, 4u, 8u})
     for (const auto& [rows, cols] : sizes) {
       std::vector<unsigned char> src(size_t(rows * cols) * width), got(src.size());
@@ -25,7 +25,8 @@ TEST(TransposeMatrix, EqualsTheDefinitionAtAwkwardSizes) {
           ASSERT_EQ(std::memcmp(got.data() + size_t(c * rows + r) * width,
                                 src.data() + size_t(r * cols + c) * width, width),
                     0)
-              << rows << " x " << cols << " of " << width << "-byte elements, at " << r << ", " << c;
+              << rows << " x " << cols << " of " << width << "-byte elements, at " << r << ", "
+              << c;
     }
 }
 

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_dequant.h"
 #include "model/expert_quant.h"
 #include "model/fp8_weights.h"
 
@@ -28,37 +31,36 @@ std::array<MatrixShape, 3> matrix_shapes(const ModelConfig& c) {
 }
 
 // Bytes of matrix j as the kernels read it, where it is made as it lands (ExpertSlotLayout::made):
-// packed when quantized, bf16 [n, k] when stored transposed; else 0.
-size_t made_bytes(const ModelConfig& c, size_t j, bool transposed) {
+// packed when quantized, bf16 [n, k] when `made_on_read` (transposed, or dequantised from a GGUF
+// block type); else 0.
+size_t made_bytes(const ModelConfig& c, size_t j, bool made_on_read) {
   const MatrixShape s = matrix_shapes(c)[j];
   if (c.expert_quant.quantized())
     return round_up(
         cpu::quant_bytes(quant_format(c.expert_quant.dtype), s.n, s.k, c.expert_quant.group_size),
         kDirectAlign);
-  return transposed ? round_up(size_t(s.n * s.k) * 2, kDirectAlign) : 0;
-}
-
-// Whether the config says matrix j (gate, up, down) is stored transposed.
-bool stored_transposed(const ModelConfig& c, size_t j) {
-  return j == 2 && c.expert_down_transposed;
+  return made_on_read ? round_up(size_t(s.n * s.k) * 2, kDirectAlign) : 0;
 }
 
 }  // namespace
 
 ExpertSlotLayout expert_slot_layout(const ModelConfig& c, const ExpertFiles& files) {
-  ExpertSlotLayout l;
+  // Each buffer as large as any layer's (a GGUF file may store layers in different types).
+  size_t weights[3] = {}, scales[3] = {};
   for (const auto& layer : files.layers)
-    if (!layer.empty()) {
-      for (size_t j = 0; j < 3; ++j) {
-        l.weights[j] = l.bytes;
-        l.bytes += read_capacity(layer[0].weights[j].bytes);
-        l.scales[j] = l.bytes;
-        l.bytes += read_capacity(layer[0].scales[j].bytes);
-        l.made[j] = l.bytes;
-        l.bytes += made_bytes(c, j, files.transposed[j]);
-      }
-      break;
+    for (size_t j = 0; j < 3 && !layer.empty(); ++j) {
+      weights[j] = std::max(weights[j], read_capacity(layer[0].weights[j].bytes));
+      scales[j] = std::max(scales[j], read_capacity(layer[0].scales[j].bytes));
     }
+  ExpertSlotLayout l;
+  for (size_t j = 0; j < 3; ++j) {
+    l.weights[j] = l.bytes;
+    l.bytes += weights[j];
+    l.scales[j] = l.bytes;
+    l.bytes += scales[j];
+    l.made[j] = l.bytes;
+    l.bytes += made_bytes(c, j, files.made_on_read(j));
+  }
   return l;
 }
 
@@ -69,17 +71,18 @@ size_t expert_slot_bytes(const ModelConfig& c, const ExpertFiles& files) {
 namespace {
 
 // The file bytes of gate, up and down: values, and scales (zero in bf16; FP8: 1 byte a value
-// and F32 128 x 128 block scales).
+// and F32 128 x 128 block scales; a GGUF file's block types as the config counts them).
 std::array<std::pair<size_t, size_t>, 3> matrix_file_bytes(const ModelConfig& c) {
   std::array<std::pair<size_t, size_t>, 3> out{};
   const ExpertQuant& q = c.expert_quant;
   const auto shapes = matrix_shapes(c);
   for (size_t j = 0; j < 3; ++j) {
     const size_t values = size_t(shapes[j].n * shapes[j].k);
+    const double stored = c.stored_experts[j].file_bytes_per_value;
     if (!q.quantized() && c.fp8_weights)
       out[j] = {values, size_t(shape_numel(fp8_scale_shape(shapes[j].n, shapes[j].k))) * 4};
     else if (!q.quantized())
-      out[j] = {2 * values, 0};
+      out[j] = {stored > 0 ? size_t(std::ceil(stored * double(values))) : 2 * values, 0};
     else
       out[j] = {q.dtype == ExpertDtype::kInt4 ? values / 2 : values,
                 size_t(shapes[j].n * (shapes[j].k / q.group_size)) * 4};
@@ -94,7 +97,7 @@ size_t expert_slot_bytes(const ModelConfig& c) {
   const auto file = matrix_file_bytes(c);
   for (size_t j = 0; j < 3; ++j)
     bytes += read_capacity(file[j].first) + read_capacity(file[j].second) +
-             made_bytes(c, j, stored_transposed(c, j));
+             made_bytes(c, j, c.stored_experts[j].made_on_read);
   return bytes;
 }
 
@@ -260,7 +263,7 @@ ExpertMatrices ExpertPagePool::matrices(const Slot& s) const {
   const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
   ExpertMatrices m;
   for (size_t j = 0; j < 3; ++j) {
-    m.weights[j] = files_->quantized || files_->transposed[j]
+    m.weights[j] = files_->quantized || files_->stored[size_t(s.layer)][j].made_on_read()
                        ? s.memory + layout_.made[j]
                        : s.memory + layout_.weights[j] + src.weights[j].offset % kDirectAlign;
     if (files_->fp8)
@@ -277,9 +280,9 @@ int ExpertPagePool::take_queued() {
   auto it = std::find_if(queue_.begin(), queue_.end(),
                          [&](int slot) { return !slots_[size_t(slot)].guessed; });
   if (it == queue_.end()) {
-    const int guesses_in_flight = int(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) {
-      return s.state == State::kLoading && s.guessed;
-    }));
+    const int guesses_in_flight =
+        int(std::count_if(slots_.begin(), slots_.end(),
+                          [](const Slot& s) { return s.state == State::kLoading && s.guessed; }));
     if (guesses_in_flight >= std::max(1, queue_depth_ / reads_per_expert() / 2)) return -1;
     it = queue_.begin();
   }
@@ -406,19 +409,22 @@ void ExpertPagePool::read_queued() {
 // A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per
 // byte) and their scales, as read, to the packed form beside them in the slot.
 void ExpertPagePool::make_matrices(const Slot& s) {
-  if (files_->quantized) pack(s);
-  transpose(s);
-}
-
-void ExpertPagePool::transpose(const Slot& s) {
+  if (files_->quantized) return pack(s);
   const auto shapes = matrix_shapes(c_);
   const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
   for (size_t j = 0; j < 3; ++j) {
-    if (!files_->transposed[j]) continue;
+    const StoredMatrix& stored = files_->stored[size_t(s.layer)][j];
     const FileRead values{src.weights[j].file, src.weights[j].offset, src.weights[j].bytes,
                           s.memory + layout_.weights[j]};
-    // Stored [k, n]: k rows of n.
-    transpose_matrix(direct_data(values), s.memory + layout_.made[j], shapes[j].k, shapes[j].n, 2);
+    std::byte* made = s.memory + layout_.made[j];
+    if (stored.transposed)  // stored [k, n]: k rows of n
+      transpose_matrix(direct_data(values), made, shapes[j].k, shapes[j].n, 2);
+    if (stored.gguf_blocks &&
+        !dequantize_to_bf16(*stored.gguf_blocks, direct_data(values),
+                            reinterpret_cast<uint16_t*>(made), shapes[j].n, shapes[j].k))
+      fail("{}: offset {}: ggml type {} cannot be dequantised",
+           files_->files[size_t(values.file)].string(), values.offset,
+           ggml_type_name(*stored.gguf_blocks));
   }
 }
 

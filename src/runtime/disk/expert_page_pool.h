@@ -2,8 +2,9 @@
 // (its gate, up and down matrices) read from the checkpoint's files by a loader thread with
 // O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
 // checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread,
-// and a matrix stored transposed (DBRX's down) is transposed; an FP8 checkpoint's codes and block
-// scales stay as read (the FP8 GEMM dequantises them).
+// a matrix stored transposed (DBRX's down) is transposed and a GGUF file's block types are
+// dequantised to bf16; an FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM
+// dequantises them).
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
@@ -11,12 +12,12 @@
 // full, refilling it as each read lands; the router's choices go before guesses, at most half
 // the queue's experts are guesses, and guesses not yet started that the router did not choose
 // are dropped when their layer begins: with the disk the bottleneck, it reads what is needed.
-// Slots stay filled after release: the pool is also a cache between steps. When a slot is needed, the expert whose next use is
-// the latest goes, assuming layers run in order (a step goes through every layer, so the layer
-// just computed is used again last), the least used first among experts of one layer. Unlike LRU,
-// which keeps nothing of a cyclic scan larger than itself, this keeps a fixed part of the model
-// resident from step to step. A guess never evicts an expert needed sooner than itself, nor one
-// the router chose that is not yet used.
+// Slots stay filled after release: the pool is also a cache between steps. When a slot is needed,
+// the expert whose next use is the latest goes, assuming layers run in order (a step goes through
+// every layer, so the layer just computed is used again last), the least used first among experts
+// of one layer. Unlike LRU, which keeps nothing of a cyclic scan larger than itself, this keeps a
+// fixed part of the model resident from step to step. A guess never evicts an expert needed sooner
+// than itself, nor one the router chose that is not yet used.
 #pragma once
 
 #include <array>
@@ -135,7 +136,6 @@ class ExpertPagePool {
   // Makes the matrices the kernels read from the slot's read buffers (made[] of the layout).
   void make_matrices(const Slot& s);
   void pack(const Slot& s);
-  void transpose(const Slot& s);
   ExpertMatrices matrices(const Slot& s) const;
 
   ModelConfig c_;

@@ -207,37 +207,12 @@ std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string*
     if (why) *why = "the model has no routed experts on disk";
     return std::nullopt;
   }
-  // What is read is discarded: piece i lands in buffer i % depth, in flight or not.
-  const size_t buffer = direct_buffer_bytes(kDirectAlign - 1, kPiece);
-  std::unique_ptr<std::byte, decltype(&std::free)> buffers(
-      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, kDepth * buffer)), &std::free);
   std::vector<FileRead> reads;
-  double bytes = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const FileRange& p = pieces[i];
-    reads.push_back({p.file, p.offset, p.bytes, buffers.get() + (i % kDepth) * buffer});
-    bytes += double(direct_buffer_bytes(p.offset, p.bytes));
-  }
-  try {
-    DirectReader reader(files.files, kDepth);
-    if (!reader.direct()) {
-      if (why) *why = reader.note();
-      return std::nullopt;
-    }
-    // Twice, the faster pass: the tier reads each expert many times, and a VM's disk serves
-    // what its host has cached faster (on the development VM the first pass often ran at 70-80%
-    // of the run's own reads, the second near them).
-    double best = 0;
-    for (int pass = 0; pass < 2; ++pass) {
-      const auto t = Clock::now();
-      reader.read(reads, [](size_t) {});
-      best = std::max(best, bytes / seconds_since(t));
-    }
-    return best;
-  } catch (const Error& e) {
-    if (why) *why = e.what();
-    return std::nullopt;
-  }
+  for (const FileRange& p : pieces) reads.push_back({p.file, p.offset, p.bytes});
+  // Twice, the faster pass: the tier reads each expert many times, and a VM's disk serves what
+  // its host has cached faster (on the development VM the first pass often ran at 70-80% of the
+  // run's own reads, the second near them).
+  return measure_read_rate(files.files, std::move(reads), kDepth, 2, why);
 }
 
 std::string EnginePlan::describe() const {

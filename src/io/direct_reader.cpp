@@ -5,7 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <cstring>
 
 #include "core/error.h"
@@ -220,6 +224,41 @@ void DirectReader::read_with_uring(const std::function<std::optional<TaggedRead>
     }
   }
   if (!error.empty()) fail("{}", error);
+}
+
+std::optional<double> measure_read_rate(const std::vector<std::filesystem::path>& files,
+                                        std::vector<FileRead> ranges, int depth, int passes,
+                                        std::string* why) {
+  size_t largest = 0;
+  double bytes = 0;
+  for (const FileRead& r : ranges) {
+    largest = std::max(largest, direct_buffer_bytes(kDirectAlign - 1, r.bytes));
+    bytes += double(direct_buffer_bytes(r.offset, r.bytes));
+  }
+  // Read i lands in buffer i % depth whether or not an earlier read into it is still in flight.
+  std::unique_ptr<std::byte, decltype(&std::free)> buffers(
+      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, size_t(depth) * largest)),
+      &std::free);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    ranges[i].buffer = buffers.get() + (i % size_t(depth)) * largest;
+  try {
+    DirectReader reader(files, depth);
+    if (!reader.direct()) {
+      if (why) *why = reader.note();
+      return std::nullopt;
+    }
+    double best = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+      const auto t = std::chrono::steady_clock::now();
+      reader.read(ranges, [](size_t) {});
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t;
+      best = std::max(best, bytes / took.count());
+    }
+    return best;
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return std::nullopt;
+  }
 }
 
 }  // namespace sluice

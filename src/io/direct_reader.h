@@ -84,4 +84,12 @@ class DirectReader {
   std::string note_;
 };
 
+// The O_DIRECT read rate of `ranges` of `files` (their buffers are not used: what is read is
+// discarded into `depth` scratch buffers), `depth` reads in flight, the fastest of `passes`
+// passes: bytes of whole blocks a second. Nullopt, with `why`, when a file refuses O_DIRECT or a
+// read fails.
+std::optional<double> measure_read_rate(const std::vector<std::filesystem::path>& files,
+                                        std::vector<FileRead> ranges, int depth, int passes,
+                                        std::string* why);
+
 }  // namespace sluice

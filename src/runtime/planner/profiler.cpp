@@ -177,28 +177,9 @@ std::optional<double> measure_file_read_bandwidth(const std::filesystem::path& f
           fmt::format("{} is smaller than one {} MiB read", file.string(), kDiskProbeChunk >> 20);
     return std::nullopt;
   }
-  // What is read is discarded, so read i lands in buffer i % depth whether or not an earlier
-  // read into it is still in flight.
-  std::unique_ptr<std::byte, decltype(&std::free)> buffers(
-      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, kDiskProbeDepth * kDiskProbeChunk)),
-      &std::free);
   std::vector<FileRead> reads(chunks);
-  for (size_t i = 0; i < chunks; ++i)
-    reads[i] = {0, i * kDiskProbeChunk, kDiskProbeChunk,
-                buffers.get() + (i % kDiskProbeDepth) * kDiskProbeChunk};
-  try {
-    DirectReader reader({file}, kDiskProbeDepth);
-    if (!reader.direct()) {
-      if (why) *why = fmt::format("{}: {}", file.string(), reader.note());
-      return std::nullopt;
-    }
-    const auto t = Clock::now();
-    reader.read(reads, [](size_t) {});
-    return double(chunks * kDiskProbeChunk) / seconds_since(t);
-  } catch (const Error& e) {
-    if (why) *why = e.what();
-    return std::nullopt;
-  }
+  for (size_t i = 0; i < chunks; ++i) reads[i] = {0, i * kDiskProbeChunk, kDiskProbeChunk};
+  return measure_read_rate({file}, std::move(reads), kDiskProbeDepth, 1, why);
 }
 
 std::optional<double> measure_disk_read_bandwidth(const std::filesystem::path& dir, size_t bytes,

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/large_alloc.h"
 
 namespace sluice {
 
@@ -74,7 +75,7 @@ Tensor Tensor::allocate(DType dtype, Shape shape) {
   t.dtype = dtype;
   t.shape = std::move(shape);
   size_t bytes = (t.nbytes() + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  void* p = allocate_large(bytes, 64);
   if (!p)
     fail("out of memory allocating {} bytes for a tensor of shape {}", bytes, shape_str(t.shape));
   std::memset(p, 0, bytes);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/large_alloc.h"
 #include "kernels/cpu/convert.h"
 
 namespace sluice {
@@ -26,7 +27,7 @@ uint16_t* allocate_pool(const KvCacheConfig& c) {
   const size_t rounded = (bytes + 63) / 64 * 64;
   // Not zero-filled: the OS maps pages lazily on first write, and positions are only read after
   // they are written.
-  void* p = std::aligned_alloc(64, rounded);
+  void* p = allocate_large(rounded);
   if (p == nullptr)
     fail(
         "kv cache: field 'total_blocks': could not allocate {} MiB for {} blocks; lower the "

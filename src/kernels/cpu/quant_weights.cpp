@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/large_alloc.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/quant_group.h"
 
@@ -32,7 +33,7 @@ QuantWeights allocate(QuantFormat f, int64_t n, int64_t k, int64_t group_size) {
   w.k = k;
   w.group_size = group_size;
   const size_t bytes = quant_bytes(f, n, k, group_size);
-  void* p = std::aligned_alloc(64, bytes);
+  void* p = allocate_large(bytes);
   if (p == nullptr) fail("quantized weights: out of memory allocating {} bytes", bytes);
   w.storage.reset(static_cast<uint8_t*>(p));
   w.data = w.storage.get();

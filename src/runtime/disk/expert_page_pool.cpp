@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/large_alloc.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
 #include "model/expert_quant.h"
@@ -118,7 +119,7 @@ ExpertPagePool::ExpertPagePool(const ModelConfig& c, std::shared_ptr<const Exper
     fail("expert pool: expected at least {} slots, got {}", kMinPoolExperts, slots);
   // Not zero-filled: a slot's pages become resident when its first expert lands.
   memory_ =
-      static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, layout_.bytes * size_t(slots)));
+      static_cast<std::byte*>(allocate_large(layout_.bytes * size_t(slots), kDirectAlign));
   if (!memory_) fail("expert pool: cannot allocate {} slots of {} bytes", slots, layout_.bytes);
   slots_.resize(size_t(slots));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].memory = memory_ + i * layout_.bytes;

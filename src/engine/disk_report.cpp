@@ -37,6 +37,7 @@ DiskReport disk_report(const EngineStats& s, double wall, double profiled) {
   r.read_bytes_per_s = d.read_bytes_per_s();
   if (profiled > 0) r.read_fraction = r.read_bytes_per_s / profiled;
   if (wall > 0) r.wait_fraction = d.wait_seconds / wall;
+  if (wall > 0) r.busy_fraction = d.read_seconds / wall;
   r.decode = phase_bound(s.decode_only_steps, double(s.decode_only_tokens), s.decode_only_seconds,
                          s.decode_only_disk_bytes, profiled);
   r.prompt = phase_bound(
@@ -62,6 +63,10 @@ void print_disk_report(const DiskReport& r, const EngineStats& s, int pool_exper
       human_bytes(d.bytes_read), d.experts_read, human_bytes(r.read_bytes_per_s), of_ceiling,
       d.wait_seconds, 100 * r.wait_fraction);
   fmt::print(
+      "           the disk was reading {:.0f}% of the wall time: the run's rate against the bound "
+      "its reads at this run's own rate set\n",
+      100 * r.busy_fraction);
+  fmt::print(
       "           expert cache: hit rate {:.1f}% ({} of {} experts the router chose), {} "
       "not read; prefetch guesses {}, accuracy {:.1f}%\n",
       100 * d.hit_rate(), d.hits, d.demands, human_bytes(d.bytes_saved()), d.guesses,
@@ -81,6 +86,7 @@ void add_disk_report(nlohmann::json& j, const DiskReport& r, const EngineStats& 
                {"read_fraction_of_profiled", r.read_fraction},
                {"wait_seconds", d.wait_seconds},
                {"wait_fraction_of_wall", r.wait_fraction},
+               {"busy_fraction_of_wall", r.busy_fraction},
                {"demands", d.demands},
                {"hits", d.hits},
                {"hit_rate", d.hit_rate()},

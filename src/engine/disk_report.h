@@ -20,6 +20,11 @@ struct DiskReport {
   double read_bytes_per_s = 0;      // bytes read / time with reads in flight
   double read_fraction = 0;         // read_bytes_per_s / profiled
   double wait_fraction = 0;         // compute waiting on the disk / wall time
+  // Time with reads in flight / wall time: the run's rate against the bound the disk sets at the
+  // rate it read in this run (all bytes read / that rate = the time reads were in flight), a
+  // figure a probe taken apart from the run cannot skew (on a VM whose host caches the disk, the
+  // probes and the run's reads often differ by 2x).
+  double busy_fraction = 0;
   struct PhaseBound {
     double bytes_per_step = 0;
     double tokens_per_s = 0;

@@ -23,6 +23,7 @@ TEST(DiskReport, EachPhaseIsBoundByTheBytesItsStepsRead) {
   s.decode_only_disk_bytes = 2e9;
   s.disk.bytes_read = 5e9;
   s.disk.wait_seconds = 3.5;
+  s.disk.read_seconds = 6.3;
   const DiskReport r = disk_report(s, 7.0, 1e9);  // a disk of 1 GB/s
 
   // Decode: 2 GB at 1 GB/s bounds 40 tokens to 2 s, 20 tokens/s; they took 5 s, 8 tokens/s.
@@ -37,6 +38,8 @@ TEST(DiskReport, EachPhaseIsBoundByTheBytesItsStepsRead) {
   EXPECT_DOUBLE_EQ(r.prompt.tokens_per_s, 23);
   EXPECT_NEAR(r.prompt.bound_fraction, 1.5, 1e-12);
   EXPECT_DOUBLE_EQ(r.wait_fraction, 0.5);
+  // Reads were in flight 6.3 s of the 7: at the rate they ran, the run reached 90% of the bound.
+  EXPECT_DOUBLE_EQ(r.busy_fraction, 0.9);
 
   // With no disk rate measured there is no bound to compare with.
   const DiskReport unmeasured = disk_report(s, 7.0, 0);

@@ -248,12 +248,16 @@ void print_setup(const BenchResult& b) {
              describe(b.loaded->read_in, b.ceilings->dram_bytes_per_s, b.profiled_disk),
              describe_storage_reads(*b.loaded, b.profiled_disk));
   fmt::print("machine    {}\n", machine_description());
+  const ThroughputReport& r = b.report;
   fmt::print(
-      "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}), "
+      "ceilings   {} threads, measured now: DRAM {:.1f} GB/s, compute {:.1f} GFLOP/s ({}){}, "
       "sluice's bf16 GEMM {:.1f} GFLOP/s\n",
-      policy.threads, b.ceilings->dram_bytes_per_s / 1e9, b.report.compute_ceiling_flops / 1e9,
-      b.report.compute_ceiling_instruction.empty() ? "GEMM peak"
-                                                   : b.report.compute_ceiling_instruction,
+      policy.threads, b.ceilings->dram_bytes_per_s / 1e9, r.compute_ceiling_flops / 1e9,
+      r.compute_ceiling_instruction.empty() ? "GEMM peak" : r.compute_ceiling_instruction,
+      r.expert_ceiling_instruction == r.compute_ceiling_instruction
+          ? ""
+          : fmt::format(", experts' int8 {:.1f} GOP/s ({})", r.expert_ceiling_flops / 1e9,
+                        r.expert_ceiling_instruction),
       b.ceilings->gemm_flops / 1e9);
   fmt::print("workload   {} requests, prompt {}, generate {}{}\n", o.requests, o.prompt_len,
              o.gen_len, o.ignore_eos ? " (EOS ignored)" : "");
@@ -400,7 +404,7 @@ int run(Options o) {
                 &device,
                 &s,
                 summarize(s, wall, int64_t(o.requests) * o.prompt_len, generated, ceilings,
-                          plan.policy.precision)};
+                          plan.policy.precision, c.expert_quant.dtype)};
   b.wall = wall;
   b.prefill_share = share.prefill_share(s.prefill_seconds, plan.policy.threads);
   b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);

@@ -712,6 +712,7 @@ std::vector<Completion> BatchEngine::step(Scheduler& sched) {
     m.stats.decode_only_device_weight_bytes +=
         m.stats.device_weight_bytes - before.device_weight_bytes;
     m.stats.decode_only_flops += m.stats.flops - before.flops;
+    m.stats.decode_only_expert_flops += m.stats.expert_flops - before.expert_flops;
     m.stats.decode_only_disk_bytes += m.stats.disk.bytes_read - before.disk.bytes_read;
     m.stats.decode_only_bytes +=
         m.stats.weight_bytes + m.stats.kv_bytes - before.weight_bytes - before.kv_bytes;

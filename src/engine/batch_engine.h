@@ -64,6 +64,7 @@ struct EngineStats {
   int64_t decode_only_steps = 0, decode_only_tokens = 0;
   double decode_only_seconds = 0, decode_only_device_weight_bytes = 0;
   double decode_only_flops = 0, decode_only_bytes = 0;  // arithmetic, and weight + KV bytes read
+  double decode_only_expert_flops = 0;                  // of decode_only_flops
   // The disk tier (the routed experts read from their files into the host page pool): the pool's
   // books, and how it reads (empty without the disk tier).
   ExpertPoolStats disk;

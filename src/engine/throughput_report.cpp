@@ -33,8 +33,20 @@ const std::string& Ceilings::compute_instruction(Precision precision) const {
                                       : instructions.bf16_instruction;
 }
 
+double Ceilings::expert_flops(Precision precision, ExpertDtype experts) const {
+  if (experts == ExpertDtype::kBf16 || !instructions.measured()) return compute_flops(precision);
+  return instructions.int8_ops;
+}
+
+const std::string& Ceilings::expert_instruction(Precision precision, ExpertDtype experts) const {
+  if (experts == ExpertDtype::kBf16 || !instructions.measured())
+    return compute_instruction(precision);
+  return instructions.int8_instruction;
+}
+
 ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tokens,
-                           int64_t generated, const Ceilings& c, Precision precision) {
+                           int64_t generated, const Ceilings& c, Precision precision,
+                           ExpertDtype experts) {
   ThroughputReport r;
   r.wall_seconds = wall;
   r.prompt_tokens = prompt_tokens;
@@ -49,22 +61,32 @@ ThroughputReport summarize(const EngineStats& s, double wall, int64_t prompt_tok
   r.fraction_of_gemm_peak = r.flops_per_s / c.gemm_flops;
   r.compute_ceiling_flops = c.compute_flops(precision);
   r.compute_ceiling_instruction = c.compute_instruction(precision);
-  r.fraction_of_compute_ceiling = r.flops_per_s / r.compute_ceiling_flops;
-  auto bound = [&](double b, double flops) {
-    return std::max(b / c.dram_bytes_per_s, flops / r.compute_ceiling_flops);
+  r.expert_ceiling_flops = c.expert_flops(precision, experts);
+  r.expert_ceiling_instruction = c.expert_instruction(precision, experts);
+  // The time `flops` take at the ceilings, `expert_flops` of them at the experts' own.
+  auto compute_seconds = [&](double flops, double expert_flops) {
+    return (flops - expert_flops) / r.compute_ceiling_flops +
+           expert_flops / r.expert_ceiling_flops;
   };
-  r.roofline_seconds = bound(bytes, s.flops);
+  r.fraction_of_compute_ceiling = compute_seconds(s.flops, s.expert_flops) / wall;
+  auto bound = [&](double b, double flops, double expert_flops) {
+    return std::max(b / c.dram_bytes_per_s, compute_seconds(flops, expert_flops));
+  };
+  r.roofline_seconds = bound(bytes, s.flops, s.expert_flops);
   r.fraction_of_roofline = r.roofline_seconds / wall;
   const double prefill_step_seconds = s.prefill_seconds + s.decode_seconds - s.decode_only_seconds;
   if (s.decode_only_seconds > 0)
     r.decode_fraction_of_roofline =
-        bound(s.decode_only_bytes, s.decode_only_flops) / s.decode_only_seconds;
+        bound(s.decode_only_bytes, s.decode_only_flops, s.decode_only_expert_flops) /
+        s.decode_only_seconds;
   if (prefill_step_seconds > 0)
     r.prefill_fraction_of_roofline =
-        bound(bytes - s.decode_only_bytes, s.flops - s.decode_only_flops) / prefill_step_seconds;
+        bound(bytes - s.decode_only_bytes, s.flops - s.decode_only_flops,
+              s.expert_flops - s.decode_only_expert_flops) /
+        prefill_step_seconds;
   r.expert_gemm_flops = s.expert_gemm_seconds > 0 ? s.expert_flops / s.expert_gemm_seconds : 0;
   r.expert_gemm_fraction_of_peak = r.expert_gemm_flops / c.gemm_flops;
-  r.expert_gemm_fraction_of_ceiling = r.expert_gemm_flops / r.compute_ceiling_flops;
+  r.expert_gemm_fraction_of_ceiling = r.expert_gemm_flops / r.expert_ceiling_flops;
   r.tokens_per_expert_gemm =
       double(s.expert_tokens) / double(std::max<int64_t>(1, s.expert_gemm_calls));
   return r;
@@ -91,17 +113,23 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
       "\nmoved      {:.2f} GB/s = {:.0f}% of DRAM bandwidth {:.1f} GB/s (weights {}, KV {})\n",
       r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, c.dram_bytes_per_s / 1e9,
       human_bytes(s.weight_bytes), human_bytes(s.kv_bytes));
+  const bool own_expert_ceiling = r.expert_ceiling_instruction != r.compute_ceiling_instruction;
+  const std::string expert_ceiling =
+      own_expert_ceiling ? fmt::format("the experts' ceiling {:.1f} GOP/s ({})",
+                                       r.expert_ceiling_flops / 1e9, r.expert_ceiling_instruction)
+                         : std::string("the compute ceiling");
   fmt::print(
-      "computed   {:.1f} GFLOP/s = {:.0f}% of the compute ceiling {:.1f} GFLOP/s ({}), {:.0f}% "
+      "computed   {:.1f} GFLOP/s = {:.0f}% of the compute ceiling {:.1f} GFLOP/s ({}){}, {:.0f}% "
       "of sluice's GEMM peak {:.1f} GFLOP/s\n",
       r.flops_per_s / 1e9, 100 * r.fraction_of_compute_ceiling, r.compute_ceiling_flops / 1e9,
       r.compute_ceiling_instruction.empty() ? "the GEMM peak: no instruction peaks measured"
                                             : r.compute_ceiling_instruction,
+      own_expert_ceiling ? " and " + expert_ceiling + " for the experts" : "",
       100 * r.fraction_of_gemm_peak, c.gemm_flops / 1e9);
   fmt::print(
-      "experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of the compute ceiling, {:.0f}% of "
-      "sluice's GEMM peak, {:.1f} tokens per expert GEMM\n",
-      r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_ceiling,
+      "experts    {:.1f} GFLOP/s inside their GEMMs = {:.0f}% of {}, {:.0f}% of sluice's bf16 "
+      "GEMM peak, {:.1f} tokens per expert GEMM\n",
+      r.expert_gemm_flops / 1e9, 100 * r.expert_gemm_fraction_of_ceiling, expert_ceiling,
       100 * r.expert_gemm_fraction_of_peak, r.tokens_per_expert_gemm);
   fmt::print(
       "roofline   the work done bounds the run at {:.2f} s (DRAM bandwidth and the compute "
@@ -130,6 +158,8 @@ nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, cons
           {"compute_ceiling_instruction", r.compute_ceiling_instruction},
           {"fraction_of_compute_ceiling", r.fraction_of_compute_ceiling},
           {"expert_gemm_fraction_of_ceiling", r.expert_gemm_fraction_of_ceiling},
+          {"expert_ceiling_flops", r.expert_ceiling_flops},
+          {"expert_ceiling_instruction", r.expert_ceiling_instruction},
           {"instruction_ceilings", to_json(c.instructions)},
           {"achieved_bytes_per_s", r.bytes_per_s},
           {"achieved_flops", r.flops_per_s},

@@ -4,8 +4,10 @@
 // Roofline: work that reads `bytes` (weights and KV) and does `flops` cannot finish faster than
 // max(bytes / DRAM bandwidth, flops / compute ceiling), where the compute ceiling is the
 // machine's instruction peak at the ISA level in force (the bf16 dot product, or the fp32 FMA
-// where the level has none), not sluice's own best GEMM. fraction_of_roofline is that bound
-// divided by the measured time: 1.0 means the run went as fast as the machine allows.
+// where the level has none), not sluice's own best GEMM; with int8 or int4 experts their GEMMs'
+// operations count against the int8 dot product's peak instead (vpdpbusd, vpmaddubsw, ...), the
+// rest against the bf16 one. fraction_of_roofline is that bound divided by the measured time: 1.0
+// means the run went as fast as the machine allows.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,10 @@ struct Ceilings {
   // measured GEMM where the instruction peaks are missing.
   double compute_flops(Precision precision) const;
   const std::string& compute_instruction(Precision precision) const;
+  // The ceiling of the expert GEMMs: the int8 dot product's with quantized experts (where the
+  // instruction peaks were measured), else compute_flops.
+  double expert_flops(Precision precision, ExpertDtype experts) const;
+  const std::string& expert_instruction(Precision precision, ExpertDtype experts) const;
 };
 Ceilings measure_ceilings();  // a few seconds; measured once per process
 
@@ -35,8 +41,12 @@ struct ThroughputReport {
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0, total_tokens_per_s = 0;
   double bytes_per_s = 0, flops_per_s = 0;
   double fraction_of_dram = 0, fraction_of_gemm_peak = 0;
+  // fraction_of_compute_ceiling: the time the flops take at the ceilings (the experts' at
+  // theirs), over the wall time.
   double compute_ceiling_flops = 0, fraction_of_compute_ceiling = 0;
   std::string compute_ceiling_instruction;  // "" where the GEMM peak stands in for it
+  double expert_ceiling_flops = 0;          // int8 OP/s with quantized experts
+  std::string expert_ceiling_instruction;
   double roofline_seconds = 0, fraction_of_roofline = 0;
   // The same bound over the steps without prompt tokens (decode) and over the others (prefill,
   // with any decode tokens that rode along); 0 where there were none.
@@ -47,10 +57,11 @@ struct ThroughputReport {
 };
 
 // `precision` chooses the compute ceiling: bf16 activations are bound by the level's bf16
-// ceiling, fp32 ones by its fp32 FMA.
+// ceiling, fp32 ones by its fp32 FMA; `experts` the expert GEMMs' (int8 for int8 and int4).
 ThroughputReport summarize(const EngineStats& s, double wall_seconds, int64_t prompt_tokens,
                            int64_t generated_tokens, const Ceilings& ceilings,
-                           Precision precision = Precision::kBf16);
+                           Precision precision = Precision::kBf16,
+                           ExpertDtype experts = ExpertDtype::kBf16);
 
 // The multi-line human report of `sluice bench` (throughput, stages, bytes, FLOPs, roofline).
 void print_report(const ThroughputReport& r, const EngineStats& s, const Ceilings& c);

@@ -450,9 +450,12 @@ std::array<std::set<uint32_t>, 3> expert_types(const GgufFile& g, const FamilySp
 }
 
 // How the file stores the routed experts (ModelConfig::stored_experts): the widest type over the
-// layers, and whether any is not BF16 (the disk tier dequantises those as they land).
+// layers, and whether any is not BF16 (the disk tier dequantises those as they land). It replaces
+// what the family's reader set for its checkpoints (llama.cpp's converter stores DBRX's w2 as the
+// canonical down, not transposed).
 void read_stored_experts(const GgufFile& g, const FamilySpec& spec, ModelConfig& c) {
   const auto types = expert_types(g, spec, c);
+  c.stored_experts = {};
   for (size_t j = 0; j < 3; ++j)
     for (const uint32_t type : types[j]) {
       const auto info = ggml_type_info(type);

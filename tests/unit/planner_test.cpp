@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
 #include "model/presets.h"
 #include "runtime/kv_cache.h"
@@ -185,6 +186,42 @@ TEST(CostModel, BoundWordsUseTheInstructionCeilingNotTheGemmPeak) {
   EXPECT_EQ(by_ceiling.bound, Bound::kMemory);
   // The time is still sluice's: its curve, never under its own peak.
   EXPECT_DOUBLE_EQ(by_ceiling.seconds, by_gemm_peak.seconds);
+}
+
+// With int8 experts, an expert GEMM reads the int8 values and scales, and runs at the bf16 time
+// scaled by the int8 : bf16 instruction peak ratio (2 here): half the time where compute binds,
+// the int8 bytes' time where memory does. The attention projections stay bf16.
+TEST(CostModel, Int8ExpertGemmsReadTheirBytesAtTheInt8Peak) {
+  ModelConfig c = preset_config("mixtral-8x7b", 1);
+  Policy p;
+  p.expert_batch = 1024;
+  HardwareProfile hw = round_profile();  // DRAM 1e10 B/s, GEMM peak 1e12
+  hw.instructions = {.fp32_fma_flops = 1e12,
+                     .bf16_flops = 1e12,
+                     .int8_ops = 2e12,
+                     .fp32_instruction = "f",
+                     .bf16_instruction = "b",
+                     .int8_instruction = "i"};
+  const int64_t I = c.expert_intermediate_size, H = c.hidden_size;
+  const double overhead = hw.call_overhead_seconds;
+  ModelConfig q = c;
+  q.expert_quant = {ExpertDtype::kInt8, 128};
+  const CpuCostModel bf16_model(hw, c, p), int8_model(hw, q, p);
+
+  const Task bf16 = bf16_model.mlp_gemm_task("e", "g", 400, I, H);
+  const Task int8 = int8_model.mlp_gemm_task("e", "g", 400, I, H);
+  EXPECT_EQ(int8.flops, bf16.flops);
+  EXPECT_DOUBLE_EQ(int8.bytes, double(cpu::quant_bytes(cpu::QuantFormat::kInt8, I, H, 128)) +
+                                   4.0 * 400 * double(H) + 4.0 * 400 * double(I));
+  EXPECT_EQ(int8.bound, Bound::kCompute);
+  EXPECT_NEAR(int8.seconds - overhead, (bf16.seconds - overhead) / 2, 1e-12);
+
+  const Task one_row = int8_model.mlp_gemm_task("e", "g", 1, I, H);
+  EXPECT_EQ(one_row.bound, Bound::kMemory);
+  EXPECT_NEAR(one_row.seconds - overhead, one_row.bytes / hw.dram_bytes_per_s, 1e-12);
+
+  EXPECT_DOUBLE_EQ(int8_model.gemm_task("q", "g", 400, 4096, H).seconds,
+                   bf16_model.gemm_task("q", "g", 400, 4096, H).seconds);
 }
 
 // SLUICE_ISA=avx2 on an AVX-512 machine never reads the avx512 profile: the path names the level.

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "model/expert_quant.h"
 #include "runtime/disk/expert_page_pool.h"
 
 namespace sluice {
@@ -49,6 +51,27 @@ Task CpuCostModel::gemm_task(const std::string& name, const std::string& group, 
   t.bound = t.flops / hw_.compute_ceiling_flops(act) > memory ? Bound::kCompute : Bound::kMemory;
   t.seconds =
       std::max({hw_.gemm_seconds(m, n, k, act), compute, memory}) + hw_.call_overhead_seconds;
+  return t;
+}
+
+Task CpuCostModel::mlp_gemm_task(const std::string& name, const std::string& group, double m,
+                                 int64_t n, int64_t k) const {
+  const ExpertQuant& q = c_.expert_quant;
+  if (!q.quantized()) return gemm_task(name, group, m, n, k);
+  Task t;
+  t.name = name;
+  t.group = group;
+  t.flops = 2.0 * m * double(n) * double(k);
+  // W packed with its scales, X in fp32 (quantized on the fly), Y.
+  t.bytes = double(cpu::quant_bytes(quant_format(q.dtype), n, k, q.group_size)) +
+            4.0 * m * double(k) + 4.0 * m * double(n);
+  const InstructionCeilings& peaks = hw_.instructions;
+  const double speedup = peaks.measured() ? peaks.int8_ops / peaks.bf16_flops : 1.0;
+  const double compute = t.flops / (hw_.gemm_peak_flops * speedup),
+               memory = t.bytes / hw_.dram_bytes_per_s;
+  t.bound = t.flops / hw_.compute_ceiling_flops("int8") > memory ? Bound::kCompute : Bound::kMemory;
+  t.seconds = std::max({hw_.gemm_seconds(m, n, k, "bf16") / speedup, compute, memory}) +
+              hw_.call_overhead_seconds;
   return t;
 }
 
@@ -108,10 +131,10 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T, int min_tokens,
   auto chunk = [&](double m) {
     return std::vector<Task>{
         elementwise_task(prefix + "gather", "expert gather/scatter", m * double(H) * (f32 ? 8 : 4)),
-        gemm_task(prefix + "gate", "expert GEMMs", m, I, H),
-        gemm_task(prefix + "up", "expert GEMMs", m, I, H),
+        mlp_gemm_task(prefix + "gate", "expert GEMMs", m, I, H),
+        mlp_gemm_task(prefix + "up", "expert GEMMs", m, I, H),
         elementwise_task(prefix + "silu_mul", "expert SiLU-mul", m * double(I) * 12),
-        gemm_task(prefix + "down", "expert GEMMs", m, H, I),
+        mlp_gemm_task(prefix + "down", "expert GEMMs", m, H, I),
         elementwise_task(prefix + "scatter_add", "expert gather/scatter", m * double(H) * 12)};
   };
   std::vector<Task> expected = chunk(1);
@@ -133,7 +156,8 @@ std::vector<Task> CpuCostModel::expert_tasks(int expert, int T, int min_tokens,
       expected[i].seconds += pm * s;
     }
   }
-  const double ceiling = hw_.compute_ceiling_flops(f32 ? "f32" : "bf16");
+  const double ceiling =
+      hw_.compute_ceiling_flops(c_.expert_quant.quantized() ? "int8" : f32 ? "f32" : "bf16");
   for (Task& t : expected)
     if (t.group == "expert GEMMs")
       t.bound =
@@ -215,10 +239,10 @@ std::vector<Task> CpuCostModel::dense_mlp_tasks(int layer, int T) const {
   const std::string p = fmt::format("layer{}.dense_mlp.", layer);
   for (int begin = 0; begin < T; begin += p_.expert_batch) {
     const double m = std::min(T - begin, p_.expert_batch);
-    tasks.push_back(gemm_task(p + "gate", "dense MLP GEMMs", m, I, H));
-    tasks.push_back(gemm_task(p + "up", "dense MLP GEMMs", m, I, H));
+    tasks.push_back(mlp_gemm_task(p + "gate", "dense MLP GEMMs", m, I, H));
+    tasks.push_back(mlp_gemm_task(p + "up", "dense MLP GEMMs", m, I, H));
     tasks.push_back(elementwise_task(p + "silu_mul", "dense MLP SiLU-mul", m * double(I) * 12));
-    tasks.push_back(gemm_task(p + "down", "dense MLP GEMMs", m, H, I));
+    tasks.push_back(mlp_gemm_task(p + "down", "dense MLP GEMMs", m, H, I));
     tasks.push_back(elementwise_task(p + "scale_add", "dense MLP SiLU-mul", m * double(H) * 12));
   }
   return tasks;

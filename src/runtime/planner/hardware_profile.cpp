@@ -68,6 +68,7 @@ double HardwareProfile::gemm_seconds(int64_t m, int64_t n, int64_t k,
 
 double HardwareProfile::compute_ceiling_flops(const std::string& activations) const {
   if (!instructions.measured()) return gemm_peak_flops;
+  if (activations == "int8") return instructions.int8_ops;
   return activations == "f32" ? instructions.fp32_fma_flops : instructions.bf16_flops;
 }
 

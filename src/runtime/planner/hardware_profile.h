@@ -78,8 +78,9 @@ struct HardwareProfile {
   // Predicted time of one CPU GEMM: the nearest curve's time, scaled by the weight size ratio.
   double gemm_seconds(int64_t m, int64_t n, int64_t k, const std::string& activations) const;
   double gemm_seconds(double m, int64_t n, int64_t k, const std::string& activations) const;
-  // The machine's compute ceiling for a GEMM with these activations ("bf16" or "f32"): the
-  // instruction peak of the profile's ISA level, or gemm_peak_flops where the profile has none.
+  // The machine's compute ceiling for a GEMM with these activations ("bf16", "f32", or "int8":
+  // the int8 GEMM of quantized experts): the instruction peak of the profile's ISA level, or
+  // gemm_peak_flops where the profile has none.
   double compute_ceiling_flops(const std::string& activations) const;
 };
 

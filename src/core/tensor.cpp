@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -29,45 +28,6 @@ Tensor Tensor::slice0(int64_t i) const {
   t.data = static_cast<char*>(data) + size_t(i) * t.nbytes();
   if (block_scales) t.block_scales = std::make_shared<const Tensor>(block_scales->slice0(i));
   return t;
-}
-
-namespace {
-
-template <typename T>
-void transpose_tiles(const T* src, T* dst, int64_t rows, int64_t cols) {
-  constexpr int64_t kTile = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
-    }
-}
-
-struct Bytes8 {
-  std::byte b[8];
-};
-
-}  // namespace
-
-void transpose_matrix(const void* src, void* dst, int64_t rows, int64_t cols,
-                      size_t element_bytes) {
-  switch (element_bytes) {
-    case 1:
-      return transpose_tiles(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), rows,
-                             cols);
-    case 2:
-      return transpose_tiles(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), rows,
-                             cols);
-    case 4:
-      return transpose_tiles(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), rows,
-                             cols);
-    case 8:
-      return transpose_tiles(static_cast<const Bytes8*>(src), static_cast<Bytes8*>(dst), rows,
-                             cols);
-    default:
-      fail("transpose_matrix: elements of {} bytes (expected 1, 2, 4 or 8)", element_bytes);
-  }
 }
 
 Tensor Tensor::allocate(DType dtype, Shape shape) {

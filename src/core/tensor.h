@@ -16,10 +16,6 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[8, 4096, 14336]"
 int64_t shape_numel(const Shape& s);
 
-// dst [cols, rows] = the transpose of src [rows, cols], elements of `element_bytes` bytes, tile by
-// tile so both sides are read and written in cache lines.
-void transpose_matrix(const void* src, void* dst, int64_t rows, int64_t cols, size_t element_bytes);
-
 struct Tensor {
   DType dtype = DType::F32;
   Shape shape;

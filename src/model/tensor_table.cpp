@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/transpose.h"
 #include "model/family.h"
 
 namespace sluice {
@@ -29,7 +30,7 @@ Tensor mapped_slot(const ExpectedTensor& t, const Tensor& whole) {
   Tensor out = Tensor::allocate(whole.dtype, {E, H, I});
   const size_t expert_bytes = size_t(I * H) * esize;
   for (int64_t e = 0; e < E; ++e)
-    transpose_matrix(static_cast<const char*>(whole.data) + size_t(e) * expert_bytes,
+    cpu::transpose_matrix(static_cast<const char*>(whole.data) + size_t(e) * expert_bytes,
                      static_cast<char*>(out.data) + size_t(e) * expert_bytes, I, H, esize);
   return out;
 }

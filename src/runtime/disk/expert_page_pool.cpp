@@ -10,6 +10,7 @@
 #include "core/large_alloc.h"
 #include "io/gguf.h"
 #include "io/gguf_dequant.h"
+#include "kernels/cpu/transpose.h"
 #include "model/expert_quant.h"
 #include "model/fp8_weights.h"
 
@@ -419,7 +420,7 @@ void ExpertPagePool::make_matrices(const Slot& s) {
                           s.memory + layout_.weights[j]};
     std::byte* made = s.memory + layout_.made[j];
     if (stored.transposed)  // stored [k, n]: k rows of n
-      transpose_matrix(direct_data(values), made, shapes[j].k, shapes[j].n, 2);
+      cpu::transpose_matrix(direct_data(values), made, shapes[j].k, shapes[j].n, 2);
     if (stored.gguf_blocks &&
         !dequantize_to_bf16(*stored.gguf_blocks, direct_data(values),
                             reinterpret_cast<uint16_t*>(made), shapes[j].n, shapes[j].k))

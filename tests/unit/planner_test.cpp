@@ -167,6 +167,16 @@ TEST(HardwareProfile, InstructionCeilingsRoundTripAndOlderProfilesLoad) {
   }
 }
 
+// Instruction peaks of a made-up machine: fp32 FMA and bf16 at `bf16`, int8 at `int8`.
+InstructionCeilings made_up_peaks(double bf16, double int8) {
+  return {.fp32_fma_flops = bf16,
+          .bf16_flops = bf16,
+          .int8_ops = int8,
+          .fp32_instruction = "f",
+          .bf16_instruction = "b",
+          .int8_instruction = "i"};
+}
+
 // The bound a GEMM is called by is the machine's: a GEMM over sluice's own GEMM peak in
 // FLOPs but under the instruction peak reads its weights longer than the machine computes.
 TEST(CostModel, BoundWordsUseTheInstructionCeilingNotTheGemmPeak) {
@@ -176,12 +186,7 @@ TEST(CostModel, BoundWordsUseTheInstructionCeilingNotTheGemmPeak) {
   HardwareProfile hw = round_profile();  // 1e10 B/s, GEMM peak 1e12: ridge at m = 100
   const Task by_gemm_peak = CpuCostModel(hw, c, p).gemm_task("q", "g", 400, 4096, 4096);
   EXPECT_EQ(by_gemm_peak.bound, Bound::kCompute);
-  hw.instructions = {.fp32_fma_flops = 1e13,
-                     .bf16_flops = 1e13,
-                     .int8_ops = 2e13,
-                     .fp32_instruction = "f",
-                     .bf16_instruction = "b",
-                     .int8_instruction = "i"};  // ridge at m = 1000
+  hw.instructions = made_up_peaks(1e13, 2e13);  // ridge at m = 1000
   const Task by_ceiling = CpuCostModel(hw, c, p).gemm_task("q", "g", 400, 4096, 4096);
   EXPECT_EQ(by_ceiling.bound, Bound::kMemory);
   // The time is still sluice's: its curve, never under its own peak.
@@ -196,12 +201,7 @@ TEST(CostModel, Int8ExpertGemmsReadTheirBytesAtTheInt8Peak) {
   Policy p;
   p.expert_batch = 1024;
   HardwareProfile hw = round_profile();  // DRAM 1e10 B/s, GEMM peak 1e12
-  hw.instructions = {.fp32_fma_flops = 1e12,
-                     .bf16_flops = 1e12,
-                     .int8_ops = 2e12,
-                     .fp32_instruction = "f",
-                     .bf16_instruction = "b",
-                     .int8_instruction = "i"};
+  hw.instructions = made_up_peaks(1e12, 2e12);
   const int64_t I = c.expert_intermediate_size, H = c.hidden_size;
   const double overhead = hw.call_overhead_seconds;
   ModelConfig q = c;

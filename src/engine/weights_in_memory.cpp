@@ -28,10 +28,6 @@ Tensor owned_copy(const Tensor& t) {
   return copy;
 }
 
-// Every weight the model holds in its mapped files, copied into memory of its own (a tied
-// lm_head stays the embedding), and the files' pages dropped from the page cache: the resident
-// part of a model whose experts stay on disk is then held once, and a file changed while the job
-// runs cannot touch it (a truncated mapping would fault).
 // The files of a folder's safetensors, or those the disk tier reads of a GGUF file.
 std::vector<std::filesystem::path> checkpoint_files(const Model& model) {
   if (!std::filesystem::is_directory(model.dir))
@@ -42,6 +38,10 @@ std::vector<std::filesystem::path> checkpoint_files(const Model& model) {
   return files;
 }
 
+// Every weight the model holds in its mapped files, copied into memory of its own (a tied
+// lm_head stays the embedding), and the files' pages dropped from the page cache: the resident
+// part of a model whose experts stay on disk is then held once, and a file changed while the job
+// runs cannot touch it (a truncated mapping would fault).
 void copy_resident_weights(Model& model) {
   std::map<const void*, Tensor> copies;
   auto own = [&](const Tensor& t) {

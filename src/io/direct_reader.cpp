@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
-#include <memory>
 #include <cstring>
+#include <memory>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace sluice {
@@ -249,10 +249,9 @@ std::optional<double> measure_read_rate(const std::vector<std::filesystem::path>
     }
     double best = 0;
     for (int pass = 0; pass < passes; ++pass) {
-      const auto t = std::chrono::steady_clock::now();
+      const auto t = Clock::now();
       reader.read(ranges, [](size_t) {});
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t;
-      best = std::max(best, bytes / took.count());
+      best = std::max(best, bytes / seconds_since(t));
     }
     return best;
   } catch (const Error& e) {

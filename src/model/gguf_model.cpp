@@ -467,9 +467,14 @@ void read_stored_experts(const GgufFile& g, const FamilySpec& spec, ModelConfig&
     }
 }
 
+// The config the metadata stands for, without the experts' storage.
+ModelConfig metadata_config(const GgufFile& g, const FamilySpec& spec) {
+  return parse_config(gguf_config_json(g, spec),
+                      g.path().string() + " (GGUF metadata read as config.json fields)");
+}
+
 ModelConfig config_of(const GgufFile& g, const FamilySpec& spec) {
-  ModelConfig c = parse_config(gguf_config_json(g, spec),
-                               g.path().string() + " (GGUF metadata read as config.json fields)");
+  ModelConfig c = metadata_config(g, spec);
   read_stored_experts(g, spec, c);
   return c;
 }
@@ -484,7 +489,7 @@ ModelConfig load_gguf_config(const std::filesystem::path& path) {
 std::string gguf_disk_tier_refusal(const std::filesystem::path& path) {
   const GgufFile g = GgufFile::open(path);
   const FamilySpec& spec = gguf_family(g);
-  for (const auto& types : expert_types(g, spec, config_of(g, spec)))
+  for (const auto& types : expert_types(g, spec, metadata_config(g, spec)))
     for (const uint32_t type : types)
       if (!takes_on_disk(type))
         return fmt::format(

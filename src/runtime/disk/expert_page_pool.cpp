@@ -32,6 +32,11 @@ std::array<MatrixShape, 3> matrix_shapes(const ModelConfig& c) {
   return {MatrixShape{I, H}, MatrixShape{I, H}, MatrixShape{H, I}};
 }
 
+// The read of file range `r` into a slot's buffer at `buffer`.
+FileRead read_into(const FileRange& r, std::byte* buffer) {
+  return {r.file, r.offset, r.bytes, buffer};
+}
+
 // Bytes of matrix j as the kernels read it, where it is made as it lands (ExpertSlotLayout::made):
 // packed when quantized, bf16 [n, k] when `made_on_read` (transposed, or dequantised from a GGUF
 // block type); else 0.
@@ -341,7 +346,7 @@ void ExpertPagePool::loader_loop() {
 
 // Reads queued slots until the queue has none to start and none is in flight. Each expert is
 // ready as soon as its own reads have landed, its matrices made first where the kernels cannot
-// take them as read (packed, transposed).
+// take them as read (packed, transposed, dequantised).
 void ExpertPagePool::read_queued() {
   const int per_expert = reads_per_expert();
   std::vector<FileRead> pending;  // the reads of the slot being started, last first
@@ -368,10 +373,10 @@ void ExpertPagePool::read_queued() {
       for (size_t j = 3; j-- > 0;) {
         if (files_->has_scales()) {
           const FileRange& sc = src.scales[j];
-          pending.push_back({sc.file, sc.offset, sc.bytes, s.memory + layout_.scales[j]});
+          pending.push_back(read_into(sc, s.memory + layout_.scales[j]));
         }
         const FileRange& w = src.weights[j];
-        pending.push_back({w.file, w.offset, w.bytes, s.memory + layout_.weights[j]});
+        pending.push_back(read_into(w, s.memory + layout_.weights[j]));
       }
       remaining[size_t(pending_slot)] = per_expert;
       bytes[size_t(pending_slot)] = 0;
@@ -408,16 +413,13 @@ void ExpertPagePool::read_queued() {
   if (!make_error.empty()) fail("{}", make_error);
 }
 
-// A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per
-// byte) and their scales, as read, to the packed form beside them in the slot.
 void ExpertPagePool::make_matrices(const Slot& s) {
   if (files_->quantized) return pack(s);
   const auto shapes = matrix_shapes(c_);
   const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
   for (size_t j = 0; j < 3; ++j) {
     const StoredMatrix& stored = files_->stored[size_t(s.layer)][j];
-    const FileRead values{src.weights[j].file, src.weights[j].offset, src.weights[j].bytes,
-                          s.memory + layout_.weights[j]};
+    const FileRead values = read_into(src.weights[j], s.memory + layout_.weights[j]);
     std::byte* made = s.memory + layout_.made[j];
     if (stored.transposed)  // stored [k, n]: k rows of n
       cpu::transpose_matrix(direct_data(values), made, shapes[j].k, shapes[j].n, 2);
@@ -430,6 +432,8 @@ void ExpertPagePool::make_matrices(const Slot& s) {
   }
 }
 
+// A quantized checkpoint's matrices into the kernels' layout: values (int8, or int4 two per
+// byte) and their scales, as read, to the packed form beside them in the slot.
 void ExpertPagePool::pack(const Slot& s) {
   const ExpertQuant& q = c_.expert_quant;
   const cpu::QuantFormat f = quant_format(q.dtype);
@@ -437,10 +441,8 @@ void ExpertPagePool::pack(const Slot& s) {
   const ExpertSource& src = files_->layers[size_t(s.layer)][size_t(s.expert)];
   std::vector<int8_t> unpacked;
   for (size_t j = 0; j < 3; ++j) {
-    const FileRead values{src.weights[j].file, src.weights[j].offset, src.weights[j].bytes,
-                          s.memory + layout_.weights[j]};
-    const FileRead scales{src.scales[j].file, src.scales[j].offset, src.scales[j].bytes,
-                          s.memory + layout_.scales[j]};
+    const FileRead values = read_into(src.weights[j], s.memory + layout_.weights[j]);
+    const FileRead scales = read_into(src.scales[j], s.memory + layout_.scales[j]);
     const auto* v = reinterpret_cast<const uint8_t*>(direct_data(values));
     const int8_t* q8 = reinterpret_cast<const int8_t*>(v);
     const std::string what =

@@ -406,6 +406,7 @@ int run(Options o) {
                 summarize(s, wall, int64_t(o.requests) * o.prompt_len, generated, ceilings,
                           plan.policy.precision, c.expert_quant.dtype)};
   b.wall = wall;
+  b.report.offloaded = device.backend != nullptr;
   b.prefill_share = share.prefill_share(s.prefill_seconds, plan.policy.threads);
   b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);
   b.peak_rss = peak_resident_bytes();

@@ -36,6 +36,10 @@ DeviceReport device_report(const EngineStats& s, double wall_seconds,
     r.decode_bound_tokens_per_s = r.decode_tokens_per_step / step_seconds;
     r.decode_bound_fraction = r.decode_tokens_per_s / r.decode_bound_tokens_per_s;
   }
+  r.prefill_weight_bytes = s.device_weight_bytes - s.decode_only_device_weight_bytes;
+  r.prefill_step_seconds = s.prefill_seconds + s.decode_seconds - s.decode_only_seconds;
+  r.prefill_bound_fraction =
+      ratio(ratio(r.prefill_weight_bytes, reference_h2d_bytes_per_s), r.prefill_step_seconds);
   return r;
 }
 
@@ -68,6 +72,12 @@ void print_device_report(const DeviceReport& r, const EngineStats& s, double wal
         r.decode_tokens_per_s, 100 * r.decode_bound_fraction, r.decode_steps);
   else
     fmt::print("decode     no decode-only step copied expert weights: no PCIe bound\n");
+  if (r.prefill_weight_bytes > 0)
+    fmt::print(
+        "prefill    bound {:.2f} s = {} of experts copied by the steps with prompt tokens / {:.1f} "
+        "GB/s; they took {:.2f} s = {:.0f}% of the link's speed\n",
+        r.prefill_weight_bytes / r.reference_h2d_bytes_per_s, human_bytes(r.prefill_weight_bytes),
+        r.reference_h2d_bytes_per_s / 1e9, r.prefill_step_seconds, 100 * r.prefill_bound_fraction);
 }
 
 void add_device_report(nlohmann::json& j, const DeviceReport& r, const EngineStats& s) {
@@ -97,6 +107,9 @@ void add_device_report(nlohmann::json& j, const DeviceReport& r, const EngineSta
   j["decode_only_tokens_per_s"] = r.decode_tokens_per_s;
   j["decode_bound_tokens_per_s"] = r.decode_bound_tokens_per_s;
   j["decode_bound_fraction"] = r.decode_bound_fraction;
+  j["prefill_weight_bytes"] = r.prefill_weight_bytes;
+  j["prefill_step_seconds"] = r.prefill_step_seconds;
+  j["prefill_bound_fraction"] = r.prefill_bound_fraction;
 }
 
 }  // namespace sluice

@@ -8,6 +8,10 @@
 //         = decode tokens of those steps · H2D bandwidth / expert bytes they copied,
 // measured over the steps with no prompt tokens. decode_bound_fraction is the decode rate of
 // those steps (their tokens over their wall time, host work included) divided by the bound.
+//
+// Prefill bound: the steps with prompt tokens likewise cannot take less than the expert bytes
+// they copied over the H2D bandwidth; prefill_bound_fraction is that time over the time they
+// took (1.0: prefill ran at the link's speed).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -33,6 +37,9 @@ struct DeviceReport {
   double decode_tokens_per_s = 0;           // of those steps
   double decode_bound_tokens_per_s = 0;     // 0 when no decode step copied weights
   double decode_bound_fraction = 0;
+  double prefill_weight_bytes = 0;  // expert bytes copied in the steps with prompt tokens
+  double prefill_step_seconds = 0;  // the time those steps took
+  double prefill_bound_fraction = 0;
 };
 
 DeviceReport device_report(const EngineStats& s, double wall_seconds,

@@ -109,6 +109,12 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
       {"scheduling", s.scheduling_seconds}};
   for (auto [name, sec] : rows)
     fmt::print("  {:<40} {:8.3f} s  {:5.1f}%\n", name, sec, 100 * sec / stages);
+  if (r.offloaded) {
+    fmt::print(
+        "\nroofline   the offload device did the GEMMs, so the host's DRAM and compute ceilings "
+        "bound only the CPU's part of the run: the link's bounds are under `device` below\n");
+    return;
+  }
   fmt::print(
       "\nmoved      {:.2f} GB/s = {:.0f}% of DRAM bandwidth {:.1f} GB/s (weights {}, KV {})\n",
       r.bytes_per_s / 1e9, 100 * r.fraction_of_dram, c.dram_bytes_per_s / 1e9,
@@ -141,7 +147,7 @@ void print_report(const ThroughputReport& r, const EngineStats& s, const Ceiling
 }
 
 nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, const Ceilings& c) {
-  return {{"prefill_tokens_per_s", r.prefill_tokens_per_s},
+  nlohmann::json j = {{"prefill_tokens_per_s", r.prefill_tokens_per_s},
           {"decode_tokens_per_s", r.decode_tokens_per_s},
           {"total_tokens_per_s", r.total_tokens_per_s},
           {"prompt_tokens", r.prompt_tokens},
@@ -177,6 +183,14 @@ nlohmann::json report_json(const ThroughputReport& r, const EngineStats& s, cons
             {"scheduling", s.scheduling_seconds}}},
           {"kv_cache_bytes", s.kv_cache_bytes},
           {"peak_kv_usage", s.peak_kv_usage}};
+  if (r.offloaded)
+    for (const char* host_bound :
+         {"fraction_of_roofline", "roofline_seconds", "prefill_fraction_of_roofline",
+          "decode_fraction_of_roofline", "fraction_of_compute_ceiling", "fraction_of_dram",
+          "fraction_of_gemm_peak", "expert_gemm_fraction_of_ceiling",
+          "expert_gemm_fraction_of_peak"})
+      j.erase(host_bound);
+  return j;
 }
 
 }  // namespace sluice

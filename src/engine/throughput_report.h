@@ -54,6 +54,11 @@ struct ThroughputReport {
   double expert_gemm_flops = 0, expert_gemm_fraction_of_peak = 0;
   double expert_gemm_fraction_of_ceiling = 0;
   double tokens_per_expert_gemm = 0;
+  // Set where an offload device did the GEMMs (and a share of attention): the host's DRAM and
+  // compute ceilings then bound only the CPU's part, so the figures above measured against them
+  // (fractions of DRAM, of the compute ceiling, of the roofline) are neither printed nor put in
+  // the JSON; the device report's link bounds stand in their place.
+  bool offloaded = false;
 };
 
 // `precision` chooses the compute ceiling: bf16 activations are bound by the level's bf16

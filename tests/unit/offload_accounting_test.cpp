@@ -144,13 +144,20 @@ TEST(OffloadAccounting, BusyTimesAndLinkFiguresAreConsistent) {
   EXPECT_LE(r.decode_bound_fraction, 1.5);
   EXPECT_DOUBLE_EQ(r.decode_bound_tokens_per_s,
                    double(s.decode_only_tokens) * reference / s.decode_only_device_weight_bytes);
+  // The steps with prompt tokens cannot beat their copies either.
+  EXPECT_DOUBLE_EQ(r.prefill_weight_bytes,
+                   s.device_weight_bytes - s.decode_only_device_weight_bytes);
+  EXPECT_GT(r.prefill_weight_bytes, 0);
+  EXPECT_GT(r.prefill_bound_fraction, 0);
+  EXPECT_LE(r.prefill_bound_fraction, 1.5);
 }
 
 TEST(OffloadAccounting, BenchJsonHasTheLinkAndDecodeBoundFields) {
   const auto r = testing::run_command(
       testing::sluice_command(
           "bench --preset tiny-mixtral --requests 3 --prompt-len 6 --gen-len 6 --ignore-eos"
-          " --threads 2 --batch 4 --device standin --gpu-mem 64MiB --json"),
+          " --threads 2 --batch 4 --device standin --gpu-mem 64MiB --resident-expert-layers 0"
+          " --json"),
       /*with_stderr=*/false);
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
@@ -159,8 +166,13 @@ TEST(OffloadAccounting, BenchJsonHasTheLinkAndDecodeBoundFields) {
        {"device_weight_bytes", "device_bytes_to_device", "device_weights_busy_seconds",
         "device_compute_busy_seconds", "pcie_h2d_reference_bytes_per_s", "pcie_h2d_bytes_per_s",
         "pcie_h2d_fraction", "gpu_busy_fraction", "decode_bound_tokens_per_s",
-        "decode_bound_fraction", "decode_only_tokens_per_s", "device_pinned_weight_bytes"})
+        "decode_bound_fraction", "decode_only_tokens_per_s", "device_pinned_weight_bytes",
+        "prefill_weight_bytes", "prefill_step_seconds", "prefill_bound_fraction"})
     EXPECT_GT(j.at(positive).get<double>(), 0) << positive;
+  // The host's ceilings do not bound a run whose GEMMs the device did: no fraction of them.
+  for (const char* host_bound : {"fraction_of_roofline", "decode_fraction_of_roofline",
+                                 "prefill_fraction_of_roofline", "fraction_of_dram"})
+    EXPECT_FALSE(j.contains(host_bound)) << host_bound;
   EXPECT_EQ(j.at("pcie_h2d_reference_source"), "measured (3 x 256 MiB)");
 }
 

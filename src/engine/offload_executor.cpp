@@ -600,7 +600,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 
   // The layer's dense MLP over every row of the step (a shared expert, or a dense layer's FFN),
-  // after its experts, b_e rows per GEMM as the CPU engine:
+  // after its experts, up to StepShape::dbe rows per GEMM:
   // x[row] += scale[row] · down(silu(gate h) * up h), scale = sigmoid(shared_expert_gate · h).
   void dense_mlp(void* s, int l) override {
     const LayerResident& r = res[size_t(l)];
@@ -610,8 +610,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
                        wu = expert_matrix(weight<char>(r.mlp_up), I, H),
                        wd = expert_matrix(weight<char>(r.mlp_down), H, I);
     float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
-    for (int begin = 0; begin < T; begin += sh.be) {
-      const int m = std::min(T - begin, sh.be);
+    for (int begin = 0; begin < T; begin += sh.dbe) {
+      const int m = std::min(T - begin, sh.dbe);
       const float* h = at<float>(buf.h) + size_t(begin) * H;
       const void* xin = h;  // rounded to bf16 once for gate and up, unless the policy keeps fp32
       if (!sh.f32) {
@@ -962,7 +962,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     return {at<char>(buf.expert_lists), h_lists.data(), bytes};
   }
 
-  // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, b_e rows per GEMM.
+  // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, up to StepShape::dbe rows
+  // per GEMM.
   // `p`: the expert's gate, up and down pages; empty for a resident layer's expert.
   void gpu_expert(void* s, int l, int e, std::span<void* const> p) override {
     const int T = mb_row.back(), H = sh.H, I = sh.I;
@@ -978,8 +979,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         at<float>(buf.expert_lists) + size_t(T) * sh.K + size_t(list_begin[size_t(e)]);
     float *gate = at<float>(buf.gate), *up = at<float>(buf.up), *down = at<float>(buf.down);
     const float* h = at<float>(buf.h);
-    for (int begin = 0; begin < list_count[size_t(e)]; begin += sh.be) {
-      const int m = std::min(list_count[size_t(e)] - begin, sh.be);
+    for (int begin = 0; begin < list_count[size_t(e)]; begin += sh.dbe) {
+      const int m = std::min(list_count[size_t(e)] - begin, sh.dbe);
       if (sh.f32)
         math.gather_rows_f32(s, h, H, rows + begin, m, at<float>(buf.ex));
       else

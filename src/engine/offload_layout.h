@@ -41,6 +41,7 @@ int widest_dense_mlp(const ModelConfig& c);
 // wide, and q may pass through a q_lora_rank bottleneck (qa).
 struct StepShape {
   int H, I, E, K, qd, kvd, vd, ad, qa, V, T, S, be;
+  int dbe;  // rows per expert and dense-MLP GEMM on the device (Policy::device_expert_rows)
   int mlp_I;  // the widest dense MLP (shared expert or dense layer); 0: none
   bool f32, cpu_experts, lm_head;
   int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none
@@ -60,6 +61,7 @@ struct StepShape {
         T(p.batch + p.prefill_chunk),
         S(p.logit_rows > 0 ? p.logit_rows : p.batch),
         be(p.expert_batch),
+        dbe(p.device_expert_rows()),
         mlp_I(widest_dense_mlp(c)),
         f32(p.precision == Precision::kF32),
         cpu_experts(s.cpu_expert_max_tokens > 0),
@@ -99,7 +101,7 @@ struct BufferLayout {
   explicit BufferLayout(const StepShape& s) {
     ArenaLayout L;
     // The experts' and the dense MLP's intermediate rows share the gate/up/act buffers.
-    const size_t T = size_t(s.T), H = size_t(s.H), be = size_t(s.be),
+    const size_t T = size_t(s.T), H = size_t(s.H), be = size_t(s.dbe),
                  I = size_t(std::max(s.I, s.mlp_I));
     x = L.add(T * H * 4);
     h = L.add(T * H * 4);

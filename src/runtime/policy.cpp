@@ -4,12 +4,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace sluice {
 
 const char* precision_name(Precision p) {
   return p == Precision::kBf16 ? "bf16" : "f32";
+}
+
+int Policy::device_expert_rows() const {
+  return std::max(1, std::min(batch + prefill_chunk, std::max(expert_batch, kDeviceExpertRows)));
 }
 
 std::string Policy::describe() const {

@@ -40,6 +40,14 @@ struct Policy {
   // experts the pool holds. 0: every weight is in host memory.
   int pool_experts = 0;
 
+  // Most rows per expert (and dense-MLP) GEMM on an offload device: b_e suits the CPU's caches,
+  // but a GPU at 16 rows reads each weight from device memory once per 16 rows and stays memory
+  // bound (an H200's ridge is ≈ 175 FLOP per byte: m ≈ 175 in bf16), so the device takes up to
+  // kDeviceExpertRows rows, and never more than a step has (B + the prefill chunk). Measured on an
+  // H200: prefill at 16 rows ran at 30% of the link's speed (bench/RESULTS.md, GPU offload).
+  static constexpr int kDeviceExpertRows = 1024;
+  int device_expert_rows() const;
+
   std::string describe() const;  // one line, for logs and reports
   nlohmann::json to_json() const;
 };

@@ -31,6 +31,20 @@ Policy small_policy() {
   return p;
 }
 
+// The device's rows per expert GEMM: b_e, raised to 1024 (a GPU at 16 rows is memory bound), and
+// never more than a step's rows (B + the prefill chunk).
+TEST(OffloadCostModel, DeviceExpertRows) {
+  Policy p;
+  p.batch = 256, p.prefill_chunk = 4096, p.expert_batch = 16;
+  EXPECT_EQ(p.device_expert_rows(), 1024);
+  p.expert_batch = 2048;
+  EXPECT_EQ(p.device_expert_rows(), 2048);
+  p.batch = 64, p.prefill_chunk = 64;
+  EXPECT_EQ(p.device_expert_rows(), 128);
+  p.batch = 0, p.prefill_chunk = 0;  // unresolved: one row, never an empty GEMM loop
+  EXPECT_EQ(p.device_expert_rows(), 1);
+}
+
 OffloadPlan streamed(int depth = 2) {
   OffloadPlan o;
   o.gpu = true;
@@ -241,10 +255,12 @@ TEST(OffloadCostModel, SharedExpertsDenseLayersAndBiases) {
   for (const char* name : {"layer1.mb0.router", "layer1.mb0.shared_expert_gate",
                            "layer1.mb0.routing_d2h", "layer1.expert0.gpu", "layer0.mb0.o_bias"})
     EXPECT_EQ(find(name), nullptr) << name;
-  // 300 rows in GEMMs of 256 and 44: 6·T·I·H FLOPs, the three matrices read once per GEMM.
+  // 300 rows in GEMMs of at most the device's rows per GEMM (B + the prefill chunk, 128, here
+  // below 1024): 128, 128 and 44, 6·T·I·H FLOPs, the three matrices read once per GEMM.
+  ASSERT_EQ(p.device_expert_rows(), 128);
   EXPECT_DOUBLE_EQ(find("layer0.dense_mlp")->flops, 6.0 * T * shared * H);
   EXPECT_DOUBLE_EQ(find("layer1.dense_mlp")->flops, 6.0 * T * dense * H);
-  EXPECT_DOUBLE_EQ(find("layer1.dense_mlp")->bytes, 2 * 3.0 * dense * H * 2);
+  EXPECT_DOUBLE_EQ(find("layer1.dense_mlp")->bytes, 3 * 3.0 * dense * H * 2);
   EXPECT_DOUBLE_EQ(find("layer0.mb0.shared_expert_gate")->flops, 2.0 * T * H);
   EXPECT_NEAR(model.step_seconds(step), pipeline_step_seconds(g), 1e-12 * pipeline_step_seconds(g));
 }

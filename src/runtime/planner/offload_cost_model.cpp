@@ -95,14 +95,15 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   // step: a prefill chunk plus a decode token of every other sequence. Per token: residual and
   // normed rows, q/k/v and attention output (fp32), their bf16 copy, router logits, routing and
   // per-expert row lists, and with CPU experts the rows' states to the host and their sums back.
-  // Per expert GEMM of b_e rows: its input, gate and up (fp32), activation (bf16), down (fp32).
+  // Per row of an expert GEMM on the device (Policy::device_expert_rows): its input, gate and up
+  // (fp32), activation (bf16), down (fp32).
   // With a GPU share of attention, per token the CPU share's gathered q/k/v, the GPU share's
   // gathered q, both shares' outputs and six row indices.
   // Per sampled row: its final state and logits (the lm_head runs on the GPU). Plus cuBLASLt's
   // 32 MiB workspace, which the CUDA math takes from the same budget, and with FP8 weights the
   // bf16 tile the FP8 GEMMs dequantise row panels into (fp8_tile_elements).
   const bool f32 = p.precision == Precision::kF32, cpu_experts = o.cpu_expert_max_tokens > 0;
-  const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.expert_batch);
+  const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.device_expert_rows());
   // The experts' and the dense MLPs' GEMMs share the intermediate rows; a dense MLP's gate adds
   // one scale per token.
   const size_t per_token =
@@ -449,9 +450,10 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   const Task add_cpu_experts =
       gpu_elementwise("GPU norms, RoPE, routing", cpu_expert_rows * double(H) * 12);
 
-  // A layer's dense MLP (shared expert or dense FFN, resident) over the step's T rows, b_e rows
-  // per GEMM as the executor: gate and up, down, SiLU·mul and the scaled add into the residual.
-  const int be = std::max(1, policy().expert_batch);
+  // A layer's dense MLP (shared expert or dense FFN, resident) over the step's T rows, as many
+  // rows per GEMM as the executor (Policy::device_expert_rows): gate and up, down, SiLU·mul and
+  // the scaled add into the residual.
+  const int be = std::max(1, policy().device_expert_rows());
   auto dense_mlp = [&](int64_t mlp_I) {
     double seconds = 0, flops = 0, bytes = 0;
     for (int begin = 0; begin < T; begin += be) {

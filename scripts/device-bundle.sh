@@ -8,8 +8,9 @@
 #
 # .device-bundle/bundle.tar.xz holds bin/sluice, bin/sluice_tests, lib/ (every shared library
 # they load except the C runtime and the CUDA libraries, which the GPU machine has), and
-# lib-fallback/libstdc++.so.6 (used there only if its own is too old); .device-bundle/COMMIT
-# names the commit it was built from (device-check.sh refuses a bundle of another commit).
+# lib-fallback/libstdc++.so.6 (used there only if its own is too old); .device-bundle/SOURCES
+# holds the id of the sources it was built from (scripts/source-tree-id.sh: committed or not), and
+# device-check.sh refuses a bundle of other sources; .device-bundle/COMMIT names HEAD, for people.
 # About 19 MB, under the device tool's 64 MiB carry limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,9 +25,6 @@ cmake --build build -j"${JOBS:-$(nproc)}" --target sluice sluice_tests
 if ! ldd build/sluice | grep -q libcudart; then
   echo "device-bundle: ./build/sluice has no CUDA backend (configure with -DSLUICE_CUDA=ON)" >&2
   exit 1
-fi
-if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
-  echo "device-bundle: warning: uncommitted changes are built in but COMMIT names HEAD" >&2
 fi
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bundle.XXXXXX")
@@ -48,4 +46,5 @@ mkdir -p "$out"
 tar -C "$stage" -cJf "$out/bundle.tar.xz.tmp" bin lib lib-fallback
 mv "$out/bundle.tar.xz.tmp" "$out/bundle.tar.xz"
 git rev-parse HEAD >"$out/COMMIT"
+scripts/source-tree-id.sh >"$out/SOURCES"
 echo "device-bundle: $out/bundle.tar.xz ($(du -h "$out/bundle.tar.xz" | cut -f1)), commit $(cut -c1-12 "$out/COMMIT"): $(ls "$stage/lib" | tr '\n' ' ')"

@@ -12,7 +12,7 @@
 # A carried .device-bundle/ (scripts/device-bundle.sh) replaces the build: the lent GPU machines'
 # image lacks the Debian libraries sluice links and has no network to install them, so the
 # binaries are built for sm_90 on a machine that has them and carried with their libraries. The
-# bundle must come from the checked-out commit.
+# bundle must come from these very sources (scripts/source-tree-id.sh), committed or not.
 #
 # REPORT_DIR ends up holding four files at most (report.txt, report.json, bench.json and
 # logs.tar.gz with every log), so that a tool returning only a few files returns all of them.
@@ -87,11 +87,14 @@ if [ -n "$rehearsal" ]; then
 elif [ -n "$prebuilt" ]; then
   # The bundle's libraries first, then the machine's CUDA; its libstdc++ only if the machine's
   # is older than the one the binaries were built against.
-  head_commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  # The device tool's copy carries the working tree with the .git of an older commit, so the
+  # sources are compared, not HEAD.
+  sources=$(scripts/source-tree-id.sh 2>/dev/null || echo unknown)
+  bundle_sources=$(cat "$bundle/SOURCES" 2>/dev/null || echo unknown)
   bundle_commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
   why=""
-  if [ "$bundle_commit" != "$head_commit" ]; then
-    why="$bundle/ was built from commit $bundle_commit, not the checked-out $head_commit: run scripts/device-bundle.sh again"
+  if [ "$bundle_sources" != "$sources" ]; then
+    why="$bundle/ was built from other sources (tree $bundle_sources, commit $bundle_commit) than these (tree $sources): run scripts/device-bundle.sh again"
   elif ! tar -C "$scratch" -xJf "$bundle/bundle.tar.xz" 2>"$log_dir/prebuilt.err"; then
     why="cannot unpack $bundle/bundle.tar.xz: $(head -c 300 "$log_dir/prebuilt.err")"
   else
@@ -116,7 +119,7 @@ elif [ -n "$prebuilt" ]; then
     exit 1
   fi
   export SLUICE_BINARY="$sluice"  # the CLI tests' binary (built elsewhere, another path)
-  record build skipped "carried $bundle/ of commit ${bundle_commit:0:12} instead of a build"
+  record build skipped "carried $bundle/ (sources ${sources:0:12}, built at commit ${bundle_commit:0:12}) instead of a build"
 elif cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON \
      -DCMAKE_CUDA_COMPILER="$nvcc_path" -DCMAKE_CUDA_ARCHITECTURES=90 >"$log_dir/cmake.log" 2>&1 &&
    timeout 300 cmake --build build -j"$(nproc)" >"$log_dir/build.log" 2>&1; then

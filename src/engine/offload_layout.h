@@ -101,7 +101,7 @@ struct BufferLayout {
   explicit BufferLayout(const StepShape& s) {
     ArenaLayout L;
     // The experts' and the dense MLP's intermediate rows share the gate/up/act buffers.
-    const size_t T = size_t(s.T), H = size_t(s.H), be = size_t(s.dbe),
+    const size_t T = size_t(s.T), H = size_t(s.H), dbe = size_t(s.dbe),
                  I = size_t(std::max(s.I, s.mlp_I));
     x = L.add(T * H * 4);
     h = L.add(T * H * 4);
@@ -115,11 +115,11 @@ struct BufferLayout {
     sample_rows = L.add(size_t(s.S) * 4);
     final_rows = L.add(size_t(s.S) * H * 4);
     expert_lists = L.add(T * size_t(s.K) * 8);
-    ex = L.add(be * H * (s.f32 ? 4 : 2));
-    gate = L.add(be * I * 4);
-    up = L.add(be * I * 4);
-    actb = L.add(s.f32 ? 0 : be * I * 2);
-    down = L.add(be * H * 4);
+    ex = L.add(dbe * H * (s.f32 ? 4 : 2));
+    gate = L.add(dbe * I * 4);
+    up = L.add(dbe * I * 4);
+    actb = L.add(s.f32 ? 0 : dbe * I * 2);
+    down = L.add(dbe * H * 4);
     cpu_block = L.add(s.cpu_experts ? T * (8 + H * 4) : 0);
     // The sampled rows' logits when the lm_head runs on the device (its bf16 input is in xb).
     lm_logits = L.add(s.lm_head ? size_t(s.S) * size_t(s.V) * 4 : 0);

@@ -133,10 +133,12 @@ else
   exit 1
 fi
 
-# 3. CUDA tests and the pipeline's scheduling tests.
+# 3. CUDA tests (the parameterised GPU-vs-CPU engine tests are named TinyModels/CudaOffloadEngine.*)
+# and the pipeline's scheduling tests.
 if [ -n "$rehearsal" ]; then
   record cuda-tests skipped "rehearsal"
-elif timeout 120 "$sluice_tests" --gtest_filter='Cuda*:OffloadPipeline*:OffloadAccounting*' \
+elif timeout 120 "$sluice_tests" \
+     --gtest_filter='Cuda*:*/CudaOffloadEngine.*:CublasLt*:GpuProfiler*:OffloadPipeline*:OffloadAccounting*' \
      >"$log_dir/cuda_tests.log" 2>&1; tests_rc=$?; [ "$tests_rc" -eq 0 ]; then
   # gtest's summary line "[  SKIPPED ] N tests, listed below:" (each skipped test is also
   # printed twice, as it runs and in the list).

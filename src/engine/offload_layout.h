@@ -41,7 +41,7 @@ int widest_dense_mlp(const ModelConfig& c);
 // wide, and q may pass through a q_lora_rank bottleneck (qa).
 struct StepShape {
   int H, I, E, K, qd, kvd, vd, ad, qa, V, T, S, be;
-  int dbe;  // rows per expert and dense-MLP GEMM on the device (Policy::device_expert_rows)
+  int dbe;    // rows per expert and dense-MLP GEMM on the device (Policy::device_expert_rows)
   int mlp_I;  // the widest dense MLP (shared expert or dense layer); 0: none
   bool f32, cpu_experts, lm_head;
   int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none

@@ -101,7 +101,7 @@ __global__ void attention_kernel(PagedAttentionArgs a, int group) {
     for (int t = 0; t < kMaxDimsPerThread; ++t) {
       const int d = int(threadIdx.x) + t * kThreads;
       if (d >= hd) break;
-      // The head loops run to the constant kMaxGroup so that acc stays in registers.
+        // The head loops run to the constant kMaxGroup so that acc stays in registers.
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
         if (g < group) acc[g][t] *= rescale[g];

@@ -65,6 +65,10 @@ struct EngineStats {
   double decode_only_seconds = 0, decode_only_device_weight_bytes = 0;
   double decode_only_flops = 0, decode_only_bytes = 0;  // arithmetic, and weight + KV bytes read
   double decode_only_expert_flops = 0;                  // of decode_only_flops
+  // The time of the other steps: those with prompt tokens (and the decode tokens riding along).
+  double prompt_step_seconds() const {
+    return prefill_seconds + decode_seconds - decode_only_seconds;
+  }
   // The disk tier (the routed experts read from their files into the host page pool): the pool's
   // books, and how it reads (empty without the disk tier).
   ExpertPoolStats disk;

@@ -37,7 +37,7 @@ DeviceReport device_report(const EngineStats& s, double wall_seconds,
     r.decode_bound_fraction = r.decode_tokens_per_s / r.decode_bound_tokens_per_s;
   }
   r.prefill_weight_bytes = s.device_weight_bytes - s.decode_only_device_weight_bytes;
-  r.prefill_step_seconds = s.prefill_seconds + s.decode_seconds - s.decode_only_seconds;
+  r.prefill_step_seconds = s.prompt_step_seconds();
   r.prefill_bound_fraction =
       ratio(ratio(r.prefill_weight_bytes, reference_h2d_bytes_per_s), r.prefill_step_seconds);
   return r;

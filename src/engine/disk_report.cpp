@@ -40,11 +40,10 @@ DiskReport disk_report(const EngineStats& s, double wall, double profiled) {
   if (wall > 0) r.busy_fraction = d.read_seconds / wall;
   r.decode = phase_bound(s.decode_only_steps, double(s.decode_only_tokens), s.decode_only_seconds,
                          s.decode_only_disk_bytes, profiled);
-  r.prompt = phase_bound(
-      s.steps - s.decode_only_steps,
-      double(s.prefill_tokens + s.decode_tokens - s.decode_only_tokens),
-      s.prefill_seconds + s.decode_seconds - s.decode_only_seconds,
-      d.bytes_read - s.decode_only_disk_bytes, profiled);
+  r.prompt =
+      phase_bound(s.steps - s.decode_only_steps,
+                  double(s.prefill_tokens + s.decode_tokens - s.decode_only_tokens),
+                  s.prompt_step_seconds(), d.bytes_read - s.decode_only_disk_bytes, profiled);
   return r;
 }
 

@@ -453,7 +453,7 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   // A layer's dense MLP (shared expert or dense FFN, resident) over the step's T rows, as many
   // rows per GEMM as the executor (Policy::device_expert_rows): gate and up, down, SiLU·mul and
   // the scaled add into the residual.
-  const int be = std::max(1, policy().device_expert_rows());
+  const int be = policy().device_expert_rows();
   auto dense_mlp = [&](int64_t mlp_I) {
     double seconds = 0, flops = 0, bytes = 0;
     for (int begin = 0; begin < T; begin += be) {

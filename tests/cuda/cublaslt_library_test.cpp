@@ -10,6 +10,8 @@
 #include <iterator>
 #include <string>
 
+#include "../unit/test_util.h"
+
 namespace sluice {
 namespace {
 
@@ -24,7 +26,7 @@ std::string command_output(const std::string& command) {
 }
 
 TEST(CublasLtLibrary, TheBinaryDoesNotLinkCublas) {
-  const std::string libraries = command_output(std::string("ldd ") + SLUICE_BINARY);
+  const std::string libraries = command_output("ldd " + testing::sluice_binary());
   ASSERT_NE(libraries.find("libcudart"), std::string::npos) << libraries;
   EXPECT_EQ(libraries.find("libcublas"), std::string::npos) << libraries;
 }

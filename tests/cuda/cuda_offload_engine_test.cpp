@@ -101,8 +101,9 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
 // expert streamed and the lm_head on the host, with one of the two layers' experts resident and
 // the lm_head on the device, and with every layer resident (no expert page copied); each with
 // all attention on the CPU (ω = 1) and with half the sequences' attention on the GPU over its
-// KV pool (ω = 0.5: the write_kv and paged attention kernels). Every family's tiny model and its
-// feature variants (biases, clip_qkv, shared experts, dense layers, LayerNorm).
+// KV pool (ω = 0.5: the write_kv and paged attention kernels; refused for multi-head latent
+// attention, which runs on the host only). Every family's tiny model and its feature variants
+// (biases, clip_qkv, shared experts, dense layers, LayerNorm, MLA).
 class CudaOffloadEngine : public ::testing::TestWithParam<testing::TinyModelCase> {};
 
 TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
@@ -150,6 +151,22 @@ TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
       o.settings.resident_expert_layers = v.resident;
       o.settings.lm_head = v.lm_head;
       o.settings.cpu_attention_share = v.omega;
+      if (v.omega < 1 && m.config.attention == AttentionKind::kLatent) {
+        // Multi-head latent attention runs on the host only (its latent cache and absorbed-form
+        // kernel are the CPU's): a GPU share is refused by name, not run.
+        EXPECT_THROW(
+            {
+              try {
+                BatchEngine refused(m, p, o);
+              } catch (const std::exception& e) {
+                EXPECT_NE(std::string(e.what()).find("cpu_attention_share"), std::string::npos)
+                    << e.what();
+                throw;
+              }
+            },
+            std::exception);
+        continue;
+      }
       BatchEngine gpu_engine(m, p, o);
       const auto [got_tokens, got_logits] = run(gpu_engine);
       // Request by request, position by position: the logits agree and so does the argmax, up to

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <memory>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/machine_report.h"
@@ -17,6 +18,7 @@ namespace {
 
 struct Options {
   int64_t n = 14336, k = 4096;  // Mixtral expert w1/w3 shape
+  std::vector<int64_t> ms = {1, 4, 8, 16, 32, 64, 256, 1024};  // rows of X in the bf16 table
   bool skip_gemm = false, skip_attention = false;
   bool skip_int8 = false;
   int64_t int8_group = 128;
@@ -37,7 +39,7 @@ void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceili
              ceilings.bf16_flops / 1e9, ceilings.bf16_instruction);
   fmt::print("{:>6} {:>10} {:>12} {:>7} {:>7} {:>12} {:>9} {:>7} {:>12}\n", "m", "ms", "GFLOP/s",
              "%ceil", "%gemm", "W GB/s", "read GB/s", "%dram", "runtime-m ms");
-  for (int64_t m : {1, 4, 8, 16, 32, 64, 256, 1024}) {
+  for (int64_t m : o.ms) {
     auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
     auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);
     fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>6.1f}% {:>12.1f} {:>9.1f} {:>6.1f}% {:>12.3f}\n",
@@ -114,6 +116,10 @@ sluice::cli::RegisterCommand reg({"bench-kernels",
                                     auto o = std::make_shared<Options>();
                                     sub.add_option("--gemm-n", o->n, "GEMM output features");
                                     sub.add_option("--gemm-k", o->k, "GEMM input features");
+                                    sub.add_option("--gemm-m", o->ms,
+                                                   "rows of X in the bf16 GEMM table, e.g. 16,64")
+                                        ->delimiter(',')
+                                        ->check(CLI::PositiveNumber);
                                     sub.add_flag("--skip-gemm", o->skip_gemm);
                                     sub.add_flag("--skip-attention", o->skip_attention);
                                     sub.add_flag("--skip-int8", o->skip_int8);

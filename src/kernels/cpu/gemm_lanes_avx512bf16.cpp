@@ -3,16 +3,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <utility>
 
 #include "core/dtype.h"
-#include "core/error.h"
 #include "kernels/cpu/column_split.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/simd_avx512.h"  // also silences GCC 12's false warning in the intrinsics
 
 namespace sluice::cpu {
@@ -31,25 +29,6 @@ constexpr int64_t kDepthPairs = 128;
 constexpr int64_t kColBlock = 8 * kMaxCols;
 constexpr int64_t kRowBlock = 256;     // rows of X packed at a time
 constexpr int64_t kPairsPerLine = 16;  // pairs of one W row in a 64-byte line
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-// A per-thread buffer of at least `count` T, 64-byte aligned, kept for the next call.
-template <typename T>
-T* scratch(size_t count) {
-  thread_local std::unique_ptr<T, FreeDeleter> buffer;
-  thread_local size_t capacity = 0;
-  if (capacity < count) {
-    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
-    capacity = 0;
-    buffer.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-    if (!buffer) fail("gemm: could not allocate {} bytes of scratch", bytes);
-    capacity = count;
-  }
-  return buffer.get();
-}
 
 struct LaneJob {
   const uint16_t* x = nullptr;  // packed X: the tile's first block, at the range's first pair
@@ -216,7 +195,7 @@ void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
   const int64_t pairs = pair_count(a.k), blocks = (rb.rows + kLanes - 1) / kLanes;
   const int64_t rows_padded = blocks * kLanes;
   const bool odd = a.k % 2 != 0;
-  float* partial = scratch<float>(size_t(kColBlock * rows_padded));
+  float* partial = thread_scratch<1, float>(size_t(kColBlock * rows_padded));
   for (int64_t cb = c0; cb < c1; cb += kColBlock) {
     const int64_t cb_end = std::min(c1, cb + kColBlock);
     for (int64_t p0 = 0; p0 < pairs; p0 += kDepthPairs) {
@@ -255,7 +234,7 @@ void lane_gemm_avx512bf16(const TiledGemmArgs& a) {
   for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, a.m - r0);
     const int64_t blocks = (rows + kLanes - 1) / kLanes;
-    uint16_t* packed = scratch<uint16_t>(size_t(blocks * pairs * kPairValues));
+    uint16_t* packed = thread_scratch<0, uint16_t>(size_t(blocks * pairs * kPairValues));
     pack_rows(a, r0, rows, packed);
     const RowBlock rb{&a, packed, r0, rows};
     for_each_thread_columns(a.n, kMaxCols,

@@ -1,13 +1,11 @@
 #include "kernels/cpu/gemm_tiled.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <memory>
 
-#include "core/error.h"
 #include "kernels/cpu/column_split.h"
 #include "kernels/cpu/gemm_lanes.h"
 #include "kernels/cpu/gemm_tiles.h"
+#include "kernels/cpu/scratch.h"
 
 namespace sluice::cpu {
 namespace {
@@ -28,24 +26,6 @@ constexpr int64_t kColBlock = 32 * kMaxCols;
 
 int64_t round_up(int64_t v, int64_t to) {
   return (v + to - 1) / to * to;
-}
-
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-
-// A per-thread scratch for packed rows, grown as needed, 64-byte aligned.
-float* scratch(size_t floats) {
-  thread_local std::unique_ptr<float, AlignedFree> buffer;
-  thread_local size_t capacity = 0;
-  if (capacity < floats) {
-    const size_t bytes = round_up(int64_t(floats * sizeof(float)), 64);
-    capacity = 0;
-    buffer.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    if (!buffer) fail("gemm: could not allocate {} bytes for the packed activations", bytes);
-    capacity = floats;
-  }
-  return buffer.get();
 }
 
 // One row of X into the "evens then odds" groups of gemm_tiles.h, zero-padded to `ldp`.
@@ -210,7 +190,7 @@ void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
   const int64_t element = set.bf16 ? 2 : 4;
   for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, a.m - r0);
-    void* packed = scratch(size_t((rows * ldp * element + 3) / 4));
+    void* packed = thread_scratch<0, float>(size_t((rows * ldp * element + 3) / 4));
     pack_rows(a, set, r0, rows, packed, ldp);
     const Block b{&a, packed, ldp, r0, rows, set};
     for_each_thread_columns(a.n, kMaxCols, [&](int64_t c0, int64_t c1) { run_columns(b, c0, c1); });

@@ -18,7 +18,8 @@ namespace {
 
 struct Options {
   int64_t n = 14336, k = 4096;  // Mixtral expert w1/w3 shape
-  std::vector<int64_t> ms = {1, 4, 8, 16, 32, 64, 256, 1024};  // rows of X in the bf16 table
+  // Rows of X in the bf16 GEMM table.
+  std::vector<int64_t> ms = {1, 4, 8, 16, 32, 64, 256, 1024};
   bool skip_gemm = false, skip_attention = false;
   bool skip_int8 = false;
   int64_t int8_group = 128;
@@ -42,10 +43,11 @@ void print_gemm_table(const Options& o, const sluice::InstructionCeilings& ceili
   for (int64_t m : o.ms) {
     auto t = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kExact);
     auto r = cpu::bench_gemm(m, o.n, o.k, DType::BF16, cpu::GemmRowMode::kRuntime);
-    fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>6.1f}% {:>12.1f} {:>9.1f} {:>6.1f}% {:>12.3f}\n",
-               m, t.seconds * 1e3, t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.bf16_flops,
-               100 * t.flop_rate() / gemm_peak, t.byte_rate() / 1e9, t.read_rate() / 1e9,
-               100 * t.byte_rate() / t.read_rate(), r.seconds * 1e3);
+    fmt::print(
+        "{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>6.1f}% {:>12.1f} {:>9.1f} {:>6.1f}% {:>12.3f}\n", m,
+        t.seconds * 1e3, t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.bf16_flops,
+        100 * t.flop_rate() / gemm_peak, t.byte_rate() / 1e9, t.read_rate() / 1e9,
+        100 * t.byte_rate() / t.read_rate(), r.seconds * 1e3);
   }
 }
 
@@ -64,8 +66,8 @@ void print_int8_gemm(const Options& o, const sluice::InstructionCeilings& ceilin
              cpu::quant_format_name(format), o.n, o.k, o.int8_group,
              cpu::int8_dot_name(cpu::gemm_int8_dot()), ceilings.int8_ops / 1e9,
              ceilings.int8_instruction);
-  fmt::print("{:>6} {:>10} {:>12} {:>7} {:>12} {:>9} {:>7}\n", "m", "ms", "GOP/s", "%ceil",
-             "GB/s", "read GB/s", "%dram");
+  fmt::print("{:>6} {:>10} {:>12} {:>7} {:>12} {:>9} {:>7}\n", "m", "ms", "GOP/s", "%ceil", "GB/s",
+             "read GB/s", "%dram");
   for (int64_t m : {1, 4, 16, 64, 256}) {
     auto t = cpu::bench_gemm_int8(m, o.n, o.k, o.int8_group, 0.2, format);
     fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>12.1f} {:>9.1f} {:>6.1f}%\n", m,

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "../unit/test_util.h"
 #include "../unit/tiny_model_cases.h"
 #include "core/dtype.h"
 #include "cuda_test_util.h"
@@ -16,6 +17,7 @@
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/offload_ops.h"
+#include "model/expert_quant.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
 
@@ -104,13 +106,7 @@ TEST(CudaOffloadOps, ConversionAndGatherAreExact) {
 // KV pool (ω = 0.5: the write_kv and paged attention kernels; refused for multi-head latent
 // attention, which runs on the host only). Every family's tiny model and its feature variants
 // (biases, clip_qkv, shared experts, dense layers, LayerNorm, MLA).
-class CudaOffloadEngine : public ::testing::TestWithParam<testing::TinyModelCase> {};
-
-TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
-  SKIP_WITHOUT_GPU("CUDA offload test");
-  ModelConfig config = preset_config("tiny-mixtral");
-  GetParam().edit(config);
-  const Model m = make_random_model(config, 42);
+void expect_gpu_engine_matches_cpu_engine(const Model& m) {
   struct Variant {
     int resident;
     LmHeadPlace lm_head;
@@ -232,9 +228,46 @@ TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
   }
 }
 
+class CudaOffloadEngine : public ::testing::TestWithParam<testing::TinyModelCase> {};
+
+TEST_P(CudaOffloadEngine, MatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU("CUDA offload test");
+  ModelConfig config = preset_config("tiny-mixtral");
+  GetParam().edit(config);
+  expect_gpu_engine_matches_cpu_engine(make_random_model(config, 42));
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaOffloadEngine,
                          ::testing::ValuesIn(testing::family_cases()),
                          [](const auto& case_info) { return std::string(case_info.param.name); });
+
+// Quantized experts (--expert-dtype int8/int4) on the GPU: the packed bytes streamed and the
+// quantized GEMM kernel (kernels/cuda/quant_gemm.h), against the CPU engine on the same
+// quantized model, in every setting above.
+struct QuantCase {
+  const char* preset;
+  ExpertDtype dtype;
+  int group;
+};
+
+class CudaQuantizedEngine : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(CudaQuantizedEngine, MatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU("CUDA quantized offload test");
+  Model m = make_random_model(preset_config(GetParam().preset), 42);
+  quantize_model_experts(m, {GetParam().dtype, GetParam().group});
+  expect_gpu_engine_matches_cpu_engine(m);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, CudaQuantizedEngine,
+                         ::testing::Values(QuantCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
+                                           QuantCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
+                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
+                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
+                         [](const auto& case_info) {
+                           return testing::preset_dtype_name(case_info.param.preset,
+                                                             case_info.param.dtype);
+                         });
 
 }  // namespace
 }  // namespace sluice

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/offload_ops.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/quant_gemm.h"
 
 namespace sluice::gpu {
 
@@ -30,12 +31,22 @@ void CudaMath::gemm_f32(void* s, const offload::GemmDims& d, const float* x, con
   cuda::gemm_f32_bf16w(x, w, y, d.m, d.n, d.k, beta, as_stream(s));
 }
 
-void CudaMath::gemm_quant(void*, const cpu::QuantView& w, int64_t, const void*, bool, float*,
-                          float) {
-  fail(
-      "cuda: quantized expert weights ({} experts) have no CUDA kernel yet; run them with "
-      "--device cpu or --device standin, or use --expert-dtype bf16",
-      cpu::quant_format_name(w.format));
+void CudaMath::gemm_quant(void* s, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
+                          float* y, float beta) {
+  cuda::gemm_quant({.int4 = w.format == cpu::QuantFormat::kInt4,
+                    .m = m,
+                    .n = w.n,
+                    .k = w.k,
+                    .group = w.group_size,
+                    .values = w.values(),
+                    .scales = w.scales(),
+                    .x = x,
+                    .x_bf16 = x_bf16,
+                    .ldx = w.k,
+                    .y = y,
+                    .ldy = w.n,
+                    .beta = beta},
+                   as_stream(s));
 }
 
 void CudaMath::gemm_fp8(void* s, const offload::Fp8GemmArgs& a) {

@@ -18,8 +18,9 @@ class CudaMath final : public offload::DeviceMath {
                  float* y, float beta) override;
   void gemm_f32(void* stream, const offload::GemmDims& d, const float* x, const uint16_t* w,
                 float* y, float beta) override;
-  // No CUDA kernel for quantized experts yet: the executor refuses them on CUDA up front
-  // (supports_quantized_experts() is false), and this fails if reached anyway.
+  // cpu::gemm_int8's numbers from the packed int8/int4 bytes streamed to the device
+  // (kernels/cuda/quant_gemm.h: X quantized per row and group on the fly, `__dp4a` dot products).
+  bool supports_quantized_experts() const override { return true; }
   void gemm_quant(void* stream, const cpu::QuantView& w, int64_t m, const void* x, bool x_bf16,
                   float* y, float beta) override;
   // Row panels of W, as many rows as the tile holds, dequantised into the tile (dequantize_fp8),

@@ -1,4 +1,3 @@
-#include "model/expert_quant.h"
 #include "runtime/planner/planner.h"
 
 #include <fmt/format.h>
@@ -11,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "model/expert_quant.h"
 #include "runtime/disk/expert_page_pool.h"
 #include "runtime/planner/gpu_kv_blocks.h"
 
@@ -47,8 +47,8 @@ size_t routed_expert_bytes(const ModelConfig& c) {
   size_t bytes = 0;
   for (int l = 0; l < c.num_layers; ++l)
     if (c.is_moe_layer(l))
-      bytes += size_t(c.num_experts) *
-               (2 * expert_matrix_bytes(c, I, H) + expert_matrix_bytes(c, H, I));
+      bytes +=
+          size_t(c.num_experts) * (2 * expert_matrix_bytes(c, I, H) + expert_matrix_bytes(c, H, I));
   return bytes;
 }
 
@@ -254,147 +254,182 @@ using Key = std::array<int, kDims>;
 
 constexpr int kMinPrefetchDepth = 2;  // double buffering: one expert computes, the next arrives
 
-}  // namespace
+// plan_policy's search, step by step: the inputs checked and the fields it does not vary
+// resolved (constructor); the values each searched dimension takes (choose_dimensions); the
+// smallest policy checked against the memory limits, since if it does not fit nothing does
+// (check_smallest_fits); coordinate descent over the dimensions from the old defaults
+// (descend); and the evaluated policies ranked (ranked_plan).
+class PolicySearch {
+ public:
+  PolicySearch(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
+               const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits,
+               const OffloadConstraints& fixed)
+      : hw_(hw), c_(c), limits_(limits), fixed_(fixed), gpu_(limits.gpu_bytes > 0) {
+    check_inputs(requested, workload);
+    for (const WorkloadRequest& r : workload)
+      longest_ =
+          std::max(longest_, std::min(r.prompt_tokens + r.new_tokens, c.max_position_embeddings));
+    blocks_per_seq_ = (longest_ + requested.kv_block_size - 1) / requested.kv_block_size;
+    resolve_base(requested);
+    choose_dimensions(int(workload.size()));
+    check_smallest_fits();
+    const size_t sample_cap = size_t(std::max(512, 2 * dims_[kBatch].back()));
+    sim_ = sample_workload(workload, sample_cap, &scale_);
+  }
 
-Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
-                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits,
-                 const OffloadConstraints& fixed) {
-  if (workload.empty()) fail("planner: the workload has no requests");
-  if (requested.kv_block_size <= 0)
-    fail("planner: policy field 'kv_block_size': expected > 0, got {}", requested.kv_block_size);
-  const bool gpu = limits.gpu_bytes > 0;
-  if (gpu && !hw.gpu)
-    fail(
-        "planner: a GPU memory limit ({}) was given, but the hardware profile ({}) has no GPU "
-        "section: no GPU was measured on this machine. Run `sluice profile --refresh` where the "
-        "GPU is, and plan with that profile (--profile FILE)",
-        human_bytes(double(limits.gpu_bytes)), hw.source);
-  int longest = 0;
-  for (const WorkloadRequest& r : workload)
-    longest =
-        std::max(longest, std::min(r.prompt_tokens + r.new_tokens, c.max_position_embeddings));
-  const int blocks_per_seq = (longest + requested.kv_block_size - 1) / requested.kv_block_size;
-  const int requests = int(workload.size());
+  Plan run() {
+    descend(start());
+    return ranked_plan();
+  }
 
-  // Resolve the non-searched fields once.
-  Policy base = requested;
-  if (base.threads <= 0) base.threads = omp_get_num_procs();
-  if (limits.experts_on_disk && gpu)
-    fail("planner: the experts stay on disk (the weights are larger than the host memory "
-         "limit), which the GPU pipeline does not run yet; plan for the CPU engine");
-  if (!limits.experts_on_disk) base.pool_experts = 0;
+ private:
+  void check_inputs(const Policy& requested, const std::vector<WorkloadRequest>& workload) const {
+    if (workload.empty()) fail("planner: the workload has no requests");
+    if (requested.kv_block_size <= 0)
+      fail("planner: policy field 'kv_block_size': expected > 0, got {}", requested.kv_block_size);
+    if (gpu_ && !hw_.gpu)
+      fail(
+          "planner: a GPU memory limit ({}) was given, but the hardware profile ({}) has no GPU "
+          "section: no GPU was measured on this machine. Run `sluice profile --refresh` where "
+          "the GPU is, and plan with that profile (--profile FILE)",
+          human_bytes(double(limits_.gpu_bytes)), hw_.source);
+  }
+
+  // The fields the search does not vary: threads, and the disk tier's pool when it is fixed.
+  void resolve_base(const Policy& requested) {
+    base_ = requested;
+    if (base_.threads <= 0) base_.threads = omp_get_num_procs();
+    if (limits_.experts_on_disk && gpu_)
+      fail(
+          "planner: the experts stay on disk (the weights are larger than the host memory "
+          "limit), which the GPU pipeline does not run yet; plan for the CPU engine");
+    if (!limits_.experts_on_disk) base_.pool_experts = 0;
+    pool_fixed_ = base_.pool_experts;
+    for (int l = 0; l < c_.num_layers; ++l) all_experts_ += c_.is_moe_layer(l) ? c_.num_experts : 0;
+    // Page sizes: one expert weight matrix (the largest of the three), or 16, 32 and 64 MiB.
+    page_sizes_ = {expert_weight_bytes(c_) / 3, size_t(16) << 20, size_t(32) << 20,
+                   size_t(64) << 20};
+    if (base_.kv_blocks > 0 && base_.kv_blocks < blocks_per_seq_)
+      fail(
+          "planner: policy field 'kv_blocks': {} blocks of {} tokens cannot hold one sequence of "
+          "{} tokens (needs {})",
+          base_.kv_blocks, base_.kv_block_size, longest_, blocks_per_seq_);
+  }
+
   // The disk tier's pool: what the rest of the policy leaves of host memory, at most every
   // expert; at least kMinPoolExperts, or the policy does not fit.
-  const int pool_fixed = base.pool_experts;
-  int64_t all_experts = 0;
-  for (int l = 0; l < c.num_layers; ++l) all_experts += c.is_moe_layer(l) ? c.num_experts : 0;
-  auto fill_pool = [&](Policy& p) {
-    if (!limits.experts_on_disk || pool_fixed > 0) return;
+  void fill_pool(Policy& p) const {
+    if (!limits_.experts_on_disk || pool_fixed_ > 0) return;
     p.pool_experts = kMinPoolExperts;
-    const size_t least = host_memory_use(c, p).total();
-    if (least < limits.host_bytes)
+    const size_t least = host_memory_use(c_, p).total();
+    if (least < limits_.host_bytes)
       p.pool_experts = int(std::min<int64_t>(
-          all_experts, kMinPoolExperts + int64_t((limits.host_bytes - least) / expert_slot_bytes(c))));
-  };
+          all_experts_,
+          kMinPoolExperts + int64_t((limits_.host_bytes - least) / expert_slot_bytes(c_))));
+  }
 
-  // Page sizes: one expert weight matrix, or fixed 16, 32 and 64 MiB pages.
-  const size_t matrix_bytes = expert_weight_bytes(c) / 3;  // the largest of the three
-  const std::vector<size_t> page_sizes = {matrix_bytes, size_t(16) << 20, size_t(32) << 20,
-                                          size_t(64) << 20};
-  auto offload_of = [&](const Key& k) {
+  OffloadPlan offload_of(const Key& k) const {
     OffloadPlan o;
-    if (!gpu) return o;
+    if (!gpu_) return o;
     o.gpu = true;
     // A fixed share is planned as given (the executor runs it so), the searched ones in quarters.
     o.cpu_attention_share =
-        fixed.cpu_attention_share ? *fixed.cpu_attention_share : k[kOmegaQuarters] / 4.0;
+        fixed_.cpu_attention_share ? *fixed_.cpu_attention_share : k[kOmegaQuarters] / 4.0;
     o.resident_expert_layers = k[kResident];
-    o.page_bytes = page_sizes[size_t(k[kPage])];
+    o.page_bytes = page_sizes_[size_t(k[kPage])];
     o.prefetch_depth = k[kDepth];
     o.cpu_expert_max_tokens = k[kCpuExpert];
     return o;
-  };
+  }
 
-  if (base.kv_blocks > 0 && base.kv_blocks < blocks_per_seq)
-    fail(
-        "planner: policy field 'kv_blocks': {} blocks of {} tokens cannot hold one sequence of {} "
-        "tokens (needs {})",
-        base.kv_blocks, base.kv_block_size, longest, blocks_per_seq);
+  Policy policy_of(const Key& k) const {
+    Policy p = base_;
+    p.batch = k[kBatch], p.attn_micro_batch = k[kAttn], p.expert_batch = k[kExpert];
+    p.prefill_chunk = k[kChunk];
+    if (p.kv_blocks <= 0) p.kv_blocks = p.batch * blocks_per_seq_;
+    p.batch = std::min(p.batch, p.kv_blocks / blocks_per_seq_);
+    fill_pool(p);
+    return p;
+  }
 
-  auto fixed_or = [](int requested_value, std::vector<int> values) {
-    return requested_value > 0 ? std::vector<int>{requested_value} : values;
-  };
-  std::array<std::vector<int>, kDims> dims;
-  std::vector<int> batches = powers_of_two(1, std::min(requests, 1024));
-  if (requests <= 1024 && batches.back() != requests) batches.push_back(requests);
-  dims[kBatch] = fixed_or(base.batch, batches);
-  dims[kAttn] = fixed_or(base.attn_micro_batch, powers_of_two(16, 2048));
-  dims[kExpert] = fixed_or(base.expert_batch, powers_of_two(16, 4096));
-  dims[kChunk] = fixed_or(base.prefill_chunk, powers_of_two(16, 4096));
-  if (gpu) {
+  // The values each dimension takes: the requested one where fixed, else the searched range.
+  void choose_dimensions(int requests) {
+    auto fixed_or = [](int requested_value, std::vector<int> values) {
+      return requested_value > 0 ? std::vector<int>{requested_value} : values;
+    };
+    std::vector<int> batches = powers_of_two(1, std::min(requests, 1024));
+    if (requests <= 1024 && batches.back() != requests) batches.push_back(requests);
+    dims_[kBatch] = fixed_or(base_.batch, batches);
+    dims_[kAttn] = fixed_or(base_.attn_micro_batch, powers_of_two(16, 2048));
+    dims_[kExpert] = fixed_or(base_.expert_batch, powers_of_two(16, 4096));
+    dims_[kChunk] = fixed_or(base_.prefill_chunk, powers_of_two(16, 4096));
+    if (!gpu_) {
+      dims_[kOmegaQuarters] = {4};
+      dims_[kResident] = {-1};
+      dims_[kPage] = {0};
+      dims_[kDepth] = {0};
+      dims_[kCpuExpert] = {0};
+      return;
+    }
     auto fixed_or_values = [](const std::optional<int>& f, std::vector<int> values) {
       return f ? std::vector<int>{*f} : values;
     };
     const std::optional<int> quarters =
-        fixed.cpu_attention_share
-            ? std::optional<int>(int(std::lround(*fixed.cpu_attention_share * 4)))
+        fixed_.cpu_attention_share
+            ? std::optional<int>(int(std::lround(*fixed_.cpu_attention_share * 4)))
             : std::nullopt;
-    if (c.attention == AttentionKind::kLatent && quarters && *quarters != 4)
+    if (c_.attention == AttentionKind::kLatent && quarters && *quarters != 4)
       fail(
           "planner: field 'cpu_attention_share': multi-head latent attention runs on the host "
           "only (the offload executor has no GPU share of it); expected 1, got {}",
-          *fixed.cpu_attention_share);
+          *fixed_.cpu_attention_share);
     // Multi-head latent attention: the CPU's share is all of it.
-    dims[kOmegaQuarters] = fixed_or_values(quarters, c.attention == AttentionKind::kLatent
-                                                         ? std::vector<int>{4}
-                                                         : std::vector<int>{4, 3, 2, 1, 0});
+    dims_[kOmegaQuarters] = fixed_or_values(quarters, c_.attention == AttentionKind::kLatent
+                                                          ? std::vector<int>{4}
+                                                          : std::vector<int>{4, 3, 2, 1, 0});
     std::vector<int> resident = {0};
-    for (int r = 1; r < c.num_layers; r *= 2) resident.push_back(r);
-    resident.push_back(c.num_layers);
-    dims[kResident] = fixed_or_values(fixed.resident_expert_layers, resident);
-    dims[kPage] = fixed.expert_matrix_pages ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3};
-    dims[kDepth] = fixed_or_values(fixed.prefetch_depth, {kMinPrefetchDepth, 3, 4});
-    dims[kCpuExpert] = fixed_or_values(fixed.cpu_expert_max_tokens, {0, 4, 16});
-  } else {
-    dims[kOmegaQuarters] = {4};
-    dims[kResident] = {-1};
-    dims[kPage] = {0};
-    dims[kDepth] = {0};
-    dims[kCpuExpert] = {0};
+    for (int r = 1; r < c_.num_layers; r *= 2) resident.push_back(r);
+    resident.push_back(c_.num_layers);
+    dims_[kResident] = fixed_or_values(fixed_.resident_expert_layers, resident);
+    dims_[kPage] = fixed_.expert_matrix_pages ? std::vector<int>{0} : std::vector<int>{0, 1, 2, 3};
+    dims_[kDepth] = fixed_or_values(fixed_.prefetch_depth, {kMinPrefetchDepth, 3, 4});
+    dims_[kCpuExpert] = fixed_or_values(fixed_.cpu_expert_max_tokens, {0, 4, 16});
   }
 
-  // What the smallest policy needs: it must fit, or nothing does.
-  Policy smallest = base;
-  smallest.batch = base.batch > 0 ? base.batch : 1;
-  smallest.attn_micro_batch = base.attn_micro_batch > 0 ? base.attn_micro_batch : 16;
-  smallest.expert_batch = base.expert_batch > 0 ? base.expert_batch : 16;
-  smallest.prefill_chunk = base.prefill_chunk > 0 ? base.prefill_chunk : 16;
-  smallest.kv_blocks = base.kv_blocks > 0 ? base.kv_blocks : blocks_per_seq * smallest.batch;
-  if (limits.experts_on_disk && pool_fixed == 0) smallest.pool_experts = kMinPoolExperts;
-  // The least GPU memory: the largest CPU share of attention (ω = 1: no GPU KV), the fewest
-  // resident experts and the shallowest prefetch allowed, with pages of one expert matrix.
-  Key least_key = {0, 0, 0, 0, 4, 0, 0, kMinPrefetchDepth, 0};
-  if (gpu)
-    for (int d : {kOmegaQuarters, kResident, kPage, kDepth, kCpuExpert})
-      least_key[size_t(d)] =
-          d == kOmegaQuarters ? *std::max_element(dims[size_t(d)].begin(), dims[size_t(d)].end())
-                              : *std::min_element(dims[size_t(d)].begin(), dims[size_t(d)].end());
-  const HostMemoryUse least = host_memory_use(c, smallest, offload_of(least_key));
-  if (least.total() > limits.host_bytes)
-    fail(
-        "planner: needs at least {} host memory for weights ({}{}) + minimum KV ({}) + "
-        "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
-        human_bytes(double(least.total())), human_bytes(double(least.weights)),
-        smallest.pool_experts > 0
-            ? fmt::format(": all but the routed experts, which stay on disk, and a page pool of "
-                          "{} experts",
-                          smallest.pool_experts)
-            : "",
-        human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
-        human_bytes(double(limits.host_bytes)));
-  if (gpu) {
-    const GpuMemoryUse g = gpu_memory_use(c, smallest, offload_of(least_key));
-    if (g.total() > limits.gpu_bytes)
+  // What the smallest policy needs must fit, or nothing does: the error names what it needs.
+  void check_smallest_fits() const {
+    Policy smallest = base_;
+    smallest.batch = base_.batch > 0 ? base_.batch : 1;
+    smallest.attn_micro_batch = base_.attn_micro_batch > 0 ? base_.attn_micro_batch : 16;
+    smallest.expert_batch = base_.expert_batch > 0 ? base_.expert_batch : 16;
+    smallest.prefill_chunk = base_.prefill_chunk > 0 ? base_.prefill_chunk : 16;
+    smallest.kv_blocks = base_.kv_blocks > 0 ? base_.kv_blocks : blocks_per_seq_ * smallest.batch;
+    if (limits_.experts_on_disk && pool_fixed_ == 0) smallest.pool_experts = kMinPoolExperts;
+    // The least GPU memory: the largest CPU share of attention (ω = 1: no GPU KV), the fewest
+    // resident experts and the shallowest prefetch allowed, with pages of one expert matrix.
+    Key least_key = {0, 0, 0, 0, 4, 0, 0, kMinPrefetchDepth, 0};
+    if (gpu_)
+      for (int d : {kOmegaQuarters, kResident, kPage, kDepth, kCpuExpert})
+        least_key[size_t(d)] =
+            d == kOmegaQuarters
+                ? *std::max_element(dims_[size_t(d)].begin(), dims_[size_t(d)].end())
+                : *std::min_element(dims_[size_t(d)].begin(), dims_[size_t(d)].end());
+    const HostMemoryUse least = host_memory_use(c_, smallest, offload_of(least_key));
+    if (least.total() > limits_.host_bytes)
+      fail(
+          "planner: needs at least {} host memory for weights ({}{}) + minimum KV ({}) + "
+          "activations ({}); got {}. Give more with --host-mem, or a model with fewer layers",
+          human_bytes(double(least.total())), human_bytes(double(least.weights)),
+          smallest.pool_experts > 0
+              ? fmt::format(": all but the routed experts, which stay on disk, and a page pool of "
+                            "{} experts",
+                            smallest.pool_experts)
+              : "",
+          human_bytes(double(least.kv_cache)), human_bytes(double(least.activations)),
+          human_bytes(double(limits_.host_bytes)));
+    if (!gpu_) return;
+    const GpuMemoryUse g = gpu_memory_use(c_, smallest, offload_of(least_key));
+    if (g.total() > limits_.gpu_bytes)
       fail(
           "planner: needs at least {} GPU memory for resident attention weights ({}), router, "
           "norms and lm_head ({}), dense MLPs ({}) + {} experts' page slots ({}) + step buffers "
@@ -402,120 +437,146 @@ Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& 
           human_bytes(double(g.total())), human_bytes(double(g.attention_weights)),
           human_bytes(double(g.router_norms_head)), human_bytes(double(g.dense_mlps)),
           least_key[kDepth], human_bytes(double(g.page_slots)), human_bytes(double(g.step_buffers)),
-          human_bytes(double(limits.gpu_bytes)));
+          human_bytes(double(limits_.gpu_bytes)));
   }
-  double scale = 1;
-  const size_t sample_cap = size_t(std::max(512, 2 * dims[kBatch].back()));
-  const std::vector<WorkloadRequest> sim = sample_workload(workload, sample_cap, &scale);
 
-  auto policy_of = [&](const Key& k) {
-    Policy p = base;
-    p.batch = k[kBatch], p.attn_micro_batch = k[kAttn], p.expert_batch = k[kExpert];
-    p.prefill_chunk = k[kChunk];
-    if (p.kv_blocks <= 0) p.kv_blocks = p.batch * blocks_per_seq;
-    p.batch = std::min(p.batch, p.kv_blocks / blocks_per_seq);
-    fill_pool(p);
-    return p;
-  };
-  std::map<Key, PlannedPolicy> evaluated;
-  auto evaluate = [&](const Key& key) -> const PlannedPolicy* {
-    if (auto it = evaluated.find(key); it != evaluated.end())
+  // The policy of `key` predicted over the sampled workload (its times scaled to the whole), or
+  // null when it does not fit the memory limits. Each key is evaluated once.
+  const PlannedPolicy* evaluate(const Key& key) {
+    if (auto it = evaluated_.find(key); it != evaluated_.end())
       return it->second.prediction.total_seconds > 0 ? &it->second : nullptr;
-    PlannedPolicy& pp = evaluated[key];
+    PlannedPolicy& pp = evaluated_[key];
     pp.policy = policy_of(key);
     pp.offload = offload_of(key);
-    pp.memory = host_memory_use(c, pp.policy, pp.offload);
-    if (pp.memory.total() > limits.host_bytes) return nullptr;  // total_seconds stays 0
-    if (gpu) {
-      pp.gpu_memory = gpu_memory_use(c, pp.policy, pp.offload);
-      if (pp.gpu_memory.total() > limits.gpu_bytes) return nullptr;
+    pp.memory = host_memory_use(c_, pp.policy, pp.offload);
+    if (pp.memory.total() > limits_.host_bytes) return nullptr;  // total_seconds stays 0
+    if (gpu_) {
+      pp.gpu_memory = gpu_memory_use(c_, pp.policy, pp.offload);
+      if (pp.gpu_memory.total() > limits_.gpu_bytes) return nullptr;
     }
-    pp.prediction = predict(hw, c, pp.policy, pp.offload, sim);
-    pp.prediction.total_seconds *= scale;
-    pp.prediction.prefill_seconds *= scale;
-    pp.prediction.decode_seconds *= scale;
-    pp.prediction.prefill_tokens = int64_t(double(pp.prediction.prefill_tokens) * scale);
-    pp.prediction.decode_tokens = int64_t(double(pp.prediction.decode_tokens) * scale);
-    pp.prediction.generated_tokens = int64_t(double(pp.prediction.generated_tokens) * scale);
+    pp.prediction = predict(hw_, c_, pp.policy, pp.offload, sim_);
+    pp.prediction.total_seconds *= scale_;
+    pp.prediction.prefill_seconds *= scale_;
+    pp.prediction.decode_seconds *= scale_;
+    pp.prediction.prefill_tokens = int64_t(double(pp.prediction.prefill_tokens) * scale_);
+    pp.prediction.decode_tokens = int64_t(double(pp.prediction.decode_tokens) * scale_);
+    pp.prediction.generated_tokens = int64_t(double(pp.prediction.generated_tokens) * scale_);
     return &pp;
-  };
-  auto value = [](const PlannedPolicy* p) { return p ? p->prediction.total_tokens_per_s() : -1.0; };
+  }
+
+  static double value(const PlannedPolicy* p) {
+    return p ? p->prediction.total_tokens_per_s() : -1.0;
+  }
+
   // The most resident layers that fit the GPU with the other dimensions as in `k`.
-  auto most_resident = [&](Key k) {
-    for (int r = c.num_layers; r > 0; --r) {
+  int most_resident(Key k) const {
+    for (int r = c_.num_layers; r > 0; --r) {
       k[kResident] = r;
-      if (gpu_memory_use(c, policy_of(k), offload_of(k)).total() <= limits.gpu_bytes) return r;
+      if (gpu_memory_use(c_, policy_of(k), offload_of(k)).total() <= limits_.gpu_bytes) return r;
     }
     return 0;
-  };
+  }
 
-  // Coordinate descent from the old defaults (or the nearest allowed values).
-  auto nearest = [](const std::vector<int>& v, int want) {
-    int best = v.front();
-    for (int x : v)
-      if (std::abs(x - want) < std::abs(best - want)) best = x;
-    return best;
-  };
-  Key cur;
-  for (int d = 0; d < kDims; ++d) cur[size_t(d)] = dims[size_t(d)].front();
-  cur[kBatch] = nearest(dims[kBatch], 256);
-  cur[kAttn] = nearest(dims[kAttn], 256);
-  cur[kExpert] = nearest(dims[kExpert], 1024);
-  cur[kChunk] = nearest(dims[kChunk], 512);
-  // The start may not fit memory: fall back to the smallest values, which do (checked above).
-  if (!evaluate(cur))
-    for (int d = 0; d < kDims; ++d) cur[size_t(d)] = dims[size_t(d)].front();
-  for (int round = 0; round < 4; ++round) {
-    bool changed = false;
-    for (int d = 0; d < kDims; ++d) {
-      std::vector<int> values = dims[size_t(d)];
-      if (gpu && d == kResident && !fixed.resident_expert_layers)
-        values.push_back(most_resident(cur));
-      double best = value(evaluate(cur));
-      for (int x : values) {
-        Key trial = cur;
-        trial[size_t(d)] = x;
-        const double v = value(evaluate(trial));
-        if (v > best * (1 + 1e-9)) best = v, cur[size_t(d)] = x, changed = true;
+  // The old defaults (or the nearest allowed values); the smallest values where those do not fit
+  // memory (check_smallest_fits showed that they do).
+  Key start() {
+    auto nearest = [](const std::vector<int>& v, int want) {
+      int best = v.front();
+      for (int x : v)
+        if (std::abs(x - want) < std::abs(best - want)) best = x;
+      return best;
+    };
+    Key k;
+    for (int d = 0; d < kDims; ++d) k[size_t(d)] = dims_[size_t(d)].front();
+    k[kBatch] = nearest(dims_[kBatch], 256);
+    k[kAttn] = nearest(dims_[kAttn], 256);
+    k[kExpert] = nearest(dims_[kExpert], 1024);
+    k[kChunk] = nearest(dims_[kChunk], 512);
+    if (!evaluate(k))
+      for (int d = 0; d < kDims; ++d) k[size_t(d)] = dims_[size_t(d)].front();
+    return k;
+  }
+
+  // Coordinate descent: each dimension in turn moved to its best value, for up to 4 rounds.
+  void descend(Key cur) {
+    for (int round = 0; round < 4; ++round) {
+      bool changed = false;
+      for (int d = 0; d < kDims; ++d) {
+        std::vector<int> values = dims_[size_t(d)];
+        if (gpu_ && d == kResident && !fixed_.resident_expert_layers)
+          values.push_back(most_resident(cur));
+        double best = value(evaluate(cur));
+        for (int x : values) {
+          Key trial = cur;
+          trial[size_t(d)] = x;
+          const double v = value(evaluate(trial));
+          if (v > best * (1 + 1e-9)) best = v, cur[size_t(d)] = x, changed = true;
+        }
       }
+      if (!changed) break;
     }
-    if (!changed) break;
   }
 
-  std::vector<const PlannedPolicy*> ranked;
-  for (const auto& [key, pp] : evaluated)
-    if (pp.prediction.total_seconds > 0) ranked.push_back(&pp);
-  if (ranked.empty())
-    fail("planner: no policy fits {} of host memory{} for this workload",
-         human_bytes(double(limits.host_bytes)),
-         gpu ? " and " + human_bytes(double(limits.gpu_bytes)) + " of GPU memory" : "");
-  // Best first. Policies within 0.1% of each other are the same to the model: of those tied
-  // with the best, the one that needs the least memory is chosen.
-  auto same = [&](const PlannedPolicy* x, const PlannedPolicy* y) {
-    return std::abs(value(x) - value(y)) <= 1e-3 * std::max(value(x), value(y));
-  };
-  std::stable_sort(
-      ranked.begin(), ranked.end(),
-      [&](const PlannedPolicy* x, const PlannedPolicy* y) { return value(x) > value(y); });
-  auto memory = [](const PlannedPolicy* p) { return p->memory.total() + p->gpu_memory.total(); };
-  for (size_t i = 1; i < ranked.size() && same(ranked[i], ranked[0]); ++i)
-    if (memory(ranked[i]) < memory(ranked[0])) std::swap(ranked[i], ranked[0]);
-  Plan plan;
-  plan.evaluated = int(ranked.size());
-  plan.chosen = *ranked.front();
-  plan.offload = plan.chosen.offload;
-  // Runners-up: the next best with a different prediction (equal ones differ only in fields
-  // that change nothing here, such as b_e above the most tokens an expert gets).
-  const PlannedPolicy* last = ranked.front();
-  for (size_t i = 1; i < ranked.size() && plan.runners_up.size() < 4; ++i) {
-    if (same(ranked[i], last)) continue;
-    plan.runners_up.push_back(*ranked[i]);
-    last = ranked[i];
+  // The best evaluated policy, its runners-up and its bottlenecks.
+  Plan ranked_plan() const {
+    std::vector<const PlannedPolicy*> ranked;
+    for (const auto& [key, pp] : evaluated_)
+      if (pp.prediction.total_seconds > 0) ranked.push_back(&pp);
+    if (ranked.empty())
+      fail("planner: no policy fits {} of host memory{} for this workload",
+           human_bytes(double(limits_.host_bytes)),
+           gpu_ ? " and " + human_bytes(double(limits_.gpu_bytes)) + " of GPU memory" : "");
+    // Best first. Policies within 0.1% of each other are the same to the model: of those tied
+    // with the best, the one that needs the least memory is chosen.
+    auto same = [](const PlannedPolicy* x, const PlannedPolicy* y) {
+      return std::abs(value(x) - value(y)) <= 1e-3 * std::max(value(x), value(y));
+    };
+    std::stable_sort(
+        ranked.begin(), ranked.end(),
+        [](const PlannedPolicy* x, const PlannedPolicy* y) { return value(x) > value(y); });
+    auto memory = [](const PlannedPolicy* p) { return p->memory.total() + p->gpu_memory.total(); };
+    for (size_t i = 1; i < ranked.size() && same(ranked[i], ranked[0]); ++i)
+      if (memory(ranked[i]) < memory(ranked[0])) std::swap(ranked[i], ranked[0]);
+    Plan plan;
+    plan.evaluated = int(ranked.size());
+    plan.chosen = *ranked.front();
+    plan.offload = plan.chosen.offload;
+    // Runners-up: the next best with a different prediction (equal ones differ only in fields
+    // that change nothing here, such as b_e above the most tokens an expert gets).
+    const PlannedPolicy* last = ranked.front();
+    for (size_t i = 1; i < ranked.size() && plan.runners_up.size() < 4; ++i) {
+      if (same(ranked[i], last)) continue;
+      plan.runners_up.push_back(*ranked[i]);
+      last = ranked[i];
+    }
+    plan.bottlenecks =
+        gpu_ ? explain(OffloadCostModel(hw_, c_, plan.chosen.policy, plan.chosen.offload), sim_)
+             : explain(CpuCostModel(hw_, c_, plan.chosen.policy), sim_);
+    return plan;
   }
-  plan.bottlenecks =
-      gpu ? explain(OffloadCostModel(hw, c, plan.chosen.policy, plan.chosen.offload), sim)
-          : explain(CpuCostModel(hw, c, plan.chosen.policy), sim);
-  return plan;
+
+  const HardwareProfile& hw_;
+  const ModelConfig& c_;
+  const MemoryLimits& limits_;
+  const OffloadConstraints& fixed_;
+  const bool gpu_;
+  int longest_ = 0, blocks_per_seq_ = 0;
+  Policy base_;
+  int pool_fixed_ = 0;
+  int64_t all_experts_ = 0;
+  std::vector<size_t> page_sizes_;
+  std::array<std::vector<int>, kDims> dims_;
+  double scale_ = 1;
+  std::vector<WorkloadRequest> sim_;
+  std::map<Key, PlannedPolicy> evaluated_;
+};
+
+}  // namespace
+
+Plan plan_policy(const HardwareProfile& hw, const ModelConfig& c, const Policy& requested,
+                 const std::vector<WorkloadRequest>& workload, const MemoryLimits& limits,
+                 const OffloadConstraints& fixed) {
+  return PolicySearch(hw, c, requested, workload, limits, fixed).run();
 }
 
 }  // namespace sluice

@@ -275,6 +275,60 @@ Task make_task(Resource r, const char* group, double seconds, double bytes, doub
   return t;
 }
 
+// The costs of a step's tasks on this machine: GPU kernels over memory, GEMMs, and copies over
+// the link.
+class StepTaskCosts {
+ public:
+  explicit StepTaskCosts(const OffloadCostModel& m)
+      : m_(m),
+        bw(m.gpu_memory_bytes_per_s()),
+        gpu_peak(std::max(m.gpu().gemm_peak_flops(), 1.0)),
+        h2d_bw_(m.gpu().h2d_pinned_bytes_per_s),
+        d2h_bw_(m.gpu().d2h_pinned_bytes_per_s) {}
+
+  Task elementwise(const char* group, double bytes) const {
+    return make_task(Resource::kGpu, group, bytes / bw + kLaunchSeconds, bytes, bytes / 4,
+                     Bound::kMemory);
+  }
+  // A GEMM on bf16 weights (router, lm_head).
+  Task gemm(const char* group, double m, int64_t n, int64_t k) const {
+    return gemm_task(group, m, n, k, false);
+  }
+  // A GEMM on a projection of the checkpoint, which with FP8 weights first reads 1 byte and
+  // writes 2 a weight into the bf16 tile.
+  Task projection(const char* group, double m, int64_t n, int64_t k) const {
+    return gemm_task(group, m, n, k, true);
+  }
+  Task copy(Resource r, const char* group, double bytes) const {
+    return make_task(r, group,
+                     bytes / (r == Resource::kHostToDevice ? h2d_bw_ : d2h_bw_) + kLaunchSeconds,
+                     bytes, 0, Bound::kLink);
+  }
+  // Compute bound where the FLOPs take longer at the GEMM peak than the bytes at memory speed.
+  Bound bound(double flops, double bytes) const {
+    return flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory;
+  }
+
+ private:
+  Task gemm_task(const char* group, double m, int64_t n, int64_t k, bool projection) const {
+    const bool fp8 = projection && m_.config().fp8_weights;
+    const double flops = 2.0 * m * double(n) * double(k);
+    const double bytes =
+        (fp8 ? 5.0 : 2.0) * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
+    const double seconds =
+        projection ? m_.gpu_weight_gemm_seconds(m, n, k) : m_.gpu_gemm_seconds(m, n, k);
+    return make_task(Resource::kGpu, group, seconds, bytes, flops, bound(flops, bytes));
+  }
+
+  const OffloadCostModel& m_;
+
+ public:
+  const double bw, gpu_peak;  // device memory bytes/s, GEMM FLOP/s
+
+ private:
+  const double h2d_bw_, d2h_bw_;
+};
+
 // The tasks of one micro-batch, the same in every layer (the names are added per layer).
 struct MicroBatchTasks {
   // GPU, in stream order: `route` in MoE layers only, `mlp_gate` where a shared expert is gated.
@@ -283,196 +337,185 @@ struct MicroBatchTasks {
   Task qkv_d2h, cpu_attention, out_h2d, routing_d2h;
 };
 
+constexpr const char* kNormsGroup = "GPU norms, RoPE, routing";
+constexpr const char* kProjectionsGroup = "GPU attention projections";
+
+// o_proj (its input `width` wide), the FFN norm, the router and top-k, the dense MLP's gate.
+void add_outputs(const ModelConfig& c, const StepTaskCosts& k, MicroBatchTasks& t, double n,
+                 int64_t width) {
+  const int64_t H = c.hidden_size, E = c.num_experts, K = c.experts_per_token;
+  t.out.push_back({"o_proj", k.projection(kProjectionsGroup, n, H, width)});
+  if (c.o_bias) t.out.push_back({"o_bias", k.elementwise(kNormsGroup, n * double(H) * 8)});
+  t.out.push_back({"ffn_norm", k.elementwise(kNormsGroup, n * double(H) * 8)});
+  t.route.push_back({"router", k.gemm(kNormsGroup, n, E, H)});
+  t.route.push_back({"top_k", k.elementwise(kNormsGroup, n * double(E) * 4 + n * double(K) * 8)});
+  // sigmoid(shared_expert_gate · h): a one-column GEMM and the sigmoid
+  t.mlp_gate.push_back({"shared_expert_gate", k.gemm(kNormsGroup, n, 1, H)});
+  t.mlp_gate.push_back({"sigmoid", k.elementwise(kNormsGroup, n * 8)});
+  t.routing_d2h = k.copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
+}
+
+// Multi-head latent attention: q (through q-LoRA when the model has it) and the latent with its
+// RoPE key projected on the GPU; everything else of the attention on the CPU (the latent norm,
+// RoPE and cache write, the W_UK fold, the attention over the latent cache, the W_UV unfold);
+// o_proj on the GPU.
+void add_latent_attention(const OffloadCostModel& m, const StepTaskCosts& k, MicroBatchTasks& t,
+                          const MicroBatchShape& mb) {
+  const ModelConfig& c = m.config();
+  const int64_t H = c.hidden_size, qd = c.q_dim(), ckv = c.kv_cache_values_per_token();
+  const double n = mb.tokens;
+  const LatentAttentionShape& a = c.mla;
+  if (a.q_lora_rank > 0) {
+    t.in.push_back({"q_a_proj", k.projection(kProjectionsGroup, n, a.q_lora_rank, H)});
+    t.in.push_back({"q_a_norm", k.elementwise(kNormsGroup, n * double(a.q_lora_rank) * 8)});
+    t.in.push_back({"q_b_proj", k.projection(kProjectionsGroup, n, qd, a.q_lora_rank)});
+  } else {
+    t.in.push_back({"q_proj", k.projection(kProjectionsGroup, n, qd, H)});
+  }
+  t.in.push_back({"kv_a_proj", k.projection(kProjectionsGroup, n, ckv, H)});
+  t.cpu_share = true;  // all of it: MLA runs no GPU share
+  t.qkv_d2h = k.copy(Resource::kDeviceToHost, "activation copies", n * double(qd + ckv) * 2);
+  t.cpu_attention = m.cpu().attention_task("", mb);
+  t.cpu_attention.group = "CPU attention (KV reads)";
+  for (const Task& f :
+       {m.cpu().gemm_task("", "", n, c.num_heads * a.kv_lora_rank, a.qk_nope_head_dim),
+        m.cpu().gemm_task("", "", n, c.num_heads * a.v_head_dim, a.kv_lora_rank)}) {
+    t.cpu_attention.seconds += f.seconds;
+    t.cpu_attention.flops += f.flops;
+    t.cpu_attention.bytes += f.bytes;
+  }
+  t.out_h2d =
+      k.copy(Resource::kHostToDevice, "activation copies", n * double(c.attn_out_dim()) * 2);
+  add_outputs(c, k, t, n, c.attn_out_dim());
+}
+
+// One micro-batch's attention tasks: the projections, norms and RoPE on the GPU, the GPU's share
+// (1 − ω) of the attention over its KV pool, and the CPU's share with its copies.
+MicroBatchTasks micro_batch_tasks(const OffloadCostModel& m, const StepTaskCosts& k,
+                                  const MicroBatchShape& mb) {
+  const ModelConfig& c = m.config();
+  const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const double w = m.plan().cpu_attention_share, n = mb.tokens;
+  MicroBatchTasks t;
+  t.in.push_back({"attn_norm", k.elementwise(kNormsGroup, n * double(H) * 8)});
+  if (c.attention == AttentionKind::kLatent) {
+    add_latent_attention(m, k, t, mb);
+    return t;
+  }
+  t.in.push_back({"q_proj", k.projection(kProjectionsGroup, n, qd, H)});
+  t.in.push_back({"k_proj", k.projection(kProjectionsGroup, n, kvd, H)});
+  t.in.push_back({"v_proj", k.projection(kProjectionsGroup, n, kvd, H)});
+  const double qkv_bytes = n * double(qd + 2 * kvd) * 8;  // read and written once
+  if (c.qkv_bias) t.in.push_back({"qkv_bias", k.elementwise(kNormsGroup, qkv_bytes)});
+  if (c.qk_norm != QkNorm::kNone)
+    t.in.push_back({"qk_norm", k.elementwise(kNormsGroup, n * double(qd + kvd) * 8)});
+  if (c.clip_qkv > 0) t.in.push_back({"clip_qkv", k.elementwise(kNormsGroup, qkv_bytes)});
+  t.in.push_back({"rope_kv_write", k.elementwise(kNormsGroup, n * double(qd + kvd) * 8 +
+                                                                  n * double(kvd) * (8 + 4))});
+  if (w < 1) {
+    const double bytes = (1 - w) * mb.kv_positions * double(kvd) * 4;
+    const double flops = (1 - w) * 4.0 * mb.qk_pairs * double(qd);
+    const double memory = bytes / k.bw, compute = flops / (kGpuAttentionPeakFraction * k.gpu_peak);
+    t.in.push_back(
+        {"gpu_attention", make_task(Resource::kGpu, "GPU attention (KV reads)",
+                                    std::max(memory, compute) + kLaunchSeconds, bytes, flops,
+                                    compute > memory ? Bound::kCompute : Bound::kMemory)});
+  }
+  t.cpu_share = w > 0;
+  if (t.cpu_share) {
+    t.qkv_d2h =
+        k.copy(Resource::kDeviceToHost, "activation copies", w * n * double(qd + 2 * kvd) * 2);
+    t.cpu_attention = m.cpu().attention_task(
+        "", MicroBatchShape{int(std::lround(w * n)), w * mb.kv_positions, w * mb.qk_pairs});
+    t.cpu_attention.group = "CPU attention (KV reads)";
+    t.out_h2d = k.copy(Resource::kHostToDevice, "activation copies", w * n * double(qd) * 2);
+  }
+  add_outputs(c, k, t, n, qd);
+  return t;
+}
+
+// An expert's tasks over a step of T tokens, the same for every expert and layer in
+// expectation: its pages' copy and GPU GEMMs when it has more than cpu_expert_max_tokens tokens
+// (probability q_gpu), its CPU run otherwise, and the copy and add of the CPU experts' rows.
+struct ExpertTasks {
+  double q_gpu = 0, cpu_rows = 0;
+  Task copy, gpu, cpu, cpu_rows_h2d, add_cpu_rows;
+};
+
+ExpertTasks expert_tasks(const OffloadCostModel& m, const StepTaskCosts& k, int T) {
+  const ModelConfig& c = m.config();
+  const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+  const OffloadPlan& o = m.plan();
+  ExpertTasks x;
+  x.q_gpu = m.gpu_expert_probability(T);
+  double flops = 0, weight_reads = 0;
+  for (auto [tokens, pm] : m.cpu().tokens_per_expert_distribution(T)) {
+    if (tokens == 0) continue;
+    if (tokens > o.cpu_expert_max_tokens)
+      flops += pm * 6.0 * tokens * double(H) * double(I),
+          weight_reads += pm * double(expert_weight_bytes(c));
+    else
+      x.cpu_rows += pm * tokens;
+  }
+  const int pages = pages_per_expert(c, o.page_bytes);
+  const double copied_bytes = x.q_gpu * double(expert_weight_bytes(c));
+  x.copy = make_task(Resource::kHostToDevice, "expert weights",
+                     m.h2d_seconds(copied_bytes, x.q_gpu * pages), copied_bytes, 0, Bound::kLink);
+  x.gpu = make_task(Resource::kGpu, "GPU expert GEMMs", m.gpu_expert_seconds(T), weight_reads,
+                    flops, k.bound(flops, weight_reads));
+  x.cpu = make_task(Resource::kCpu, "CPU experts", 0, 0, 0, Bound::kMemory);
+  if (o.cpu_expert_max_tokens > 0)
+    for (const Task& t : m.cpu().expert_tasks(0, T, 1, o.cpu_expert_max_tokens))
+      x.cpu.seconds += t.seconds, x.cpu.bytes += t.bytes, x.cpu.flops += t.flops;
+  const double rows = x.cpu_rows * double(c.num_experts);
+  x.cpu_rows_h2d = k.copy(Resource::kHostToDevice, "activation copies", rows * double(H) * 4);
+  x.add_cpu_rows = k.elementwise(kNormsGroup, rows * double(H) * 12);
+  return x;
+}
+
+// A layer's dense MLP (shared expert or dense FFN, resident, mlp_I wide) over the step's T rows,
+// as many rows per GEMM as the executor (Policy::device_expert_rows): gate and up, down,
+// SiLU·mul and the scaled add into the residual.
+Task dense_mlp_task(const OffloadCostModel& m, const StepTaskCosts& k, int T, int64_t mlp_I) {
+  const int64_t H = m.config().hidden_size;
+  const int be = m.policy().device_expert_rows();
+  double seconds = 0, flops = 0, bytes = 0;
+  for (int begin = 0; begin < T; begin += be) {
+    const double rows = std::min(T - begin, be);
+    seconds += 2 * m.gpu_weight_gemm_seconds(rows, mlp_I, H) +
+               m.gpu_weight_gemm_seconds(rows, H, mlp_I) +
+               (rows * double(mlp_I) * 12 + rows * double(H) * 12) / k.bw + 2 * kLaunchSeconds;
+    flops += 6.0 * rows * double(mlp_I) * double(H);
+    bytes += 3.0 * double(mlp_I) * double(H) * (m.config().fp8_weights ? 5 : 2);
+  }
+  return make_task(Resource::kGpu, "GPU dense MLP GEMMs", seconds, bytes, flops,
+                   k.bound(flops, bytes));
+}
+
 }  // namespace
 
 template <typename B>
 void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   const ModelConfig& c = config();
-  const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), E = c.num_experts;
-  const int64_t I = c.expert_intermediate_size, V = c.vocab_size, K = c.experts_per_token;
-  const double w = o_.cpu_attention_share, bw = gpu_memory_bytes_per_s();
-  const double gpu_peak = std::max(gpu().gemm_peak_flops(), 1.0);
-  const double h2d_bw = gpu().h2d_pinned_bytes_per_s, d2h_bw = gpu().d2h_pinned_bytes_per_s;
+  const int64_t H = c.hidden_size, E = c.num_experts, V = c.vocab_size;
   const int T = step.tokens(), S = step.sampled;
   const int M = int(step.micro_batches.size());
   const bool named = b.named();
-  auto gpu_elementwise = [&](const char* group, double bytes) {
-    return make_task(Resource::kGpu, group, bytes / bw + kLaunchSeconds, bytes, bytes / 4,
-                     Bound::kMemory);
-  };
-  // A GEMM on bf16 weights (router, lm_head), or on a projection of the checkpoint, which with
-  // FP8 weights first reads 1 byte and writes 2 a weight into the bf16 tile.
-  auto gemm_task = [&](const char* group, double m, int64_t n, int64_t k, bool projection) {
-    const bool fp8 = projection && c.fp8_weights;
-    const double flops = 2.0 * m * double(n) * double(k);
-    const double bytes =
-        (fp8 ? 5.0 : 2.0) * double(n) * double(k) + m * double(k) * 2 + m * double(n) * 4;
-    const double seconds =
-        projection ? gpu_weight_gemm_seconds(m, n, k) : gpu_gemm_seconds(m, n, k);
-    return make_task(Resource::kGpu, group, seconds, bytes, flops,
-                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
-  };
-  auto gpu_gemm = [&](const char* group, double m, int64_t n, int64_t k) {
-    return gemm_task(group, m, n, k, false);
-  };
-  auto gpu_projection = [&](const char* group, double m, int64_t n, int64_t k) {
-    return gemm_task(group, m, n, k, true);
-  };
-  auto copy = [&](Resource r, const char* group, double bytes) {
-    return make_task(r, group,
-                     bytes / (r == Resource::kHostToDevice ? h2d_bw : d2h_bw) + kLaunchSeconds,
-                     bytes, 0, Bound::kLink);
-  };
+  const StepTaskCosts k(*this);
   auto name = [&](const std::string& prefix, const char* what) {
     return named ? prefix + what : std::string();
   };
-
-  // Multi-head latent attention: q (through q-LoRA when the model has it) and the latent with
-  // its RoPE key projected on the GPU; everything else of the attention on the CPU (the latent
-  // norm, RoPE and cache write, the W_UK fold, the attention over the latent cache, the W_UV
-  // unfold); o_proj on the GPU.
-  const bool latent = c.attention == AttentionKind::kLatent;
-  const int64_t ad = c.attn_out_dim(), ckv = c.kv_cache_values_per_token();
-  // o_proj (its input `width` wide), the FFN norm, the router and top-k, the dense MLP's gate.
-  auto add_outputs = [&](MicroBatchTasks& t, double n, int64_t width) {
-    t.out.push_back({"o_proj", gpu_projection("GPU attention projections", n, H, width)});
-    if (c.o_bias)
-      t.out.push_back({"o_bias", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
-    t.out.push_back({"ffn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
-    t.route.push_back({"router", gpu_gemm("GPU norms, RoPE, routing", n, E, H)});
-    t.route.push_back({"top_k", gpu_elementwise("GPU norms, RoPE, routing",
-                                                n * double(E) * 4 + n * double(K) * 8)});
-    // sigmoid(shared_expert_gate · h): a one-column GEMM and the sigmoid
-    t.mlp_gate.push_back({"shared_expert_gate", gpu_gemm("GPU norms, RoPE, routing", n, 1, H)});
-    t.mlp_gate.push_back({"sigmoid", gpu_elementwise("GPU norms, RoPE, routing", n * 8)});
-    t.routing_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(K) * 8);
-  };
-  auto add_latent_attention = [&](MicroBatchTasks& t, const MicroBatchShape& mb) {
-    const double n = mb.tokens;
-    const LatentAttentionShape& a = c.mla;
-    const char* proj = "GPU attention projections";
-    if (a.q_lora_rank > 0) {
-      t.in.push_back({"q_a_proj", gpu_projection(proj, n, a.q_lora_rank, H)});
-      t.in.push_back(
-          {"q_a_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(a.q_lora_rank) * 8)});
-      t.in.push_back({"q_b_proj", gpu_projection(proj, n, qd, a.q_lora_rank)});
-    } else {
-      t.in.push_back({"q_proj", gpu_projection(proj, n, qd, H)});
-    }
-    t.in.push_back({"kv_a_proj", gpu_projection(proj, n, ckv, H)});
-    t.cpu_share = true;  // all of it: MLA runs no GPU share
-    t.qkv_d2h = copy(Resource::kDeviceToHost, "activation copies", n * double(qd + ckv) * 2);
-    t.cpu_attention = cpu_.attention_task("", mb);
-    t.cpu_attention.group = "CPU attention (KV reads)";
-    for (const Task& f :
-         {cpu_.gemm_task("", "", n, c.num_heads * a.kv_lora_rank, a.qk_nope_head_dim),
-          cpu_.gemm_task("", "", n, c.num_heads * a.v_head_dim, a.kv_lora_rank)}) {
-      t.cpu_attention.seconds += f.seconds;
-      t.cpu_attention.flops += f.flops;
-      t.cpu_attention.bytes += f.bytes;
-    }
-    t.out_h2d = copy(Resource::kHostToDevice, "activation copies", n * double(ad) * 2);
-    add_outputs(t, n, ad);
-  };
-
-  // Per micro-batch tasks, computed once for all layers.
-  std::vector<MicroBatchTasks> mbs(static_cast<size_t>(M));
-  for (int i = 0; i < M; ++i) {
-    const MicroBatchShape& mb = step.micro_batches[size_t(i)];
-    const double n = mb.tokens;
-    MicroBatchTasks& t = mbs[size_t(i)];
-    t.in.push_back({"attn_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(H) * 8)});
-    if (latent) {
-      add_latent_attention(t, mb);
-      continue;
-    }
-    t.in.push_back({"q_proj", gpu_projection("GPU attention projections", n, qd, H)});
-    t.in.push_back({"k_proj", gpu_projection("GPU attention projections", n, kvd, H)});
-    t.in.push_back({"v_proj", gpu_projection("GPU attention projections", n, kvd, H)});
-    const double qkv_bytes = n * double(qd + 2 * kvd) * 8;  // read and written once
-    if (c.qkv_bias)
-      t.in.push_back({"qkv_bias", gpu_elementwise("GPU norms, RoPE, routing", qkv_bytes)});
-    if (c.qk_norm != QkNorm::kNone)
-      t.in.push_back(
-          {"qk_norm", gpu_elementwise("GPU norms, RoPE, routing", n * double(qd + kvd) * 8)});
-    if (c.clip_qkv > 0)
-      t.in.push_back({"clip_qkv", gpu_elementwise("GPU norms, RoPE, routing", qkv_bytes)});
-    t.in.push_back(
-        {"rope_kv_write", gpu_elementwise("GPU norms, RoPE, routing",
-                                          n * double(qd + kvd) * 8 + n * double(kvd) * (8 + 4))});
-    if (w < 1) {
-      const double bytes = (1 - w) * mb.kv_positions * double(kvd) * 4;
-      const double flops = (1 - w) * 4.0 * mb.qk_pairs * double(qd);
-      const double memory = bytes / bw, compute = flops / (kGpuAttentionPeakFraction * gpu_peak);
-      t.in.push_back(
-          {"gpu_attention", make_task(Resource::kGpu, "GPU attention (KV reads)",
-                                      std::max(memory, compute) + kLaunchSeconds, bytes, flops,
-                                      compute > memory ? Bound::kCompute : Bound::kMemory)});
-    }
-    t.cpu_share = w > 0;
-    if (t.cpu_share) {
-      t.qkv_d2h =
-          copy(Resource::kDeviceToHost, "activation copies", w * n * double(qd + 2 * kvd) * 2);
-      t.cpu_attention = cpu_.attention_task(
-          "", MicroBatchShape{int(std::lround(w * n)), w * mb.kv_positions, w * mb.qk_pairs});
-      t.cpu_attention.group = "CPU attention (KV reads)";
-      t.out_h2d = copy(Resource::kHostToDevice, "activation copies", w * n * double(qd) * 2);
-    }
-    add_outputs(t, n, qd);
-  }
-
-  // Per expert tasks, the same for every expert and layer in expectation.
-  const double q_gpu = gpu_expert_probability(T);
-  double expert_flops = 0, expert_weight_reads = 0, cpu_rows = 0;
-  for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T)) {
-    if (m == 0) continue;
-    if (m > o_.cpu_expert_max_tokens)
-      expert_flops += pm * 6.0 * m * double(H) * double(I),
-          expert_weight_reads += pm * double(expert_weight_bytes(c));
-    else
-      cpu_rows += pm * m;
-  }
-  const int pages = pages_per_expert(c, o_.page_bytes);
-  const double copied_bytes = q_gpu * double(expert_weight_bytes(c));
-  const Task expert_copy =
-      make_task(Resource::kHostToDevice, "expert weights", h2d_seconds(copied_bytes, q_gpu * pages),
-                copied_bytes, 0, Bound::kLink);
-  const Task gpu_expert = make_task(
-      Resource::kGpu, "GPU expert GEMMs", gpu_expert_seconds(T), expert_weight_reads, expert_flops,
-      expert_flops / gpu_peak > expert_weight_reads / bw ? Bound::kCompute : Bound::kMemory);
-  Task cpu_expert = make_task(Resource::kCpu, "CPU experts", 0, 0, 0, Bound::kMemory);
-  if (o_.cpu_expert_max_tokens > 0)
-    for (const Task& t : cpu_.expert_tasks(0, T, 1, o_.cpu_expert_max_tokens))
-      cpu_expert.seconds += t.seconds, cpu_expert.bytes += t.bytes, cpu_expert.flops += t.flops;
-  const double cpu_expert_rows = cpu_rows * double(E);
-  const Task cpu_experts_h2d =
-      copy(Resource::kHostToDevice, "activation copies", cpu_expert_rows * double(H) * 4);
-  const Task add_cpu_experts =
-      gpu_elementwise("GPU norms, RoPE, routing", cpu_expert_rows * double(H) * 12);
-
-  // A layer's dense MLP (shared expert or dense FFN, resident) over the step's T rows, as many
-  // rows per GEMM as the executor (Policy::device_expert_rows): gate and up, down, SiLU·mul and
-  // the scaled add into the residual.
-  const int be = policy().device_expert_rows();
-  auto dense_mlp = [&](int64_t mlp_I) {
-    double seconds = 0, flops = 0, bytes = 0;
-    for (int begin = 0; begin < T; begin += be) {
-      const double m = std::min(T - begin, be);
-      seconds += 2 * gpu_weight_gemm_seconds(m, mlp_I, H) + gpu_weight_gemm_seconds(m, H, mlp_I) +
-                 (m * double(mlp_I) * 12 + m * double(H) * 12) / bw + 2 * kLaunchSeconds;
-      flops += 6.0 * m * double(mlp_I) * double(H);
-      bytes += 3.0 * double(mlp_I) * double(H) * (c.fp8_weights ? 5 : 2);
-    }
-    return make_task(Resource::kGpu, "GPU dense MLP GEMMs", seconds, bytes, flops,
-                     flops / gpu_peak > bytes / bw ? Bound::kCompute : Bound::kMemory);
-  };
+  std::vector<MicroBatchTasks> mbs;  // computed once for all layers
+  for (const MicroBatchShape& mb : step.micro_batches)
+    mbs.push_back(micro_batch_tasks(*this, k, mb));
+  const ExpertTasks x = expert_tasks(*this, k, T);
 
   // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
   int cpu_last =
       b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
             {}, {}, name("", "embed"));
   int gpu_last =
-      b.add(copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
+      b.add(k.copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
             {cpu_last}, {}, name("", "embed_h2d"));
   int weights_last = -1;                 // the weight copy engine's last copy
   std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
@@ -521,35 +564,36 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
     for (int e = 0; moe && e < E; ++e) {
       const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
       const std::vector<int>& after_routing = e == 0 ? routing : std::vector<int>{};
-      if (q_gpu > 0) {
+      if (x.q_gpu > 0) {
         int copied = -1;
         if (!resident) {
           const size_t j = streamed_gpu_expert.size(), depth = size_t(o_.prefetch_depth);
           const int slot_free = j >= depth ? streamed_gpu_expert[j - depth] : -1;
-          weights_last = b.add(expert_copy, {weights_last, slot_free}, {}, name(p, "pages_h2d"));
+          weights_last = b.add(x.copy, {weights_last, slot_free}, {}, name(p, "pages_h2d"));
           copied = weights_last;
         }
-        gpu_last = b.add(gpu_expert, {gpu_last, copied}, after_routing, name(p, "gpu"));
+        gpu_last = b.add(x.gpu, {gpu_last, copied}, after_routing, name(p, "gpu"));
         if (!resident) streamed_gpu_expert.push_back(gpu_last);
       }
       if (o_.cpu_expert_max_tokens > 0)
-        cpu_last = b.add(cpu_expert, {cpu_last}, after_routing, name(p, "cpu"));
+        cpu_last = b.add(x.cpu, {cpu_last}, after_routing, name(p, "cpu"));
     }
     const std::string lp = named ? fmt::format("layer{}.", l) : std::string();
-    if (moe && o_.cpu_expert_max_tokens > 0 && cpu_rows > 0) {
-      const int up = b.add(cpu_experts_h2d, {cpu_last}, {}, name(lp, "cpu_experts_h2d"));
-      gpu_last = b.add(add_cpu_experts, {gpu_last, up}, {}, name(lp, "add_cpu_experts"));
+    if (moe && o_.cpu_expert_max_tokens > 0 && x.cpu_rows > 0) {
+      const int up = b.add(x.cpu_rows_h2d, {cpu_last}, {}, name(lp, "cpu_experts_h2d"));
+      gpu_last = b.add(x.add_cpu_rows, {gpu_last, up}, {}, name(lp, "add_cpu_experts"));
     }
-    if (mlp_I > 0) gpu_last = b.add(dense_mlp(mlp_I), {gpu_last}, {}, name(lp, "dense_mlp"));
+    if (mlp_I > 0)
+      gpu_last = b.add(dense_mlp_task(*this, k, T, mlp_I), {gpu_last}, {}, name(lp, "dense_mlp"));
   }
 
   if (S > 0) {
-    gpu_last = b.add(gpu_elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
+    gpu_last = b.add(k.elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
                      {gpu_last}, {}, name("", "final_norm"));
-    gpu_last = b.add(gpu_gemm("embedding, lm_head, sampling", S, V, H), {gpu_last}, {},
-                     name("", "lm_head"));
+    gpu_last =
+        b.add(k.gemm("embedding, lm_head, sampling", S, V, H), {gpu_last}, {}, name("", "lm_head"));
     const int logits =
-        b.add(copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
+        b.add(k.copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
               {gpu_last}, {}, name("", "logits_d2h"));
     b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(S) * double(V) * 8),
           {cpu_last, logits}, {}, name("", "sampling"));

@@ -119,6 +119,8 @@ class OffloadCostModel {
   const OffloadPlan& plan() const { return o_; }
   const HardwareProfile& profile() const { return cpu_.profile(); }
   const GpuProfile& gpu() const { return *cpu_.profile().gpu; }
+  // The host's side of the step: CPU attention and experts, elementwise work.
+  const CpuCostModel& cpu() const { return cpu_; }
 
   // Pieces, public for tests.
   double gpu_gemm_seconds(double m, int64_t n, int64_t k) const;

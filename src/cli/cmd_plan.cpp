@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "model/expert_quant.h"
 #include "cli/policy_options.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine_plan.h"
 #include "io/staged_output.h"
 #include "model/config.h"
+#include "model/expert_quant.h"
 #include "model/presets.h"
 #include "model/weights.h"
 #include "runtime/planner/planner.h"
@@ -118,10 +118,8 @@ void print_offload(const Plan& plan, const HardwareProfile& hw, const ModelConfi
   }
 }
 
-int run(const Options& o) {
-  if (o.model_dir.empty() == o.preset.empty())
-    fail("plan: give exactly one of --model or --preset");
-  if (o.svg.find('\'') != std::string::npos) fail("plan: --svg: expected a path without quotes");
+// The model as planned: a folder's config or a preset's, with the expert dtype and --layers.
+ModelConfig model_config(const Options& o) {
   ModelConfig c =
       o.preset.empty() ? load_model_config(o.model_dir) : preset_config(o.preset, o.layers);
   c.expert_quant = resolve_expert_quant(c, {o.policy.expert_dtype, o.policy.expert_group},
@@ -131,14 +129,19 @@ int run(const Options& o) {
       fail("--layers {}: the model has {} layers", o.layers, c.num_layers);
     c.num_layers = o.layers;
   }
+  return c;
+}
 
-  std::vector<WorkloadRequest> work;
-  if (!o.input.empty()) {
-    work = workload_from_file(o.input, o.gen_len);
-    if (o.requests > 0 && int(work.size()) > o.requests) work.resize(size_t(o.requests));
-  } else {
-    work = uniform_workload(o.requests > 0 ? o.requests : 256, o.prompt_len, o.gen_len);
-  }
+// The requests planned for: a file's prompts, or --requests uniform ones.
+std::vector<WorkloadRequest> workload(const Options& o) {
+  if (o.input.empty())
+    return uniform_workload(o.requests > 0 ? o.requests : 256, o.prompt_len, o.gen_len);
+  std::vector<WorkloadRequest> work = workload_from_file(o.input, o.gen_len);
+  if (o.requests > 0 && int(work.size()) > o.requests) work.resize(size_t(o.requests));
+  return work;
+}
+
+MemoryLimits memory_limits(const Options& o, const ModelConfig& c) {
   MemoryLimits limits;
   // plan allocates nothing in proportion: it may plan for another machine's --host-mem.
   // A preset names a released model: planned as its safetensors folder would be served.
@@ -148,83 +151,87 @@ int run(const Options& o) {
   limits.host_bytes = budget.bytes;
   limits.experts_on_disk = experts_stay_on_disk(c, budget.bytes);
   limits.gpu_bytes = o.gpu_mem.empty() ? 0 : parse_bytes(o.gpu_mem, "--gpu-mem");
+  return limits;
+}
 
-  const HardwareProfile hw =
-      o.profile.empty() ? planner_profile(o.policy.threads) : load_profile_file(o.profile);
-  // What the engine runs: the offload executor's constraints (pages of one expert matrix).
-  const Plan plan =
-      plan_policy(hw, c, o.policy, work, limits, executor_constraints(OffloadSettings{}));
-  const CpuCostModel model(hw, c, plan.chosen.policy);
+// The roofline picture of the chosen policy at --svg; returns the PNG made from it, if any.
+std::string write_roofline(const Options& o, const HardwareProfile& hw, const ModelConfig& c,
+                           const Plan& plan, const std::string& name) {
   const OffloadPlan& off = plan.offload;
-  const std::string name = o.preset.empty() ? o.model_dir : o.preset;
+  const auto points =
+      off.gpu ? roofline_points(
+                    [&](const StepShape& s) {
+                      return OffloadCostModel(hw, c, plan.chosen.policy, off).step_graph(s);
+                    },
+                    plan.bottlenecks)
+              : roofline_points(CpuCostModel(hw, c, plan.chosen.policy), plan.bottlenecks);
+  write_file_atomically(o.svg, roofline_svg(hw, points,
+                                            fmt::format("{} ({} layers): {}", name, c.num_layers,
+                                                        plan.chosen.policy.describe()),
+                                            off.gpu));
+  return convert_to_png(o.svg);
+}
 
-  std::string png;
-  if (!o.svg.empty()) {
-    const auto points =
-        off.gpu ? roofline_points(
-                      [&](const StepShape& s) {
-                        return OffloadCostModel(hw, c, plan.chosen.policy, off).step_graph(s);
-                      },
-                      plan.bottlenecks)
-                : roofline_points(model, plan.bottlenecks);
-    write_file_atomically(
-        o.svg, roofline_svg(hw, points,
-                            fmt::format("{} ({} layers): {}", name, c.num_layers,
-                                        plan.chosen.policy.describe()),
-                            off.gpu));
-    png = convert_to_png(o.svg);
+// The GPU side of the plan for --json: its memory, and each phase's use of the link and units.
+void add_gpu_json(nlohmann::json& j, const Plan& plan, const HardwareProfile& hw,
+                  const MemoryLimits& limits) {
+  const GpuMemoryUse& g = plan.chosen.gpu_memory;
+  j["gpu_name"] = hw.gpu->name;
+  j["gpu_memory_limit_bytes"] = limits.gpu_bytes;
+  j["gpu_memory_bytes"] = {{"attention_weights", g.attention_weights},
+                           {"router_norms_head", g.router_norms_head},
+                           {"dense_mlps", g.dense_mlps},
+                           {"resident_experts", g.resident_experts},
+                           {"kv_cache", g.kv_cache},
+                           {"page_slots", g.page_slots},
+                           {"step_buffers", g.step_buffers},
+                           {"total", g.total()}};
+  j["phases"] = nlohmann::json::array();
+  for (const PhaseBottleneck& b : plan.bottlenecks) {
+    const double rate = b.use.step_seconds > 0 ? b.use.h2d_bytes / b.use.step_seconds : 0;
+    j["phases"].push_back({{"phase", b.phase},
+                           {"step_seconds", b.use.step_seconds},
+                           {"h2d_bytes", b.use.h2d_bytes},
+                           {"h2d_bytes_per_s", rate},
+                           {"h2d_fraction_of_measured", rate / hw.gpu->h2d_pinned_bytes_per_s},
+                           {"gpu_busy", b.use.gpu_busy},
+                           {"cpu_busy", b.use.cpu_busy},
+                           {"h2d_busy", b.use.h2d_busy},
+                           {"d2h_busy", b.use.d2h_busy}});
   }
+}
 
-  if (o.json) {
-    nlohmann::json j = prediction_json(plan.chosen);
-    j["model"] = name;
-    j["layers"] = c.num_layers;
-    j["requests"] = work.size();
-    j["profile_source"] = hw.source;
-    j["cpu_model"] = hw.cpu_model;
-    j["isa_level"] = hw.isa_level;
-    j["compute_ceiling_flops"] = hw.compute_ceiling_flops("bf16");
-    j["bottlenecks"] = nlohmann::json::array();
-    for (const PhaseBottleneck& b : plan.bottlenecks)
-      j["bottlenecks"].push_back({{"phase", b.phase},
-                                  {"group", b.group},
-                                  {"resource", resource_name(b.resource)},
-                                  {"bound", bound_name(b.bound)},
-                                  {"fraction", b.fraction},
-                                  {"text", b.sentence()}});
-    if (off.gpu) {
-      const GpuMemoryUse& g = plan.chosen.gpu_memory;
-      j["gpu_name"] = hw.gpu->name;
-      j["gpu_memory_limit_bytes"] = limits.gpu_bytes;
-      j["gpu_memory_bytes"] = {{"attention_weights", g.attention_weights},
-                               {"router_norms_head", g.router_norms_head},
-                               {"dense_mlps", g.dense_mlps},
-                               {"resident_experts", g.resident_experts},
-                               {"kv_cache", g.kv_cache},
-                               {"page_slots", g.page_slots},
-                               {"step_buffers", g.step_buffers},
-                               {"total", g.total()}};
-      j["phases"] = nlohmann::json::array();
-      for (const PhaseBottleneck& b : plan.bottlenecks) {
-        const double rate = b.use.step_seconds > 0 ? b.use.h2d_bytes / b.use.step_seconds : 0;
-        j["phases"].push_back({{"phase", b.phase},
-                               {"step_seconds", b.use.step_seconds},
-                               {"h2d_bytes", b.use.h2d_bytes},
-                               {"h2d_bytes_per_s", rate},
-                               {"h2d_fraction_of_measured", rate / hw.gpu->h2d_pinned_bytes_per_s},
-                               {"gpu_busy", b.use.gpu_busy},
-                               {"cpu_busy", b.use.cpu_busy},
-                               {"h2d_busy", b.use.h2d_busy},
-                               {"d2h_busy", b.use.d2h_busy}});
-      }
-    }
-    j["runners_up"] = nlohmann::json::array();
-    for (const PlannedPolicy& r : plan.runners_up) j["runners_up"].push_back(prediction_json(r));
-    if (!o.svg.empty()) j["svg"] = o.svg;
-    if (!png.empty()) j["png"] = png;
-    fmt::print("{}\n", j.dump());
-    return 0;
-  }
+nlohmann::json plan_json(const Options& o, const HardwareProfile& hw, const ModelConfig& c,
+                         const Plan& plan, const MemoryLimits& limits, size_t requests,
+                         const std::string& name, const std::string& png) {
+  nlohmann::json j = prediction_json(plan.chosen);
+  j["model"] = name;
+  j["layers"] = c.num_layers;
+  j["requests"] = requests;
+  j["profile_source"] = hw.source;
+  j["cpu_model"] = hw.cpu_model;
+  j["isa_level"] = hw.isa_level;
+  j["compute_ceiling_flops"] = hw.compute_ceiling_flops("bf16");
+  j["bottlenecks"] = nlohmann::json::array();
+  for (const PhaseBottleneck& b : plan.bottlenecks)
+    j["bottlenecks"].push_back({{"phase", b.phase},
+                                {"group", b.group},
+                                {"resource", resource_name(b.resource)},
+                                {"bound", bound_name(b.bound)},
+                                {"fraction", b.fraction},
+                                {"text", b.sentence()}});
+  if (plan.offload.gpu) add_gpu_json(j, plan, hw, limits);
+  j["runners_up"] = nlohmann::json::array();
+  for (const PlannedPolicy& r : plan.runners_up) j["runners_up"].push_back(prediction_json(r));
+  if (!o.svg.empty()) j["svg"] = o.svg;
+  if (!png.empty()) j["png"] = png;
+  return j;
+}
+
+// The machine, ceilings, workload and memory the plan was made for.
+void print_inputs(const Options& o, const HardwareProfile& hw, const ModelConfig& c,
+                  const Plan& plan, const MemoryLimits& limits,
+                  const std::vector<WorkloadRequest>& work, const std::string& name) {
   double prompt_sum = 0, gen_sum = 0;
   for (const WorkloadRequest& r : work) prompt_sum += r.prompt_tokens, gen_sum += r.new_tokens;
   fmt::print("model      {} ({} layers), {} of weights\n", name, c.num_layers,
@@ -248,6 +255,11 @@ int run(const Options& o) {
              human_bytes(double(m.total())), human_bytes(double(limits.host_bytes)),
              human_bytes(double(m.weights)), human_bytes(double(m.kv_cache)),
              human_bytes(double(m.activations)));
+}
+
+// The chosen policy, its prediction and bottlenecks, the runners-up, and the offload plan.
+void print_choice(const Plan& plan, const HardwareProfile& hw, const ModelConfig& c,
+                  const MemoryLimits& limits) {
   const Prediction& p = plan.chosen.prediction;
   fmt::print("policy     {}\n", plan.chosen.policy.describe());
   fmt::print(
@@ -262,13 +274,35 @@ int run(const Options& o) {
                r.prediction.total_tokens_per_s(), r.prediction.prefill_tokens_per_s(),
                r.prediction.decode_tokens_per_s(), r.policy.describe(),
                r.offload.gpu ? " " + describe(r.offload) : "");
-  if (!off.gpu) {
+  if (!plan.offload.gpu) {
     fmt::print(
         "\noffload    CPU only: all weights resident in host memory, attention on the CPU "
         "(omega = 1), no paging or prefetch (give --gpu-mem to plan the GPU pipeline)\n");
   } else {
     print_offload(plan, hw, c, limits);
   }
+}
+
+int run(const Options& o) {
+  if (o.model_dir.empty() == o.preset.empty())
+    fail("plan: give exactly one of --model or --preset");
+  if (o.svg.find('\'') != std::string::npos) fail("plan: --svg: expected a path without quotes");
+  const ModelConfig c = model_config(o);
+  const std::vector<WorkloadRequest> work = workload(o);
+  const MemoryLimits limits = memory_limits(o, c);
+  const HardwareProfile hw =
+      o.profile.empty() ? planner_profile(o.policy.threads) : load_profile_file(o.profile);
+  // What the engine runs: the offload executor's constraints (pages of one expert matrix).
+  const Plan plan =
+      plan_policy(hw, c, o.policy, work, limits, executor_constraints(OffloadSettings{}));
+  const std::string name = o.preset.empty() ? o.model_dir : o.preset;
+  const std::string png = o.svg.empty() ? "" : write_roofline(o, hw, c, plan, name);
+  if (o.json) {
+    fmt::print("{}\n", plan_json(o, hw, c, plan, limits, work.size(), name, png).dump());
+    return 0;
+  }
+  print_inputs(o, hw, c, plan, limits, work, name);
+  print_choice(plan, hw, c, limits);
   if (!o.svg.empty())
     fmt::print("roofline   {}{}\n", o.svg,
                png.empty() ? " (no PNG: rsvg-convert or ImageMagick convert missing or failed)"

@@ -1089,6 +1089,119 @@ struct OffloadExecutor::Impl final : offload::StepOps {
                           reinterpret_cast<const float*>(block + R * 4), int64_t(R),
                           at<float>(buf.x));
   }
+
+  // The step's embeddings, positions, sample rows and (with a GPU attention share) row indices
+  // and block tables go up, staged through pinned buffers (the previous step's copies from them
+  // have completed: the host synchronised on its last transfer); the compute queue starts once
+  // they are there.
+  void upload_step_inputs(const OffloadStepInput& in, int table_entries) {
+    using offload::Queue;
+    const int T = plan->tokens, H = sh.H, S = int(in.sample_rows.size());
+    std::copy(in.positions.begin(), in.positions.begin() + T, h_positions.begin());
+    std::copy(in.sample_rows.begin(), in.sample_rows.end(), h_sample_rows.begin());
+    std::copy_n(in.embeddings, size_t(T) * H, h_x.data());
+    dev.copy_to_device(Queue::kTransfer, at<float>(buf.x), h_x.data(), size_t(T) * H * 4,
+                       "embeddings>d");
+    dev.copy_to_device(Queue::kTransfer, at<int32_t>(buf.positions), h_positions.data(),
+                       size_t(T) * 4, "positions>d");
+    dev.copy_to_device(Queue::kTransfer, at<int32_t>(buf.sample_rows), h_sample_rows.data(),
+                       size_t(S) * 4, "sample_rows>d");
+    to_device_bytes += double(T) * (H + 1) * 4 + double(S) * 4;
+    if (sh.gpu_attention()) {
+      const size_t index_bytes = kAttentionIndexArrays * size_t(sh.T) * 4;
+      dev.copy_to_device(Queue::kTransfer, at<int32_t>(buf.attn_index), h_index.data(), index_bytes,
+                         "attention_index>d");
+      dev.copy_to_device(Queue::kTransfer, at<int32_t>(buf.tables),
+                         h_index.data() + kAttentionIndexArrays * size_t(sh.T),
+                         size_t(table_entries) * 4, "kv_tables>d");
+      to_device_bytes += double(index_bytes) + double(table_entries) * 4;
+    }
+    dev.wait(Queue::kCompute, dev.record(Queue::kTransfer));
+  }
+
+  // The sampled rows' final hidden states; with the lm_head on the device, their logits as the
+  // CPU engine computes them (final norm, then the lm_head GEMM at the policy's precision), and
+  // with greedy sampling their argmax, which take the place of the sample rows.
+  void enqueue_final_rows(int S, bool greedy) {
+    using offload::Queue;
+    Impl* mp = this;
+    const bool lm = lm_head != nullptr;
+    const int H = sh.H, V = sh.V;
+    dev.enqueue(
+        Queue::kCompute,
+        [mp, S, H, V, lm, greedy](void* s) {
+          float* rows = mp->at<float>(mp->buf.final_rows);
+          mp->math.gather_rows_f32(s, mp->at<float>(mp->buf.x), H,
+                                   mp->at<int32_t>(mp->buf.sample_rows), S, rows);
+          if (!lm || S == 0) return;
+          float* normed = mp->at<float>(mp->buf.h);  // the layers are done with it
+          mp->norm(s, rows, normed, S,
+                   reinterpret_cast<const float*>(mp->lm_head + mp->lm_layout.final_norm));
+          mp->gemm(s, S, {mp->lm_head + mp->lm_layout.lm_head, V, H, Impl::Form::kBf16}, normed,
+                   mp->at<float>(mp->buf.lm_logits), 0, mp->at<uint16_t>(mp->buf.xb));
+          // The tokens take the place of the sample rows, which the gather above has consumed.
+          if (greedy)
+            mp->math.argmax_rows(s, mp->at<float>(mp->buf.lm_logits), S, V,
+                                 mp->at<int32_t>(mp->buf.sample_rows));
+        },
+        lm ? "final_norm+lm_head" : "final_rows");
+    dev.wait(Queue::kTransfer, dev.record(Queue::kCompute));
+  }
+
+  // What the step hands back, copied down: the greedy tokens, or the logits, or (with the
+  // lm_head on the host) the final rows into `final_rows`.
+  OffloadStepOutput take_outputs(int S, bool greedy, float* final_rows, EngineStats& st) {
+    using offload::Queue;
+    const int H = sh.H, V = sh.V;
+    OffloadStepOutput out;
+    if (greedy) {
+      dev.copy_to_host(Queue::kTransfer, h_sample_rows.data(), at<int32_t>(buf.sample_rows),
+                       size_t(S) * 4, "greedy_tokens>h");
+      dev.synchronize(dev.record(Queue::kTransfer));
+      out.greedy_tokens = {h_sample_rows.data(), size_t(S)};
+      to_host_bytes += double(S) * 4;
+    } else if (lm_head) {
+      const size_t n = size_t(S) * size_t(V);
+      dev.copy_to_host(Queue::kTransfer, h_logits.data(), at<float>(buf.lm_logits), n * 4,
+                       "logits>h");
+      dev.synchronize(dev.record(Queue::kTransfer));
+      out.logits = {h_logits.data(), n};
+      to_host_bytes += double(n) * 4;
+    }
+    if (lm_head) {
+      // As the CPU engine's gemm() accounts the lm_head (which it skips without sampled rows).
+      if (S > 0) {
+        st.flops += 2.0 * S * V * H;
+        st.weight_bytes += double(w.lm_head.nbytes());
+      }
+    } else {
+      dev.copy_to_host(Queue::kTransfer, h_final.data(), at<float>(buf.final_rows),
+                       size_t(S) * H * 4, "final_rows>h");
+      dev.synchronize(dev.record(Queue::kTransfer));
+      std::copy_n(h_final.data(), size_t(S) * H, final_rows);
+      to_host_bytes += double(S) * H * 4;
+    }
+    return out;
+  }
+
+  // The step's device counters into the engine's stats.
+  void account_step(const offload::StepPipelineStats& ps, int T, int M, EngineStats& st) {
+    using offload::Queue;
+    account_resident_gemms(T, M);
+    st.device_pages_copied += ps.pages_copied;
+    st.device_bytes_to_device += double(ps.bytes_copied) + to_device_bytes;
+    st.device_bytes_to_host += to_host_bytes;
+    st.device_gpu_experts += ps.gpu_experts;
+    st.device_cpu_experts += ps.cpu_experts;
+    st.device_peak_bytes = dev.budget().peak();
+    st.device_weight_bytes += double(ps.bytes_copied);
+    st.device_pinned_weight_bytes = registered_bytes;
+    // Copies and work that completed by now; a prefetched page still in flight counts next step.
+    const offload::QueueSeconds busy = dev.take_busy_seconds();
+    st.device_weights_busy_seconds += busy[Queue::kWeights];
+    st.device_transfer_busy_seconds += busy[Queue::kTransfer];
+    st.device_compute_busy_seconds += busy[Queue::kCompute];
+  }
 };
 
 KvCacheConfig kv_pool_config(const ModelConfig& c, const Policy& p, int64_t blocks,
@@ -1131,9 +1244,8 @@ bool OffloadExecutor::lm_head_on_device() const {
 OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float* final_rows,
                                               EngineStats& stats) {
   Impl& m = *impl_;
-  using offload::Queue;
   const StepPlan& plan = *in.plan;
-  const int T = plan.tokens, H = m.sh.H, S = int(in.sample_rows.size());
+  const int T = plan.tokens, S = int(in.sample_rows.size());
   if (T > m.sh.T || S > m.sh.S)
     fail("offload executor: a step of {} tokens and {} samples exceeds its buffers ({} and {})", T,
          S, m.sh.T, m.sh.S);
@@ -1143,105 +1255,15 @@ OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float*
   m.to_device_bytes = m.to_host_bytes = 0;
   m.mb_row.assign(1, 0);
   for (int end : plan.micro_batch_end) m.mb_row.push_back(in.item_row[size_t(end)]);
-  const int table_entries = m.index_rows();
-
-  // The embeddings and positions go up; the compute queue starts once they are there.
-  // Staged through pinned buffers: the previous step's copies from them have completed (the host
-  // synchronised on its last transfer).
-  std::copy(in.positions.begin(), in.positions.begin() + T, m.h_positions.begin());
-  std::copy(in.sample_rows.begin(), in.sample_rows.end(), m.h_sample_rows.begin());
-  std::copy_n(in.embeddings, size_t(T) * H, m.h_x.data());
-  m.dev.copy_to_device(Queue::kTransfer, m.at<float>(m.buf.x), m.h_x.data(), size_t(T) * H * 4,
-                       "embeddings>d");
-  m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.positions), m.h_positions.data(),
-                       size_t(T) * 4, "positions>d");
-  m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.sample_rows), m.h_sample_rows.data(),
-                       size_t(S) * 4, "sample_rows>d");
-  m.to_device_bytes += double(T) * (H + 1) * 4 + double(S) * 4;
-  if (m.sh.gpu_attention()) {  // the GPU share's row indices and block tables
-    const size_t index_bytes = kAttentionIndexArrays * size_t(m.sh.T) * 4;
-    m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.attn_index), m.h_index.data(),
-                         index_bytes, "attention_index>d");
-    m.dev.copy_to_device(Queue::kTransfer, m.at<int32_t>(m.buf.tables),
-                         m.h_index.data() + kAttentionIndexArrays * size_t(m.sh.T),
-                         size_t(table_entries) * 4, "kv_tables>d");
-    m.to_device_bytes += double(index_bytes) + double(table_entries) * 4;
-  }
-  m.dev.wait(Queue::kCompute, m.dev.record(Queue::kTransfer));
-
+  m.upload_step_inputs(in, m.index_rows());
   offload::StepPipelineOptions options;
   options.cpu_expert_max_tokens = m.settings.cpu_expert_max_tokens;
   const offload::StepPipelineStats ps =
       offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages, m, options);
-
-  // The sampled rows' final hidden states; with the lm_head on the device, their logits as the
-  // CPU engine computes them (final norm, then the lm_head GEMM at the policy's precision),
-  // come back to the host instead.
-  Impl* mp = &m;
-  const bool lm = m.lm_head != nullptr, greedy = lm && in.greedy;
-  const int V = m.sh.V;
-  m.dev.enqueue(
-      Queue::kCompute,
-      [mp, S, H, V, lm, greedy](void* s) {
-        float* rows = mp->at<float>(mp->buf.final_rows);
-        mp->math.gather_rows_f32(s, mp->at<float>(mp->buf.x), H,
-                                 mp->at<int32_t>(mp->buf.sample_rows), S, rows);
-        if (!lm || S == 0) return;
-        float* normed = mp->at<float>(mp->buf.h);  // the layers are done with it
-        mp->norm(s, rows, normed, S,
-                 reinterpret_cast<const float*>(mp->lm_head + mp->lm_layout.final_norm));
-        mp->gemm(s, S, {mp->lm_head + mp->lm_layout.lm_head, V, H, Impl::Form::kBf16}, normed,
-                 mp->at<float>(mp->buf.lm_logits), 0, mp->at<uint16_t>(mp->buf.xb));
-        // The tokens take the place of the sample rows, which the gather above has consumed.
-        if (greedy)
-          mp->math.argmax_rows(s, mp->at<float>(mp->buf.lm_logits), S, V,
-                               mp->at<int32_t>(mp->buf.sample_rows));
-      },
-      lm ? "final_norm+lm_head" : "final_rows");
-  m.dev.wait(Queue::kTransfer, m.dev.record(Queue::kCompute));
-  OffloadStepOutput out;
-  if (greedy) {
-    m.dev.copy_to_host(Queue::kTransfer, m.h_sample_rows.data(), m.at<int32_t>(m.buf.sample_rows),
-                       size_t(S) * 4, "greedy_tokens>h");
-    m.dev.synchronize(m.dev.record(Queue::kTransfer));
-    out.greedy_tokens = {m.h_sample_rows.data(), size_t(S)};
-    m.to_host_bytes += double(S) * 4;
-  } else if (lm) {
-    const size_t n = size_t(S) * size_t(V);
-    m.dev.copy_to_host(Queue::kTransfer, m.h_logits.data(), m.at<float>(m.buf.lm_logits), n * 4,
-                       "logits>h");
-    m.dev.synchronize(m.dev.record(Queue::kTransfer));
-    out.logits = {m.h_logits.data(), n};
-    m.to_host_bytes += double(n) * 4;
-  }
-  if (lm) {
-    // As the CPU engine's gemm() accounts the lm_head (which it skips without sampled rows).
-    if (S > 0) {
-      stats.flops += 2.0 * S * V * H;
-      stats.weight_bytes += double(m.w.lm_head.nbytes());
-    }
-  } else {
-    m.dev.copy_to_host(Queue::kTransfer, m.h_final.data(), m.at<float>(m.buf.final_rows),
-                       size_t(S) * H * 4, "final_rows>h");
-    m.dev.synchronize(m.dev.record(Queue::kTransfer));
-    std::copy_n(m.h_final.data(), size_t(S) * H, final_rows);
-    m.to_host_bytes += double(S) * H * 4;
-  }
-
-  m.account_resident_gemms(T, int(plan.micro_batch_end.size()));
-  stats.device_pages_copied += ps.pages_copied;
-  stats.device_bytes_to_device += double(ps.bytes_copied) + m.to_device_bytes;
-  stats.device_bytes_to_host += m.to_host_bytes;
-  stats.device_gpu_experts += ps.gpu_experts;
-  stats.device_cpu_experts += ps.cpu_experts;
-  stats.device_peak_bytes = m.dev.budget().peak();
-  stats.device_weight_bytes += double(ps.bytes_copied);
-  stats.device_pinned_weight_bytes = m.registered_bytes;
-  // Copies and work that completed by now; a prefetched page still in flight counts next step.
-  const offload::QueueSeconds busy = m.dev.take_busy_seconds();
-  stats.device_weights_busy_seconds += busy[Queue::kWeights];
-  stats.device_transfer_busy_seconds += busy[Queue::kTransfer];
-  stats.device_compute_busy_seconds += busy[Queue::kCompute];
+  const bool greedy = m.lm_head != nullptr && in.greedy;
+  m.enqueue_final_rows(S, greedy);
+  OffloadStepOutput out = m.take_outputs(S, greedy, final_rows, stats);
+  m.account_step(ps, T, int(plan.micro_batch_end.size()), stats);
   m.plan = nullptr;
   m.stats = nullptr;
   return out;

@@ -139,13 +139,15 @@ struct BatchEngine::Impl {
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
     if (model.expert_files) {
       if (device.device)
-        fail("engine: the experts stay on disk (--host-mem is smaller than the weights), which "
-             "the CPU engine runs but the offload device does not yet; use --device cpu or give "
-             "--host-mem enough for the whole model");
+        fail(
+            "engine: the experts stay on disk (--host-mem is smaller than the weights), which "
+            "the CPU engine runs but the offload device does not yet; use --device cpu or give "
+            "--host-mem enough for the whole model");
       if (p.pool_experts < kMinPoolExperts)
-        fail("engine: policy field 'pool_experts': the experts stay on disk and need a pool of at "
-             "least {} experts, got {}",
-             kMinPoolExperts, p.pool_experts);
+        fail(
+            "engine: policy field 'pool_experts': the experts stay on disk and need a pool of at "
+            "least {} experts, got {}",
+            kMinPoolExperts, p.pool_experts);
       disk = std::make_unique<DiskExperts>(c, model.expert_files, p.pool_experts);
       stats.disk_reads = disk->read_note();
     }
@@ -220,8 +222,8 @@ struct BatchEngine::Impl {
   Tensor pool_matrix(const ExpertMatrices& pooled, size_t j, int64_t rows, int64_t cols) const {
     Tensor t;
     t.dtype = c.expert_quant.quantized() ? DType::U8
-              : pooled.block_scales[j] ? DType::F8_E4M3
-                                       : DType::BF16;
+              : pooled.block_scales[j]   ? DType::F8_E4M3
+                                         : DType::BF16;
     t.shape = {rows, cols};
     t.data = const_cast<void*>(pooled.weights[j]);
     if (pooled.block_scales[j]) {
@@ -320,6 +322,16 @@ struct BatchEngine::Impl {
   void expert_phase(int l);
   void dense_mlp_phase(int l, int T);
   std::vector<int> execute(const StepPlan& plan, Scheduler& sched);
+  // The steps of execute: each item's rows (item_row[i] is item i's first row) with their
+  // positions, tokens and requests; the embeddings; the layers on the host; and the logits of
+  // the output rows, observed and sampled.
+  std::vector<int> lay_out_rows(const StepPlan& plan, const Scheduler& sched);
+  void embed(int T);
+  void run_layers(const StepPlan& plan, const std::vector<int>& item_row);
+  bool device_may_pick_greedily(const StepPlan& plan, Scheduler& sched) const;
+  struct OutputRow;
+  std::vector<int> sample_outputs(const StepPlan& plan, Scheduler& sched,
+                                  const std::vector<OutputRow>& out, std::span<const float> logits);
   struct OutputRow {
     int row;       // in the step's rows
     int item;      // in plan.items
@@ -570,9 +582,7 @@ std::vector<BatchEngine::Impl::OutputRow> BatchEngine::Impl::output_rows(
   return out;
 }
 
-std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sched) {
-  const int T = plan.tokens, H = c.hidden_size;
-  grow(T);
+std::vector<int> BatchEngine::Impl::lay_out_rows(const StepPlan& plan, const Scheduler& sched) {
   std::vector<int> item_row(plan.items.size() + 1, 0);
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const StepItem& it = plan.items[i];
@@ -584,8 +594,13 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
       row_request[item_row[i] + j] = s.request.id;
     }
   }
+  return item_row;
+}
+
+// inputs_embeds = embed_tokens(input_ids)
+void BatchEngine::Impl::embed(int T) {
+  const int H = c.hidden_size;
   auto t0 = Clock::now();
-  // inputs_embeds = embed_tokens(input_ids)
   const size_t embed_row = size_t(H) * dtype_size(w.embed.dtype);
   for (int r = 0; r < T; ++r) {
     if (tokens[r] < 0 || tokens[r] >= c.vocab_size)
@@ -594,53 +609,50 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
            &x[size_t(r) * H], H);
   }
   stats.dense_seconds += seconds_since(t0);
+}
 
-  // Final norm and lm_head only for the rows whose logits are wanted.
-  const std::vector<OutputRow> out = output_rows(plan, item_row, sched);
-  std::vector<int> out_rows(out.size());
-  for (size_t j = 0; j < out.size(); ++j) out_rows[j] = out[j].row;
-  const int S = int(out.size());
-  final_rows.resize(size_t(S) * H);
-  // The output rows' logits, [S, V], or the sampled rows' greedy tokens: from the device when its
-  // executor runs the lm_head.
-  OffloadStepOutput device_out;
-  if (offload) {
-    OffloadStepInput in{&plan, item_row, positions, x.data(), out_rows};
-    in.greedy = !observe_logits &&
-                std::all_of(plan.items.begin(), plan.items.end(), [&](const StepItem& it) {
-                  const Request& r = sched.sequence(it.slot).request;
-                  return !it.sample || (r.sampling.temperature == 0.0f && r.top_logprobs < 0);
-                });
-    device_out = offload->run_layers(in, final_rows.data(), stats);
-  } else {
-    for (int l = 0; l < c.num_layers; ++l) {
-      int ib = 0;
-      for (int ie : plan.micro_batch_end) {
-        attention_phase(l, plan, item_row, ib, ie);
-        ib = ie;
-      }
-      expert_phase(l);
-      dense_mlp_phase(l, T);
+void BatchEngine::Impl::run_layers(const StepPlan& plan, const std::vector<int>& item_row) {
+  for (int l = 0; l < c.num_layers; ++l) {
+    int ib = 0;
+    for (int ie : plan.micro_batch_end) {
+      attention_phase(l, plan, item_row, ib, ie);
+      ib = ie;
     }
-    for (int j = 0; j < S; ++j)
-      std::copy_n(&x[size_t(out_rows[j]) * H], H, &final_rows[size_t(j) * H]);
+    expert_phase(l);
+    dense_mlp_phase(l, plan.tokens);
   }
-  // Picked on the device: what Sampler::sample picks at temperature 0 (it draws no random number).
-  std::vector<int> sampled(device_out.greedy_tokens.begin(), device_out.greedy_tokens.end());
-  if (!sampled.empty()) return sampled;
+}
+
+// Whether the device may pick the sampled tokens itself (its argmax): nobody observes the logits
+// and every sampling item is greedy without logprobs.
+bool BatchEngine::Impl::device_may_pick_greedily(const StepPlan& plan, Scheduler& sched) const {
+  return !observe_logits &&
+         std::all_of(plan.items.begin(), plan.items.end(), [&](const StepItem& it) {
+           const Request& r = sched.sequence(it.slot).request;
+           return !it.sample || (r.sampling.temperature == 0.0f && r.top_logprobs < 0);
+         });
+}
+
+// The output rows' logits (from `device_logits`, or made here from final_rows when the lm_head
+// is on the host), kLogitRowsAtOnce at a time: observed, and the sampling rows' tokens picked.
+std::vector<int> BatchEngine::Impl::sample_outputs(const StepPlan& plan, Scheduler& sched,
+                                                   const std::vector<OutputRow>& out,
+                                                   std::span<const float> device_logits) {
+  const int S = int(out.size()), H = c.hidden_size;
+  std::vector<int> sampled;
   const bool host_lm_head = !offload || !offload->lm_head_on_device();
   for (int j0 = 0; j0 < S; j0 += kLogitRowsAtOnce) {
     const int n = std::min(kLogitRowsAtOnce, S - j0);
-    const float* rows = device_out.logits.data() + size_t(j0) * c.vocab_size;
+    const float* rows = device_logits.data() + size_t(j0) * c.vocab_size;
     if (host_lm_head) {
-      t0 = Clock::now();
+      auto t0 = Clock::now();
       norm(&final_rows[size_t(j0) * H], n, w.final_norm, h.data());
       logits.resize(size_t(n) * c.vocab_size);
       gemm(h.data(), DType::F32, n, w.lm_head, logits.data());
       stats.dense_seconds += seconds_since(t0);
       rows = logits.data();
     }
-    t0 = Clock::now();
+    auto t0 = Clock::now();
     for (int j = 0; j < n; ++j) {
       const OutputRow& o = out[size_t(j0 + j)];
       ActiveSequence& s = sched.sequence(plan.items[size_t(o.item)].slot);
@@ -654,6 +666,34 @@ std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sch
     stats.sampling_seconds += seconds_since(t0);
   }
   return sampled;
+}
+
+std::vector<int> BatchEngine::Impl::execute(const StepPlan& plan, Scheduler& sched) {
+  const int T = plan.tokens, H = c.hidden_size;
+  grow(T);
+  const std::vector<int> item_row = lay_out_rows(plan, sched);
+  embed(T);
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  const std::vector<OutputRow> out = output_rows(plan, item_row, sched);
+  std::vector<int> out_rows(out.size());
+  for (size_t j = 0; j < out.size(); ++j) out_rows[j] = out[j].row;
+  const int S = int(out.size());
+  final_rows.resize(size_t(S) * H);
+  if (!offload) {
+    run_layers(plan, item_row);
+    for (int j = 0; j < S; ++j)
+      std::copy_n(&x[size_t(out_rows[j]) * H], H, &final_rows[size_t(j) * H]);
+    return sample_outputs(plan, sched, out, {});
+  }
+  // The output rows' logits, [S, V], or the sampled rows' greedy tokens: from the device when its
+  // executor runs the lm_head.
+  OffloadStepInput in{&plan, item_row, positions, x.data(), out_rows};
+  in.greedy = device_may_pick_greedily(plan, sched);
+  const OffloadStepOutput device_out = offload->run_layers(in, final_rows.data(), stats);
+  // Picked on the device: what Sampler::sample picks at temperature 0 (it draws no random number).
+  if (!device_out.greedy_tokens.empty())
+    return {device_out.greedy_tokens.begin(), device_out.greedy_tokens.end()};
+  return sample_outputs(plan, sched, out, device_out.logits);
 }
 
 BatchEngine::BatchEngine(const Model& model, const Policy& policy)
@@ -676,8 +716,9 @@ void BatchEngine::set_logits_observer(LogitsObserver observer) {
 }
 void BatchEngine::set_routing_observer(RoutingObserver observer) {
   if (impl_->offload)
-    fail("engine: the routing observer sees the CPU engine's routing, and this engine runs its "
-         "layers on an offload device, which routes there");
+    fail(
+        "engine: the routing observer sees the CPU engine's routing, and this engine runs its "
+        "layers on an offload device, which routes there");
   impl_->observe_routing = std::move(observer);
 }
 const Policy& BatchEngine::policy() const {

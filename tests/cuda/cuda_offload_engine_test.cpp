@@ -244,13 +244,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, CudaOffloadEngine,
 // Quantized experts (--expert-dtype int8/int4) on the GPU: the packed bytes streamed and the
 // quantized GEMM kernel (kernels/cuda/quant_gemm.h), against the CPU engine on the same
 // quantized model, in every setting above.
-struct QuantCase {
-  const char* preset;
-  ExpertDtype dtype;
-  int group;
-};
-
-class CudaQuantizedEngine : public ::testing::TestWithParam<QuantCase> {};
+class CudaQuantizedEngine : public ::testing::TestWithParam<testing::QuantizedTinyCase> {};
 
 TEST_P(CudaQuantizedEngine, MatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU("CUDA quantized offload test");
@@ -260,14 +254,8 @@ TEST_P(CudaQuantizedEngine, MatchesTheCpuEngine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaQuantizedEngine,
-                         ::testing::Values(QuantCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                                           QuantCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
-                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
-                         [](const auto& case_info) {
-                           return testing::preset_dtype_name(case_info.param.preset,
-                                                             case_info.param.dtype);
-                         });
+                         ::testing::ValuesIn(testing::quantized_tiny_cases()),
+                         testing::quantized_case_name);
 
 }  // namespace
 }  // namespace sluice

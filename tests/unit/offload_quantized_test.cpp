@@ -49,13 +49,7 @@ QuantRun on_standin(const Model& m, const Policy& p, const OffloadSettings& s) {
   return run(engine, m.config);
 }
 
-struct QuantCase {
-  const char* preset;
-  ExpertDtype dtype;
-  int group;
-};
-
-class OffloadQuantized : public ::testing::TestWithParam<QuantCase> {
+class OffloadQuantized : public ::testing::TestWithParam<testing::QuantizedTinyCase> {
  protected:
   Model model() const {
     Model m = make_random_model(preset_config(GetParam().preset), 42);
@@ -123,14 +117,8 @@ TEST_P(OffloadQuantized, TheFootprintCountsThePackedBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, OffloadQuantized,
-                         ::testing::Values(QuantCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                                           QuantCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
-                                           QuantCase{"tiny-qwen2-moe", ExpertDtype::kInt4, 8}),
-                         [](const auto& case_info) {
-                           return testing::preset_dtype_name(case_info.param.preset,
-                                                             case_info.param.dtype);
-                         });
+                         ::testing::ValuesIn(testing::quantized_tiny_cases()),
+                         testing::quantized_case_name);
 
 }  // namespace
 }  // namespace sluice

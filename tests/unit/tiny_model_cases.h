@@ -2,17 +2,21 @@
 // window, grouped-query attention (3 query heads per KV head), top-3 routing over 5 experts and
 // an odd vocabulary, and one tiny model of every other family; and the workload and policy both
 // engine tests run them with. Shared by batch_engine_test (which adds more cases),
-// offload_executor_test and the CUDA engine test.
+// offload_executor_test and the CUDA engine test; and the quantized cases of the offload tests.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <functional>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
 #include "model/presets.h"
 #include "runtime/policy.h"
 #include "runtime/request.h"
+#include "test_util.h"
 
 namespace sluice::testing {
 
@@ -146,6 +150,25 @@ inline Policy exercising_policy(Precision precision, int new_tokens) {
   p.threads = 2;
   p.precision = precision;
   return p;
+}
+
+// A tiny preset with its experts quantized: the offload paths' quantized cases, against the CPU
+// engine on the same quantized model. Named "tiny_mixtral_int8" and so on.
+struct QuantizedTinyCase {
+  const char* preset;
+  ExpertDtype dtype;
+  int group;
+};
+
+inline std::vector<QuantizedTinyCase> quantized_tiny_cases() {
+  return {{"tiny-mixtral", ExpertDtype::kInt8, 32},
+          {"tiny-mixtral", ExpertDtype::kInt4, 32},
+          {"tiny-qwen2-moe", ExpertDtype::kInt8, 8},
+          {"tiny-qwen2-moe", ExpertDtype::kInt4, 8}};
+}
+
+inline std::string quantized_case_name(const ::testing::TestParamInfo<QuantizedTinyCase>& info) {
+  return preset_dtype_name(info.param.preset, info.param.dtype);
 }
 
 }  // namespace sluice::testing

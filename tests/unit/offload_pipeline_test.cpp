@@ -309,5 +309,83 @@ TEST(OffloadPipeline, StreamerReleasesEveryPageAndDropsSkipped) {
   EXPECT_EQ(s.pages_copied(), 4);  // pages 0 and 1 were dropped, never copied
 }
 
+// Pages whose host memory a source lends: none is copied ahead before the source has its bytes;
+// a page of the task about to run is lent all the same (the source waits for its bytes); each is
+// lent before its copy, and the source learns of every copy with an event that passes.
+class FakeSource final : public PageSource {
+ public:
+  explicit FakeSource(int groups) : ready(size_t(groups), false), bytes(size_t(groups)) {
+    for (int g = 0; g < groups; ++g)
+      bytes[size_t(g)].assign(2, std::vector<uint8_t>(64, uint8_t(10 + g)));
+  }
+  bool available(const WeightPage& page) override { return ready[size_t(page.source_group)]; }
+  void lend(WeightPage& page) override {
+    page.host = bytes[size_t(page.source_group)][size_t(page.source_part)].data();
+    lent.push_back(page.name);
+  }
+  void copied(const WeightPage& page, const EventPtr& event) override {
+    copies.push_back({page.name, event});
+  }
+  std::vector<bool> ready;
+  std::vector<std::vector<std::vector<uint8_t>>> bytes;  // [group][part]
+  std::vector<std::string> lent;
+  std::vector<std::pair<std::string, EventPtr>> copies;
+};
+
+TEST(OffloadPipeline, BorrowedPagesAreCopiedOnceTheirSourceHasThem) {
+  CpuStandinDevice dev(1 << 20);
+  std::vector<uint8_t> own(64, 1);
+  std::vector<WeightPage> pages = {{own.data(), 64, "own"}};
+  for (int g = 0; g < 2; ++g)
+    for (int part = 0; part < 2; ++part)
+      pages.push_back({.bytes = 64,
+                       .name = fmt::format("g{}.{}", g, part),
+                       .source_group = g,
+                       .source_part = part});
+  PageSlots pool(dev, 64, 4);
+  FakeSource source(2);
+  PageStreamer s(dev, pool, pages, {{0}, {1, 2}, {3, 4}}, &source);
+  s.prefetch();
+  EXPECT_EQ(s.pages_in_slots(), 1);  // the page with its own memory; group 0 is not there yet
+  EXPECT_TRUE(source.lent.empty());
+  source.ready[0] = true;
+  s.prefetch();
+  EXPECT_EQ(s.pages_in_slots(), 3);
+  EXPECT_EQ(source.lent, (std::vector<std::string>{"g0.0", "g0.1"}));
+  std::atomic<int> bad{0};
+  auto expect = [&bad](uint8_t a, uint8_t b) {
+    return [&bad, a, b](void*, std::span<void* const> p) {
+      if (p.size() != 2 || static_cast<const uint8_t*>(p[0])[63] != a ||
+          static_cast<const uint8_t*>(p[1])[63] != b)
+        ++bad;
+    };
+  };
+  s.run(
+      0, [](void*, std::span<void* const>) {}, "t0");
+  s.run(1, expect(10, 10), "t1");
+  s.run(2, expect(11, 11), "t2");  // group 1 never said it was there: its task lends it anyway
+  EXPECT_TRUE(s.finished());
+  dev.synchronize_all();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(source.lent, (std::vector<std::string>{"g0.0", "g0.1", "g1.0", "g1.1"}));
+  ASSERT_EQ(source.copies.size(), 4u);
+  for (const auto& [name, event] : source.copies) {
+    ASSERT_TRUE(event) << name;
+    dev.synchronize(event);
+  }
+}
+
+TEST(OffloadPipeline, ABorrowedPageWithoutASourceIsAnError) {
+  CpuStandinDevice dev(1 << 20);
+  std::vector<WeightPage> pages = {{.bytes = 64, .name = "g0.0", .source_group = 0}};
+  PageSlots pool(dev, 64, 1);
+  try {
+    PageStreamer s(dev, pool, pages, {{0}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'source_group'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace sluice::offload

@@ -46,11 +46,12 @@ int PageStreamer::min_slots(size_t n_pages, const std::vector<std::vector<int>>&
 }
 
 PageStreamer::PageStreamer(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
-                           std::vector<std::vector<int>> uses)
+                           std::vector<std::vector<int>> uses, PageSource* source)
     : device_(device),
       slots_(slots),
       pages_(std::move(pages)),
       uses_(std::move(uses)),
+      source_(source),
       state_(pages_.size()) {
   for (int t = 0; t < int(uses_.size()); ++t)
     for (int p : uses_[size_t(t)]) {
@@ -65,6 +66,10 @@ PageStreamer::PageStreamer(Device& device, PageSlots& slots, std::vector<WeightP
     if (pages_[p].total_bytes() > slots.page_bytes())
       fail("page streamer: page '{}': expected at most the page size {} bytes, got {}",
            pages_[p].name, slots.page_bytes(), pages_[p].total_bytes());
+    if (pages_[p].source_group >= 0 && !source_)
+      fail("page streamer: page '{}': field 'source_group': its host memory is lent by a source, "
+           "but the streamer has none",
+           pages_[p].name);
     if (state_[p].first_use >= 0)
       copy_order_.push_back(int(p));
     else
@@ -101,23 +106,18 @@ bool PageStreamer::drop_if_not_copied(int t) {
   return true;
 }
 
-void PageStreamer::prefetch() {
+void PageStreamer::copy_ahead(int must) {
   while (next_copy_ < copy_order_.size() && free_head_ < free_.size()) {
-    const int p = copy_order_[next_copy_++];
+    const int p = copy_order_[next_copy_];
     PageState& s = state_[size_t(p)];
-    if (!s.needed) continue;  // dropped before its copy was issued
-    const FreeSlot f = free_[free_head_++];
-    if (f.fence) device_.wait(Queue::kWeights, f.fence);  // its previous page's last user ran
-    s.slot = f.slot;
+    if (!s.needed) {  // dropped before its copy was issued
+      ++next_copy_;
+      continue;
+    }
     const WeightPage& page = pages_[size_t(p)];
-    auto* slot = static_cast<char*>(slots_.slot(f.slot));
-    device_.copy_to_device(Queue::kWeights, slot, page.host, page.bytes, page.name);
-    if (page.then_bytes > 0)
-      device_.copy_to_device(Queue::kWeights, slot + page.bytes, page.then_host, page.then_bytes,
-                             page.name);
-    s.copied = device_.record(Queue::kWeights);
-    ++pages_copied_;
-    bytes_copied_ += int64_t(page.total_bytes());
+    if (page.source_group >= 0 && s.first_use > must && !source_->available(page)) break;
+    ++next_copy_;
+    copy_page(p, free_[free_head_++]);
   }
   // Compact the FIFO now and then so it does not grow with the schedule.
   if (free_head_ > 64 && free_head_ * 2 > free_.size()) {
@@ -126,10 +126,27 @@ void PageStreamer::prefetch() {
   }
 }
 
+void PageStreamer::copy_page(int p, const FreeSlot& f) {
+  PageState& s = state_[size_t(p)];
+  WeightPage& page = pages_[size_t(p)];
+  if (page.source_group >= 0) source_->lend(page);
+  if (f.fence) device_.wait(Queue::kWeights, f.fence);  // its previous page's last user ran
+  s.slot = f.slot;
+  auto* slot = static_cast<char*>(slots_.slot(f.slot));
+  device_.copy_to_device(Queue::kWeights, slot, page.host, page.bytes, page.name);
+  if (page.then_bytes > 0)
+    device_.copy_to_device(Queue::kWeights, slot + page.bytes, page.then_host, page.then_bytes,
+                           page.name);
+  s.copied = device_.record(Queue::kWeights);
+  if (page.source_group >= 0) source_->copied(page, s.copied);
+  ++pages_copied_;
+  bytes_copied_ += int64_t(page.total_bytes());
+}
+
 void PageStreamer::run(int t, PagedWork work, std::string_view label) {
   if (t != next_task_)
     fail("page streamer: task {} run out of order: expected task {}", t, next_task_);
-  prefetch();
+  copy_ahead(t);
   std::vector<void*> ptrs;
   for (int p : uses_[size_t(t)]) {
     const PageState& s = state_[size_t(p)];

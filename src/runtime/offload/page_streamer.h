@@ -11,6 +11,12 @@
 // every page whose last user is t back to the pool, fenced by an event after t's work: the next
 // copy into that slot waits on the device for that event. The host never blocks; it only
 // enqueues. A page that was never copied (its task was skipped or run on the CPU) is dropped.
+//
+// Pages may also borrow their host memory from a PageSource (the disk tier's host page pool):
+// such a page has no host address until the source gives it one, just before its copy. The
+// streamer copies a borrowed page ahead of its task only once the source says its bytes are
+// there; a page of the task about to run is waited for. The source learns when each copy is
+// enqueued, with its event, so it keeps the host bytes until the copy is done.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +37,24 @@ struct WeightPage {
   const void* then_host = nullptr;
   size_t then_bytes = 0;
   size_t total_bytes() const { return bytes + then_bytes; }  // <= the pool's page_bytes
+  // A page whose host memory a PageSource lends (host and then_host null until it does): the
+  // source's group (e.g. one expert) and this page's part of it. -1: the page has its own.
+  int source_group = -1;
+  int source_part = 0;
+};
+
+// Host memory lent to pages (WeightPage::source_group >= 0) while they are copied.
+class PageSource {
+ public:
+  virtual ~PageSource() = default;
+  // Whether the page's host bytes are there now, without waiting. While false, neither it nor
+  // the pages after it are copied ahead of their tasks.
+  virtual bool available(const WeightPage& page) = 0;
+  // Sets the page's host addresses (host, and then_host where then_bytes > 0), waiting for the
+  // bytes where need be.
+  virtual void lend(WeightPage& page) = 0;
+  // The page's copy is enqueued; `copied` passes once it is done, and the bytes may then go.
+  virtual void copied(const WeightPage& page, const EventPtr& copied) = 0;
 };
 
 // The device slots: allocated once from the budget, owned for the streamer's life.
@@ -58,14 +82,17 @@ using PagedWork = std::function<void(void* stream, std::span<void* const> pages)
 class PageStreamer {
  public:
   // uses[t]: indices into `pages` that task t reads. Fails if the slots cannot hold the pages
-  // that are live at once (the minimum is named in the message).
+  // that are live at once (the minimum is named in the message). `source` lends the host memory
+  // of the pages that have a source_group (it must outlive the streamer); null when none has.
   PageStreamer(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
-               std::vector<std::vector<int>> uses);
+               std::vector<std::vector<int>> uses, PageSource* source = nullptr);
 
   // The fewest slots this schedule needs: the most pages in use across any task.
   static int min_slots(size_t n_pages, const std::vector<std::vector<int>>& uses);
 
-  void prefetch();  // enqueues every copy a free slot allows, in first-use order
+  // Enqueues every copy a free slot allows, in first-use order (a borrowed page only once its
+  // source has its bytes).
+  void prefetch() { copy_ahead(-1); }
   // Enqueues task t; tasks must be run or skipped in order.
   void run(int t, PagedWork work, std::string_view label);
   // Task t will not run on the device (no tokens, or the CPU takes it): its pages that are not
@@ -98,11 +125,15 @@ class PageStreamer {
     EventPtr fence;  // the last user's work; null if never used
   };
   void finish_task(int t, const EventPtr& fence);
+  // prefetch, and every page of tasks up to `must` copied, borrowed ones waited for.
+  void copy_ahead(int must);
+  void copy_page(int p, const FreeSlot& f);
 
   Device& device_;
   PageSlots& slots_;
   std::vector<WeightPage> pages_;
   std::vector<std::vector<int>> uses_;
+  PageSource* source_;
   std::vector<PageState> state_;
   std::vector<int> copy_order_;  // pages by first use
   size_t next_copy_ = 0;

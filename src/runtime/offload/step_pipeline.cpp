@@ -24,9 +24,9 @@ std::vector<std::vector<int>> step_task_uses(const std::vector<LayerPages>& laye
 
 StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
                            const std::vector<LayerPages>& layers, StepOps& ops,
-                           const StepPipelineOptions& options) {
+                           const StepPipelineOptions& options, PageSource* source) {
   const int M = ops.micro_batches();
-  PageStreamer streamer(device, slots, std::move(pages), step_task_uses(layers, M));
+  PageStreamer streamer(device, slots, std::move(pages), step_task_uses(layers, M), source);
   StepPipelineStats stats;
   // `ops` is used by work that runs on the queues: the caller keeps it alive until it has
   // synchronised on the step.
@@ -89,7 +89,7 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
     // device, so once an expert is enqueued the copies of the next experts' pages are issued.
     enum class Place { kSkip, kCpu, kGpu };
     std::vector<Place> place(static_cast<size_t>(E), Place::kGpu);
-    std::vector<int> on_cpu;
+    std::vector<int> on_gpu, on_cpu;
     for (int e = 0; e < E; ++e) {
       const int t = task + e, n = tokens[size_t(e)];
       if (n == 0) {
@@ -101,7 +101,9 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
         place[size_t(e)] = Place::kCpu;
         on_cpu.push_back(e);
       }
+      if (place[size_t(e)] == Place::kGpu) on_gpu.push_back(e);
     }
+    ops.experts_placed(l, on_gpu, on_cpu);
     for (int e = 0; e < E; ++e) {
       const int t = task++;
       if (place[size_t(e)] != Place::kGpu) {

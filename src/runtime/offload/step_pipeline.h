@@ -50,6 +50,12 @@ class StepOps {
   // upload of the per-expert row lists the expert kernels gather by.
   virtual std::vector<int> expert_tokens(int layer) = 0;
   virtual Transfer expert_rows_to_device(int layer) = 0;
+  // Every expert's place is decided: `gpu` (their tasks run next, in this order), then `cpu`
+  // (cpu_expert, in this order, after the GPU ones are enqueued). No page of the layer's
+  // experts has been copied yet when they come from a PageSource.
+  virtual void experts_placed(int layer, const std::vector<int>& gpu, const std::vector<int>& cpu) {
+    (void)layer, (void)gpu, (void)cpu;
+  }
   virtual void gpu_expert(void* stream, int layer, int expert, std::span<void* const> pages) = 0;
   virtual void cpu_expert(int layer, int expert) = 0;
   virtual Transfer cpu_experts_to_device(int layer) = 0;  // bytes 0: none ran on the CPU
@@ -81,9 +87,11 @@ std::vector<std::vector<int>> step_task_uses(const std::vector<LayerPages>& laye
                                              int micro_batches);
 
 // Runs one step: enqueues all GPU work, runs the CPU work on the calling thread, and returns
-// once everything is enqueued (the caller synchronises on its final event).
+// once everything is enqueued (the caller synchronises on its final event). `source` lends the
+// host memory of borrowed pages (PageStreamer); it makes a layer's expert pages available only
+// once experts_placed has told it the layer's experts.
 StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
                            const std::vector<LayerPages>& layers, StepOps& ops,
-                           const StepPipelineOptions& options);
+                           const StepPipelineOptions& options, PageSource* source = nullptr);
 
 }  // namespace sluice::offload

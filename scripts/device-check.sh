@@ -138,7 +138,7 @@ fi
 if [ -n "$rehearsal" ]; then
   record cuda-tests skipped "rehearsal"
 elif timeout 120 "$sluice_tests" \
-     --gtest_filter='Cuda*:*/CudaOffloadEngine.*:*/CudaQuantizedEngine.*:CublasLt*:GpuProfiler*:OffloadPipeline*:OffloadAccounting*' \
+     --gtest_filter='Cuda*:*/CudaOffloadEngine.*:*/CudaQuantizedEngine.*:*/CudaOffloadDisk.*:CublasLt*:GpuProfiler*:OffloadPipeline*:OffloadAccounting*' \
      >"$log_dir/cuda_tests.log" 2>&1; tests_rc=$?; [ "$tests_rc" -eq 0 ]; then
   # gtest's summary line "[  SKIPPED ] N tests, listed below:" (each skipped test is also
   # printed twice, as it runs and in the list).

@@ -138,11 +138,6 @@ struct BatchEngine::Impl {
     latent_inv_freq = rope_inv_freq(c);
     stats.kv_cache_bytes = size_t(kv.config().block_bytes()) * kv.total_blocks();
     if (model.expert_files) {
-      if (device.device)
-        fail(
-            "engine: the experts stay on disk (--host-mem is smaller than the weights), which "
-            "the CPU engine runs but the offload device does not yet; use --device cpu or give "
-            "--host-mem enough for the whole model");
       if (p.pool_experts < kMinPoolExperts)
         fail(
             "engine: policy field 'pool_experts': the experts stay on disk and need a pool of at "
@@ -158,7 +153,8 @@ struct BatchEngine::Impl {
         device_kv = std::make_unique<PagedKvCache>(books);
         cpu_share = cpu_attention_share(device.settings);
       }
-      offload = std::make_unique<OffloadExecutor>(c, w, policy, kv, device_kv.get(), device);
+      offload =
+          std::make_unique<OffloadExecutor>(c, w, policy, kv, device_kv.get(), device, disk.get());
     }
   }
 
@@ -243,11 +239,7 @@ struct BatchEngine::Impl {
       return;
     }
     const int64_t rows = matrix.shape[0], cols = matrix.shape[1];
-    const cpu::QuantView packed{.format = quant_format(c.expert_quant.dtype),
-                                .n = rows,
-                                .k = cols,
-                                .group_size = c.expert_quant.group_size,
-                                .data = static_cast<const uint8_t*>(matrix.data)};
+    const cpu::QuantView packed = quant_view(c, matrix.data, rows, cols);
     stats.weight_bytes += double(packed.bytes());
     stats.flops += 2.0 * m * rows * cols;
     cpu::gemm_int8({.m = m, .x = xin, .x_dtype = x_dtype, .w = &packed, .y = y});

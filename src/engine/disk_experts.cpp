@@ -39,6 +39,18 @@ void DiskExperts::release(int i) {
   ask_ahead(i + 1);
 }
 
+bool DiskExperts::landed(int i) const {
+  return pool_.landed({layer_, chosen_[size_t(i)]});
+}
+
+ExpertMatrices DiskExperts::acquire_one(int layer, int expert) {
+  return pool_.acquire({layer, expert});
+}
+
+void DiskExperts::release_one(int layer, int expert) {
+  pool_.release({layer, expert});
+}
+
 int DiskExperts::next_moe_layer(int layer) const {
   for (int step = 1; step <= c_.num_layers; ++step) {
     const int l = (layer + step) % c_.num_layers;
@@ -52,7 +64,8 @@ void DiskExperts::guess_next_layer() {
   // Experts a step of T tokens is expected to use: E·(1 - (1 - k/E)^T) under uniform routing.
   const double E = c_.num_experts, k = c_.experts_per_token;
   const double expected = E * (1 - std::pow(1 - k / E, double(step_tokens_)));
-  if (expected >= 0.9 * E) {
+  if (expected >= 0.9 * E &&
+      !(size_t(next) < device_resident_.size() && device_resident_[size_t(next)])) {
     for (int e = 0; e < c_.num_experts; ++e)
       if (!pool_.prefetch({next, e}, false)) return;
     return;

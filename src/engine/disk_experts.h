@@ -26,6 +26,20 @@ class DiskExperts {
   // chosen[i] of the current layer, waiting for its read; release(i) after its GEMMs.
   ExpertMatrices acquire(int i);
   void release(int i);
+  // Whether chosen[i] has landed, so that acquire(i) would not wait.
+  bool landed(int i) const;
+  // Layers whose experts an offload device holds (true): only the few the CPU takes are read
+  // from disk at each step, so the guesses for such a layer are last step's, never all.
+  void set_device_resident(std::vector<bool> layers) { device_resident_ = std::move(layers); }
+
+  // One expert outside the layers' order (e.g. copied once to a device at start-up): read now
+  // unless it is in the pool, and kept until release_one.
+  ExpertMatrices acquire_one(int layer, int expert);
+  void release_one(int layer, int expert);
+
+  // The pool's host memory, one range (a device may page-lock it).
+  const void* memory() const { return pool_.memory(); }
+  size_t memory_bytes() const { return pool_.bytes(); }
 
   ExpertPoolStats stats() const { return pool_.stats(); }
   const std::string& read_note() const { return pool_.read_note(); }
@@ -42,6 +56,7 @@ class DiskExperts {
   size_t asked_ = 0;
   bool guessed_ = false;
   std::vector<std::vector<int>> used_last_step_;  // per layer
+  std::vector<bool> device_resident_;             // per layer; empty: none
 };
 
 }  // namespace sluice

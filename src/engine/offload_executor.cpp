@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "engine/disk_expert_pages.h"
 #include "engine/host_attention.h"
 #include "engine/offload_layout.h"
 #include "engine/routing_rule.h"
@@ -94,6 +95,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   std::unique_ptr<offload::PageSlots> slots;
   std::vector<offload::WeightPage> pages;
   std::vector<offload::LayerPages> layer_pages;
+  // The disk tier (null: the experts are in host memory): its pool lends the streamed experts'
+  // pages and the CPU experts' weights, and filled the resident layers' experts at start-up.
+  DiskExperts* disk = nullptr;
+  std::unique_ptr<DiskExpertPages> disk_pages;
 
   // The step being run (valid during run_layers).
   const StepPlan* plan = nullptr;
@@ -132,7 +137,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   int micro_batches() const override { return int(mb_row.size()) - 1; }
 
   Impl(const ModelConfig& config, const ModelWeights& weights, const Policy& p, PagedKvCache& cache,
-       const PagedKvCache* device_cache, const EngineDevice& d)
+       const PagedKvCache* device_cache, const EngineDevice& d, DiskExperts* disk_experts)
       : c(config),
         w(weights),
         kv(cache),
@@ -143,7 +148,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         buf(sh),
         kv_layout(config, p, sh.gpu_kv_blocks),
         device_kv(device_cache),
-        lm_layout(config) {
+        lm_layout(config),
+        disk(disk_experts) {
     if (c.expert_quant.quantized() && !math.supports_quantized_experts())
       fail(
           "offload executor: the {} device math has no kernel for quantized expert weights "
@@ -212,6 +218,12 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       if (kv_layout.bytes > 0)
         kv_pool = static_cast<char*>(dev.allocate(kv_layout.bytes, "KV pool"));
       slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
+      if (disk) {
+        disk_pages = std::make_unique<DiskExpertPages>(dev, *disk, sh.E);
+        std::vector<bool> on_device;
+        for (int j : expert_layer_index) on_device.push_back(j >= 0);
+        disk->set_device_resident(std::move(on_device));
+      }
       upload_resident();
       build_pages();
       register_streamed_weights();
@@ -290,32 +302,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     auto up = [&](size_t offset, const Tensor& t, size_t bytes, const char* what) {
       up_to(resident, offset, t, bytes, what);
     };
-    for (int l = 0; l < c.num_layers; ++l) {
-      const int j = expert_layer_index[size_t(l)];
-      if (j < 0 || !res[size_t(l)].moe) continue;  // streamed, or a dense layer (no experts)
-      const LayerWeights& L = w.layers[size_t(l)];
-      const Tensor* mats[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
-      const char* names[] = {"expert_gate", "expert_up", "expert_down"};
-      for (int m = 0; m < 3; ++m) {
-        const size_t bytes = matrix_bytes(m);
-        const auto [n, k] = expert_matrix_shape(m);
-        if (fp8_experts()) {
-          for (int e = 0; e < sh.E; ++e)
-            upload_fp8(resident_experts + resident_expert_offset(c, j, m, e), mats[m]->slice0(e), n,
-                       k, fmt::format("layer {} {} {}", l, names[m], e));
-          continue;
-        }
-        if (mats[m]->nbytes() != bytes * size_t(sh.E))
-          fail(
-              "offload executor: tensor 'layer {} {}': expected {} experts of {} bytes, got {} "
-              "bytes",
-              l, names[m], sh.E, bytes, mats[m]->nbytes());
-        for (int e = 0; e < sh.E; ++e)
-          dev.copy_to_device(offload::Queue::kWeights,
-                             resident_experts + resident_expert_offset(c, j, m, e),
-                             mats[m]->slice0(e).data, bytes, names[m]);
-      }
-    }
+    upload_resident_experts();
     if (lm_head) {
       up_to(lm_head, lm_layout.lm_head, w.lm_head, size_t(sh.V) * H * 2, "lm_head");
       up_to(lm_head, lm_layout.final_norm, w.final_norm, H * 4, "final_norm");
@@ -364,6 +351,71 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     dev.copy_to_device(offload::Queue::kWeights, resident + inv_freq_at, inv_freq.data(),
                        inv_freq.size() * 4, "rope inv_freq");
     dev.synchronize(dev.record(offload::Queue::kWeights));
+  }
+
+  // The resident layers' experts, from host memory or read from disk through the pool (one
+  // expert at a time, each released once its copies are done).
+  void upload_resident_experts() {
+    for (int l = 0; l < c.num_layers; ++l) {
+      const int j = expert_layer_index[size_t(l)];
+      if (j < 0 || !res[size_t(l)].moe) continue;  // streamed, or a dense layer (no experts)
+      for (int e = 0; e < sh.E; ++e) {
+        const ExpertMatrices x = disk ? disk->acquire_one(l, e) : host_expert(l, e);
+        for (int m = 0; m < 3; ++m) {
+          char* dst = resident_experts + resident_expert_offset(c, j, m, e);
+          const std::string what = fmt::format("layer {} expert {} matrix {}", l, e, m);
+          if (fp8_experts()) {
+            const size_t scale_bytes = fp8_scale_bytes(m);
+            dev.copy_to_device(offload::Queue::kWeights, dst, x.block_scales[size_t(m)],
+                               scale_bytes, what);
+            dst += scale_bytes;
+          }
+          dev.copy_to_device(offload::Queue::kWeights, dst, x.weights[size_t(m)], value_bytes(m),
+                             what);
+        }
+        if (!disk) continue;
+        dev.synchronize(dev.record(offload::Queue::kWeights));
+        disk->release_one(l, e);
+      }
+    }
+  }
+
+  // Expert e of layer l as the host holds it: its gate, up and down (bf16, packed quantized, or
+  // FP8 codes with their block scales), checked against the sizes the device expects.
+  ExpertMatrices host_expert(int l, int e) const {
+    const LayerWeights& L = w.layers[size_t(l)];
+    const Tensor* slots3[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
+    ExpertMatrices x;
+    for (int m = 0; m < 3; ++m) {
+      const auto [n, k] = expert_matrix_shape(m);
+      const std::string what = fmt::format("layer {} expert {} matrix {}", l, e, m);
+      if (c.expert_quant.quantized()) {
+        x.weights[size_t(m)] = quant_matrix(c, *slots3[m], n, k, e).data;
+        continue;
+      }
+      const Tensor matrix = slots3[m]->slice0(e);
+      if (fp8_experts()) {
+        x.block_scales[size_t(m)] = static_cast<const float*>(fp8_parts(matrix, n, k, what).first);
+      } else if (matrix.nbytes() != matrix_bytes(m)) {
+        fail("offload executor: tensor '{}': expected {} bytes, got {}", what, matrix_bytes(m),
+             matrix.nbytes());
+      }
+      x.weights[size_t(m)] = matrix.data;
+    }
+    return x;
+  }
+
+  // Bytes of an expert's matrix m without FP8 block scales: an FP8 matrix's codes, else
+  // matrix_bytes(m).
+  size_t value_bytes(int m) const {
+    const auto [n, k] = expert_matrix_shape(m);
+    return fp8_experts() ? size_t(n * k) : matrix_bytes(m);
+  }
+
+  // Bytes of the block scales of an FP8 expert's matrix m.
+  size_t fp8_scale_bytes(int m) const {
+    const auto [n, k] = expert_matrix_shape(m);
+    return size_t(shape_numel(fp8_scale_shape(n, k))) * 4;
   }
 
   // MLA's projections: q_proj, or q_a_proj and q_b_proj; kv_a_proj_with_mqa. `matrix` uploads
@@ -427,18 +479,19 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   void register_streamed_weights() {
     const size_t os_page = size_t(sysconf(_SC_PAGESIZE));
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-    for (int l = 0; l < c.num_layers; ++l) {
+    auto add_range = [&](const void* data, size_t bytes) {
+      const auto begin = reinterpret_cast<uintptr_t>(data);
+      ranges.push_back({begin / os_page * os_page, (begin + bytes + os_page - 1) / os_page * os_page});
+    };
+    if (disk) add_range(disk->memory(), disk->memory_bytes());  // the pool lends the pages
+    for (int l = 0; l < c.num_layers && !disk; ++l) {
       if (expert_layer_index[size_t(l)] >= 0) continue;  // copied once, never streamed
       const LayerWeights& L = w.layers[size_t(l)];
       for (const Tensor* t : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
         if (t->empty()) continue;  // a dense layer
         // FP8 experts stream their block scales with their codes.
-        for (const Tensor* part : {t, t->block_scales.get()}) {
-          if (!part) continue;
-          const auto begin = reinterpret_cast<uintptr_t>(part->data);
-          ranges.push_back({begin / os_page * os_page,
-                            (begin + part->nbytes() + os_page - 1) / os_page * os_page});
-        }
+        for (const Tensor* part : {t, t->block_scales.get()})
+          if (part) add_range(part->data, part->nbytes());
       }
     }
     if (ranges.empty()) return;
@@ -475,7 +528,6 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // copies of the next streamed layer run ahead while it computes.
   void build_pages() {
     for (int l = 0; l < c.num_layers; ++l) {
-      const LayerWeights& L = w.layers[size_t(l)];
       offload::LayerPages lp;
       if (!res[size_t(l)].moe) {  // a dense layer: no experts
         layer_pages.push_back(std::move(lp));
@@ -488,23 +540,25 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       }
       for (int e = 0; e < sh.E; ++e) {
         std::vector<int> ids;
-        const Tensor* mats[] = {&L.expert_gate, &L.expert_up, &L.expert_down};
+        // In host memory the pages point at the weights; from disk the pool lends them.
+        const ExpertMatrices x = disk ? ExpertMatrices{} : host_expert(l, e);
         const char* names[] = {"w1", "w3", "w2"};
         for (int m = 0; m < 3; ++m) {
           ids.push_back(int(pages.size()));
-          const Tensor matrix = mats[m]->slice0(e);
-          std::string name = fmt::format("L{}.e{}.{}", l, e, names[m]);
-          if (fp8_experts()) {
-            const auto [n, k] = expert_matrix_shape(m);
-            const auto [scales, scale_bytes] = fp8_parts(matrix, n, k, name);
-            pages.push_back({.host = scales,
-                             .bytes = scale_bytes,
-                             .name = std::move(name),
-                             .then_host = matrix.data,
-                             .then_bytes = size_t(n * k)});
-          } else {
-            pages.push_back({matrix.data, matrix_bytes(m), std::move(name)});
+          offload::WeightPage page{.host = x.weights[size_t(m)],
+                                   .bytes = matrix_bytes(m),
+                                   .name = fmt::format("L{}.e{}.{}", l, e, names[m])};
+          if (fp8_experts()) {  // its block scales, then its codes
+            page.then_host = page.host;
+            page.then_bytes = value_bytes(m);
+            page.host = x.block_scales[size_t(m)];
+            page.bytes = fp8_scale_bytes(m);
           }
+          if (disk) {
+            page.source_group = disk_pages->group(l, e);
+            page.source_part = m;
+          }
+          pages.push_back(std::move(page));
         }
         lp.experts.push_back(std::move(ids));
       }
@@ -962,6 +1016,14 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     return {at<char>(buf.expert_lists), h_lists.data(), bytes};
   }
 
+  // From disk, the pool is asked for the experts the router chose, and lends their pages; a
+  // resident layer's GPU experts are on the device already, so only its CPU experts are read.
+  void experts_placed(int l, const std::vector<int>& gpu, const std::vector<int>& cpu) override {
+    if (!disk_pages) return;
+    const bool on_device = expert_layer_index[size_t(l)] >= 0;
+    disk_pages->begin_layer(l, on_device ? std::vector<int>{} : gpu, cpu, mb_row.back());
+  }
+
   // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, up to StepShape::dbe rows
   // per GEMM.
   // `p`: the expert's gate, up and down pages; empty for a resident layer's expert.
@@ -1002,34 +1064,35 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   // The same expert on the host's kernels and weights, into the host block added on the device.
   void cpu_expert(int l, int e) override {
     const auto t0 = Clock::now();
-    const LayerWeights& L = w.layers[size_t(l)];
     const int T = mb_row.back(), H = sh.H, I = sh.I;
     const auto* rows = reinterpret_cast<const int32_t*>(h_lists.data());
     const auto* weights = reinterpret_cast<const float*>(h_lists.data() + size_t(T) * sh.K * 4);
     const int first = list_begin[size_t(e)], count = list_count[size_t(e)];
+    const ExpertMatrices x = disk_pages ? disk_pages->acquire_for_host(e) : host_expert(l, e);
     // The CPU engine's expert GEMM: bf16 (or fp32) weights, FP8 ones dequantised tile by tile,
-    // or the packed quantized ones.
-    auto host_gemm = [&](int m, int n, int k, const void* x, DType xt, const Tensor& slot,
-                         float* y) {
+    // or the packed quantized ones. `mat`: 0 gate, 1 up, 2 down.
+    auto host_gemm = [&](int m, int mat, const void* xin, DType xt, float* y) {
+      const auto [n, k] = expert_matrix_shape(mat);
+      const void* wm = x.weights[size_t(mat)];
       if (c.expert_quant.quantized()) {
-        const cpu::QuantView wq = quant_matrix(c, slot, n, k, e);
-        cpu::gemm_int8({.m = m, .x = x, .x_dtype = xt, .w = &wq, .y = y});
+        const cpu::QuantView wq = sluice::quant_view(c, wm, n, k);
+        cpu::gemm_int8({.m = m, .x = xin, .x_dtype = xt, .w = &wq, .y = y});
         return;
       }
-      const Tensor matrix = slot.slice0(e);
-      if (matrix.dtype == DType::F8_E4M3) {
-        const cpu::Fp8Matrix fp8 = fp8_matrix(matrix);
+      if (const float* scales = x.block_scales[size_t(mat)]) {
+        const cpu::Fp8Matrix fp8{
+            .q = static_cast<const uint8_t*>(wm), .scale = scales, .n = n, .k = k};
         cpu::gemm_fp8(
-            {.m = m, .x = x, .x_dtype = xt, .w = &fp8, .y = y, .round_x_to_bf16 = !sh.f32});
+            {.m = m, .x = xin, .x_dtype = xt, .w = &fp8, .y = y, .round_x_to_bf16 = !sh.f32});
         return;
       }
-      const uint16_t* wt = matrix.as<const uint16_t>();
+      const auto* wt = static_cast<const uint16_t*>(wm);
       if (xt == DType::F32 && sh.f32) {
-        cpu::gemm_f32({m, n, k, static_cast<const float*>(x), wt, y, 0});
+        cpu::gemm_f32({m, int(n), int(k), static_cast<const float*>(xin), wt, y, 0});
         return;
       }
       cpu::GemmArgs a;
-      a.m = m, a.n = n, a.k = k, a.x = x, a.x_dtype = xt, a.w = wt, a.y = y;
+      a.m = m, a.n = int(n), a.k = int(k), a.x = xin, a.x_dtype = xt, a.w = wt, a.y = y;
       cpu::gemm(a);
     };
     for (int begin = 0; begin < count; begin += sh.be) {
@@ -1047,10 +1110,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         xe = c_exf.data(), xt = DType::F32;
       else
         xe = c_exb.data(), xt = DType::BF16;
-      host_gemm(m, I, H, xe, xt, L.expert_gate, c_gate.data());
-      host_gemm(m, I, H, xe, xt, L.expert_up, c_up.data());
+      host_gemm(m, 0, xe, xt, c_gate.data());
+      host_gemm(m, 1, xe, xt, c_up.data());
       cpu::silu_mul(c_gate.data(), c_up.data(), c_act.data(), int64_t(m) * I);
-      host_gemm(m, H, I, c_act.data(), DType::F32, L.expert_down, c_down.data());
+      host_gemm(m, 2, c_act.data(), DType::F32, c_down.data());
       for (int j = 0; j < m; ++j) {
         const int row = rows[first + begin + j];
         int& slot = c_slot[size_t(row)];
@@ -1065,6 +1128,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         for (int i = 0; i < H; ++i) o[i] += wt * d[i];
       }
     }
+    if (disk_pages) disk_pages->release_for_host(e);
     stats->expert_seconds += seconds_since(t0);
   }
 
@@ -1227,8 +1291,8 @@ KvCacheConfig device_kv_config(const ModelConfig& c, const Policy& p, const Offl
 
 OffloadExecutor::OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,
                                  PagedKvCache& kv, const PagedKvCache* device_kv,
-                                 const EngineDevice& device)
-    : impl_(std::make_unique<Impl>(c, weights, p, kv, device_kv, device)) {}
+                                 const EngineDevice& device, DiskExperts* disk)
+    : impl_(std::make_unique<Impl>(c, weights, p, kv, device_kv, device, disk)) {}
 OffloadExecutor::~OffloadExecutor() = default;
 
 int OffloadExecutor::page_slots() const {
@@ -1258,11 +1322,15 @@ OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float*
   m.upload_step_inputs(in, m.index_rows());
   offload::StepPipelineOptions options;
   options.cpu_expert_max_tokens = m.settings.cpu_expert_max_tokens;
-  const offload::StepPipelineStats ps =
-      offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages, m, options);
+  const offload::StepPipelineStats ps = offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages,
+                                                          m, options, m.disk_pages.get());
   const bool greedy = m.lm_head != nullptr && in.greedy;
   m.enqueue_final_rows(S, greedy);
   OffloadStepOutput out = m.take_outputs(S, greedy, final_rows, stats);
+  if (m.disk_pages) {  // the step is done on the device: its copies too
+    m.disk_pages->finish_step();
+    stats.disk = m.disk->stats();
+  }
   m.account_step(ps, T, int(plan.micro_batch_end.size()), stats);
   m.plan = nullptr;
   m.stats = nullptr;

@@ -99,14 +99,19 @@ struct OffloadStepOutput {
   std::span<const int32_t> greedy_tokens;  // [S]: lm_head on the device, greedy
 };
 
+class DiskExperts;
+
 class OffloadExecutor {
  public:
   // `weights` are the engine's (bf16 matrices, fp32 norms); they, `kv` (the host cache: the CPU
   // share's K/V) and `device_kv` (the device pool's books, of device_kv_config; null when that
   // has no block) outlive the executor. Fails if the device budget cannot hold the footprint
   // with the fewest slots, naming it.
+  // `disk` (null: the routed experts are in `weights`) holds them in their files when they stay
+  // on disk; it too outlives the executor.
   OffloadExecutor(const ModelConfig& c, const ModelWeights& weights, const Policy& p,
-                  PagedKvCache& kv, const PagedKvCache* device_kv, const EngineDevice& device);
+                  PagedKvCache& kv, const PagedKvCache* device_kv, const EngineDevice& device,
+                  DiskExperts* disk = nullptr);
   ~OffloadExecutor();
 
   // Runs every layer of the step and adds to `stats`. With the lm_head on the device, returns

@@ -111,11 +111,15 @@ cpu::QuantView quant_matrix(const ModelConfig& c, const Tensor& slot, int64_t n,
     fail("quant_matrix: expected a packed {} matrix of {}x{} (group {}, {} bytes), got {} {}",
          expert_dtype_name(q.dtype), n, k, q.group_size, bytes, dtype_name(slot.dtype),
          shape_str(slot.shape));
-  return {.format = f,
+  return quant_view(c, slot.as<const uint8_t>() + (e >= 0 ? size_t(e) * bytes : 0), n, k);
+}
+
+cpu::QuantView quant_view(const ModelConfig& c, const void* packed, int64_t n, int64_t k) {
+  return {.format = quant_format(c.expert_quant.dtype),
           .n = n,
           .k = k,
-          .group_size = q.group_size,
-          .data = slot.as<const uint8_t>() + (e >= 0 ? size_t(e) * bytes : 0)};
+          .group_size = c.expert_quant.group_size,
+          .data = static_cast<const uint8_t*>(packed)};
 }
 
 Tensor expert_matrix_f32(const ModelConfig& c, const Tensor& slot, int64_t e, int64_t n,

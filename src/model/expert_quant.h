@@ -53,6 +53,9 @@ int resolve_expert_group(const ModelConfig& c, ExpertDtype d, int requested,
 // scales with FP8 weights, else packed.
 size_t expert_matrix_bytes(const ModelConfig& c, int64_t n, int64_t k);
 
+// The packed n × k matrix at `packed` in the config's quantization.
+cpu::QuantView quant_view(const ModelConfig& c, const void* packed, int64_t n, int64_t k);
+
 // The packed matrix `e` of a quantized stacked slot (e >= 0), or of a whole unstacked one (-1).
 cpu::QuantView quant_matrix(const ModelConfig& c, const Tensor& slot, int64_t n, int64_t k,
                             int64_t e = -1);

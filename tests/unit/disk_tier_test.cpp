@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "disk_cases.h"
 #include "engine/batch_engine.h"
 #include "engine/weights_in_memory.h"
 #include "gguf_test_writer.h"
@@ -32,13 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::TempDir;
-
-// The model at `dir` loaded with a budget one byte short of its weights: the routed experts stay
-// on disk (the resident part and a small pool fit).
-Model load_with_experts_on_disk(const fs::path& dir) {
-  const size_t weights = model_weight_bytes(load_model_config(dir));
-  return load_model_for_run(dir, {}, {weights - 1, "a test's budget"});
-}
 
 struct RunResult {
   std::map<std::pair<int64_t, int>, std::vector<float>> logits;
@@ -84,21 +78,11 @@ ExpertPoolStats stats_once_read(const ExpertPagePool& pool, int64_t experts) {
   return s;
 }
 
-struct DiskCase {
-  const char* preset;
-  ExpertDtype dtype;  // bf16: the checkpoint as written (V3's FP8); else a quantized checkpoint
-  int group;
-};
+using testing::DiskCase;
+using testing::load_with_experts_on_disk;
+using testing::write_checkpoint;
 
 class DiskTier : public ::testing::TestWithParam<DiskCase> {};
-
-// The case's checkpoint in `dir`: the preset's random weights, quantized when the case asks.
-fs::path write_checkpoint(const DiskCase& p, const TempDir& dir, uint64_t seed) {
-  write_random_checkpoint(preset_config(p.preset), dir / "bf16", seed);
-  if (p.dtype == ExpertDtype::kBf16) return dir / "bf16";
-  quantize_checkpoint(dir / "bf16", dir / "q", p.dtype, p.group);
-  return dir / "q";
-}
 
 TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
   TempDir dir;
@@ -213,20 +197,8 @@ TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
   EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier,
-                         ::testing::Values(DiskCase{"tiny-mixtral", ExpertDtype::kBf16, 0},
-                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt8, 32},
-                                           DiskCase{"tiny-mixtral", ExpertDtype::kInt4, 32},
-                                           DiskCase{"tiny-deepseek-v2-lite", ExpertDtype::kBf16, 0},
-                                           DiskCase{"tiny-deepseek-v3", ExpertDtype::kBf16, 0},
-                                           DiskCase{"tiny-dbrx", ExpertDtype::kBf16, 0}),
-                         [](const ::testing::TestParamInfo<DiskCase>& case_info) {
-                           const DiskCase& p = case_info.param;
-                           const bool fp8 = preset_config(p.preset).fp8_weights;
-                           return testing::test_name(
-                               std::string(p.preset) + "_" +
-                               std::string(fp8 ? "fp8" : expert_dtype_name(p.dtype)));
-                         });
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier, ::testing::ValuesIn(testing::disk_cases()),
+                         testing::disk_case_name);
 
 // A GGUF file's experts stay in it, each a slice of its layer's stacked tensor: BF16 read as
 // stored, Q8_0 and Q4_0 dequantised as they land, with the logits of the file loaded whole, bit

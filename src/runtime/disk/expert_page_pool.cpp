@@ -261,6 +261,12 @@ void ExpertPagePool::release(ExpertKey k) {
   landed_.notify_all();
 }
 
+bool ExpertPagePool::landed(ExpertKey k) const {
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(key_of(k));
+  return it != index_.end() && slots_[size_t(it->second)].state == State::kReady;
+}
+
 ExpertPoolStats ExpertPagePool::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

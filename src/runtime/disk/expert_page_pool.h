@@ -103,6 +103,8 @@ class ExpertPagePool {
   // until release. Throws the loader's error (naming the file and offset) if its read failed.
   ExpertMatrices acquire(ExpertKey k);
   void release(ExpertKey k);
+  // Whether the expert is in memory now, so that acquire would not wait (it does not wait).
+  bool landed(ExpertKey k) const;
   // Layer `layer` begins with the router's `chosen` experts: the guesses for it not yet started
   // that the router did not choose are dropped, so the disk reads what is needed.
   void drop_guesses(int layer, const std::vector<int>& chosen);
@@ -110,6 +112,8 @@ class ExpertPagePool {
   int slots() const { return int(slots_.size()); }
   // Host bytes the pool holds: its slots, allocated once when it is made.
   size_t bytes() const { return layout_.bytes * slots_.size(); }
+  // Where those bytes are: one range, so a device can page-lock it once.
+  const void* memory() const { return memory_; }
   ExpertPoolStats stats() const;
   const std::string& read_note() const { return reader_.note(); }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "model/presets.h"
+#include "runtime/disk/expert_page_pool.h"
 #include "runtime/planner/planner.h"
 #include "synthetic_profile.h"
 
@@ -331,6 +332,54 @@ TEST(OffloadCostModel, HostHoldsTheCpuShareOfTheKvCache) {
   EXPECT_EQ(host_memory_use(c, p).kv_cache, 64 * block);
 }
 
+// With the experts on disk a streamed layer's reads gate its copies: on a slow disk, the reads
+// of both layers run back to back on the critical path, the second layer's first copy starts
+// only once its reads are done, and the planner names the disk. A resident layer reads nothing
+// during the step (its experts were read at start-up).
+TEST(OffloadCostModel, DiskReadsGateTheStreamedLayersCopies) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 2);
+  HardwareProfile hw = synthetic_gpu_profile();
+  hw.disk_bytes_per_s = 1e8;
+  Policy p = small_policy();
+  p.pool_experts = 4;
+  const OffloadCostModel m(hw, c, p, streamed());
+  const StepShape step = decode_step(4, 400);
+  const TaskGraph g = m.step_graph(step);
+  const Task reads = *CpuCostModel(hw, c, p).disk_read_task(4);
+  ASSERT_GT(reads.bytes, 0);
+  const std::vector<double> finish = g.finish_times();
+  auto finish_of = [&](const std::string& name) {
+    for (size_t i = 0; i < g.tasks().size(); ++i)
+      if (g.tasks()[i].name == name) return finish[i];
+    ADD_FAILURE() << "no task " << name;
+    return 0.0;
+  };
+  int disk_tasks = 0;
+  for (const Task& t : g.tasks())
+    if (t.resource == Resource::kDisk) {
+      ++disk_tasks;
+      EXPECT_DOUBLE_EQ(t.bytes, reads.bytes) << t.name;
+    }
+  EXPECT_EQ(disk_tasks, 2);
+  EXPECT_DOUBLE_EQ(finish_of("layer1.expert_reads"), 2 * reads.seconds);
+  EXPECT_GE(finish_of("layer1.expert0.pages_h2d"), 2 * reads.seconds);
+  EXPECT_GT(g.critical_path_seconds(), 2 * reads.seconds);
+  EXPECT_NEAR(m.step_seconds(step), pipeline_step_seconds(g), 1e-12 * m.step_seconds(step));
+  const std::vector<PhaseBottleneck> why =
+      explain(m, std::vector<WorkloadRequest>(4, WorkloadRequest{8, 4}));
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_EQ(why[1].resource, Resource::kDisk);
+  EXPECT_NE(why[1].sentence().find("decode is bound by the disk's O_DIRECT read bandwidth in "
+                                   "expert reads from disk"),
+            std::string::npos)
+      << why[1].sentence();
+
+  OffloadPlan resident = streamed();
+  resident.resident_expert_layers = 2;
+  const TaskGraph all_resident = OffloadCostModel(hw, c, p, resident).step_graph(step);
+  for (const Task& t : all_resident.tasks()) EXPECT_NE(t.resource, Resource::kDisk) << t.name;
+}
+
 TEST(OffloadPlanner, PrefersMoreResidentLayersWhenMemoryAllows) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   const HardwareProfile hw = synthetic_gpu_profile(1e10);
@@ -345,6 +394,26 @@ TEST(OffloadPlanner, PrefersMoreResidentLayersWhenMemoryAllows) {
   EXPECT_GT(big.chosen.prediction.total_tokens_per_s(),
             small.chosen.prediction.total_tokens_per_s());
   EXPECT_EQ(big.offload.cpu_attention_share, big.chosen.offload.cpu_attention_share);
+}
+
+// The weights larger than host memory, with a GPU: the planner plans the GPU pipeline with the
+// experts on disk, gives the pool what the rest leaves of host memory, and stays within it.
+TEST(OffloadPlanner, PlansTheGpuPipelineWithTheExpertsOnDisk) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  HardwareProfile hw = synthetic_gpu_profile(1e10);
+  hw.disk_bytes_per_s = 2e9;
+  const size_t host = model_weight_bytes(c) / 2;
+  ASSERT_TRUE(experts_stay_on_disk(c, host));
+  const MemoryLimits limits{host, size_t(16) << 30, true};
+  const Plan plan = plan_policy(hw, c, Policy{}, uniform_workload(32, 64, 16), limits);
+  ASSERT_TRUE(plan.offload.gpu);
+  EXPECT_GE(plan.chosen.policy.pool_experts, kMinPoolExperts);
+  EXPECT_LE(plan.chosen.memory.total(), host);
+  EXPECT_LE(plan.chosen.gpu_memory.total(), size_t(16) << 30);
+  // The pool took what the rest left: one more expert would not fit.
+  Policy more = plan.chosen.policy;
+  ++more.pool_experts;
+  EXPECT_GT(host_memory_use(c, more, plan.offload).total(), host);
 }
 
 TEST(OffloadPlanner, TooLittleGpuMemoryNamesTheMinimum) {

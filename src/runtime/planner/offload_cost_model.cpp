@@ -509,6 +509,11 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   for (const MicroBatchShape& mb : step.micro_batches)
     mbs.push_back(micro_batch_tasks(*this, k, mb));
   const ExpertTasks x = expert_tasks(*this, k, T);
+  // With the experts on disk: a streamed layer's reads into the host page pool, on the pool's
+  // own thread, one layer after another (the CPU engine's model of them); the layer's first
+  // expert copy and CPU expert wait for them. A resident layer's experts were read at start-up.
+  const std::optional<Task> reads = cpu_.disk_read_task(T);
+  int reads_last = -1;
 
   // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
   int cpu_last =
@@ -561,6 +566,11 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
 
     // Expert phase: the host waits for every micro-batch's routing, then enqueues the experts.
     const bool resident = layer_resident(l, c.num_layers, o_.resident_expert_layers);
+    if (moe && !resident && reads) {
+      reads_last = b.add(*reads, {reads_last}, {}, name(named ? fmt::format("layer{}.", l) : "",
+                                                        "expert_reads"));
+      routing.push_back(reads_last);
+    }
     for (int e = 0; moe && e < E; ++e) {
       const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
       const std::vector<int>& after_routing = e == 0 ? routing : std::vector<int>{};
@@ -569,7 +579,8 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
         if (!resident) {
           const size_t j = streamed_gpu_expert.size(), depth = size_t(o_.prefetch_depth);
           const int slot_free = j >= depth ? streamed_gpu_expert[j - depth] : -1;
-          weights_last = b.add(x.copy, {weights_last, slot_free}, {}, name(p, "pages_h2d"));
+          weights_last = b.add(x.copy, {weights_last, slot_free, e == 0 ? reads_last : -1}, {},
+                               name(p, "pages_h2d"));
           copied = weights_last;
         }
         gpu_last = b.add(x.gpu, {gpu_last, copied}, after_routing, name(p, "gpu"));

@@ -20,6 +20,10 @@
 // experts run, across layers, so the next layer's experts are prefetched while this layer
 // computes. A copy may start only when a slot is free: the pool holds prefetch_depth experts'
 // pages, so the copy of the j-th streamed expert waits for the GPU task of the (j - depth)-th.
+// With the experts on disk (Policy::pool_experts > 0), a fifth resource: the disk reads a
+// streamed layer's experts into the host page pool (CpuCostModel::disk_read_task, the expected
+// misses at the profile's O_DIRECT bandwidth), one layer after another on the pool's thread, and
+// the layer's first expert copy and GPU and CPU experts wait for them.
 //
 // Routing is an expectation, as in the CPU model: an expert gets Binomial(T, k/E) tokens, so its
 // copy moves P(it runs on the GPU) · its bytes (an expert with no token, or one the CPU takes, is

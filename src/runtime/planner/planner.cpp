@@ -299,10 +299,6 @@ class PolicySearch {
   void resolve_base(const Policy& requested) {
     base_ = requested;
     if (base_.threads <= 0) base_.threads = omp_get_num_procs();
-    if (limits_.experts_on_disk && gpu_)
-      fail(
-          "planner: the experts stay on disk (the weights are larger than the host memory "
-          "limit), which the GPU pipeline does not run yet; plan for the CPU engine");
     if (!limits_.experts_on_disk) base_.pool_experts = 0;
     pool_fixed_ = base_.pool_experts;
     for (int l = 0; l < c_.num_layers; ++l) all_experts_ += c_.is_moe_layer(l) ? c_.num_experts : 0;
@@ -316,12 +312,12 @@ class PolicySearch {
           base_.kv_blocks, base_.kv_block_size, longest_, blocks_per_seq_);
   }
 
-  // The disk tier's pool: what the rest of the policy leaves of host memory, at most every
-  // expert; at least kMinPoolExperts, or the policy does not fit.
-  void fill_pool(Policy& p) const {
+  // The disk tier's pool: what the rest of the policy (with the GPU pipeline, `o`) leaves of
+  // host memory, at most every expert; at least kMinPoolExperts, or the policy does not fit.
+  void fill_pool(Policy& p, const OffloadPlan& o) const {
     if (!limits_.experts_on_disk || pool_fixed_ > 0) return;
     p.pool_experts = kMinPoolExperts;
-    const size_t least = host_memory_use(c_, p).total();
+    const size_t least = host_memory_use(c_, p, o).total();
     if (least < limits_.host_bytes)
       p.pool_experts = int(std::min<int64_t>(
           all_experts_,
@@ -348,7 +344,7 @@ class PolicySearch {
     p.prefill_chunk = k[kChunk];
     if (p.kv_blocks <= 0) p.kv_blocks = p.batch * blocks_per_seq_;
     p.batch = std::min(p.batch, p.kv_blocks / blocks_per_seq_);
-    fill_pool(p);
+    fill_pool(p, offload_of(k));
     return p;
   }
 

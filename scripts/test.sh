@@ -30,7 +30,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   # process each) and the golden model tests (the PyTorch reference, minutes) — the release
   # suite runs those. Sharded over the cores.
   skip="Cli.*:CliArguments.*:CliBadModel.*:CliBenchKernels.*:CliPlan.*:BatchJob.*:GgufModel.*"
-  skip+=":IsaCli.*:OverBudgetJob.*:ModelGolden.*:OffloadAccounting.*:OffloadCli.*"
+  skip+=":IsaCli.*:OverBudgetJob.*:ModelGolden.*:OffloadAccounting.*:OffloadCli.*:OffloadDiskCli.*"
   skip+=":PerplexityCli.*:PlanCli.*:QuantizedCheckpointErrors.*:ShippedModel.*:TokenizerErrors.*"
   cd $build
   pids=()

@@ -46,10 +46,8 @@ class CudaOffloadDisk : public ::testing::TestWithParam<testing::DiskCase> {};
 
 TEST_P(CudaOffloadDisk, ExpertsReadFromDiskGiveTheNumbersOfTheModelInMemory) {
   SKIP_WITHOUT_GPU("CUDA offload test with the experts on disk");
-  testing::TempDir dir;
-  const auto model_dir = testing::write_checkpoint(GetParam(), dir, 23);
-  const Model in_memory = load_model(model_dir);
-  const Model on_disk = testing::load_with_experts_on_disk(model_dir);
+  const testing::CheckpointTwice models(GetParam(), 23);
+  const Model &in_memory = models.in_memory, &on_disk = models.on_disk;
   ASSERT_TRUE(on_disk.expert_files);
   for (int resident : {0, 1})
     for (int cpu_max : {0, 2}) {

@@ -56,4 +56,16 @@ inline Model load_with_experts_on_disk(const std::filesystem::path& dir) {
   return load_model_for_run(dir, {}, {weights - 1, "a test's budget"});
 }
 
+// The case's checkpoint in a temporary folder, loaded twice: whole, and with its routed experts
+// on disk (the run of one should give the numbers of the other).
+struct CheckpointTwice {
+  CheckpointTwice(const DiskCase& p, uint64_t seed)
+      : path(write_checkpoint(p, dir, seed)),
+        in_memory(load_model(path)),
+        on_disk(load_with_experts_on_disk(path)) {}
+  TempDir dir;
+  std::filesystem::path path;
+  Model in_memory, on_disk;
+};
+
 }  // namespace sluice::testing

@@ -85,10 +85,8 @@ using testing::write_checkpoint;
 class DiskTier : public ::testing::TestWithParam<DiskCase> {};
 
 TEST_P(DiskTier, ASmallPoolGivesTheLogitsOfTheModelInMemory) {
-  TempDir dir;
-  const fs::path model_dir = write_checkpoint(GetParam(), dir, 11);
-  const Model in_memory = load_model(model_dir);
-  const Model on_disk = load_with_experts_on_disk(model_dir);
+  const testing::CheckpointTwice models(GetParam(), 11);
+  const Model &in_memory = models.in_memory, &on_disk = models.on_disk;
   ASSERT_TRUE(on_disk.expert_files);
   EXPECT_TRUE(on_disk.weights.layers.back().expert_gate.empty());
   const int64_t experts = all_experts(on_disk.config);

@@ -48,10 +48,8 @@ DeviceRun on_standin(const Model& m, int pool_experts, const OffloadSettings& s)
 class OffloadDisk : public ::testing::TestWithParam<DiskCase> {};
 
 TEST_P(OffloadDisk, APoolOfThreeExpertsGivesTheNumbersOfTheModelInMemory) {
-  testing::TempDir dir;
-  const auto model_dir = testing::write_checkpoint(GetParam(), dir, 21);
-  const Model in_memory = load_model(model_dir);
-  const Model on_disk = testing::load_with_experts_on_disk(model_dir);
+  const testing::CheckpointTwice models(GetParam(), 21);
+  const Model &in_memory = models.in_memory, &on_disk = models.on_disk;
   ASSERT_TRUE(on_disk.expert_files);
   for (int resident : {0, 1})
     for (int cpu_max : {0, 2}) {

@@ -298,11 +298,18 @@ void print_memory(const BenchResult& b) {
   // With the experts on disk: the resident weights and the page pool.
   const size_t weights_bytes = b.ms->total_bytes + size_t(b.plan->policy.pool_experts) *
                                                        expert_slot_bytes(b.loaded->model.config);
-  const double memory_bound = double(weights_bytes + s.kv_cache_bytes) * 1.10;
-  fmt::print("memory     peak resident {} vs weights {} + KV cache {} (+10%: {}){}\n",
+  // The CPU stand-in's "device" memory is the host's: it counts in the resident set too.
+  const offload::Device* device = b.device->backend ? b.device->backend->device.get() : nullptr;
+  const size_t device_bytes =
+      device && device->memory_is_host() ? size_t(s.device_peak_bytes) : size_t(0);
+  const double memory_bound = double(weights_bytes + s.kv_cache_bytes + device_bytes) * 1.10;
+  fmt::print("memory     peak resident {} vs weights {} + KV cache {}{} (+10%: {}){}\n",
              human_bytes(double(b.peak_rss)), human_bytes(double(weights_bytes)),
-             human_bytes(double(s.kv_cache_bytes)), human_bytes(memory_bound),
-             double(b.peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
+             human_bytes(double(s.kv_cache_bytes)),
+             device_bytes > 0
+                 ? fmt::format(" + the stand-in device's {}", human_bytes(double(device_bytes)))
+                 : "",
+             human_bytes(memory_bound), double(b.peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
   // The use counts the device KV pool's blocks too (ω < 1); the bytes are the host cache's.
   fmt::print("KV cache   peak use {:.0f}% of the blocks (host cache {}{})\n", 100 * s.peak_kv_usage,
              human_bytes(double(s.kv_cache_bytes)),

@@ -39,6 +39,7 @@ class CpuStandinDevice final : public Device {
   void* allocate(size_t bytes, std::string_view what) override;
   void deallocate(void* ptr, size_t bytes) override;
   const MemoryBudget& budget() const override { return budget_; }
+  bool memory_is_host() const override { return true; }
 
   void copy_to_device(Queue q, void* dst, const void* src, size_t bytes,
                       std::string_view label) override;

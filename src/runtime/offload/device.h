@@ -53,6 +53,9 @@ class Device {
   virtual void* allocate(size_t bytes, std::string_view what) = 0;
   virtual void deallocate(void* ptr, size_t bytes) = 0;
   virtual const MemoryBudget& budget() const = 0;
+  // Whether "device" memory is the host's (the CPU stand-in): it then counts in the process's
+  // resident memory.
+  virtual bool memory_is_host() const { return false; }
 
   // Asynchronous copies in queue order; the host buffer must stay valid (and for CUDA pinned)
   // until an event recorded after the copy has completed.

@@ -114,6 +114,12 @@ void add_device_options(CLI::App& sub, DeviceOptions& d) {
                  "layers' experts)")
       ->group(group)
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--device-cache-pages", d.settings.cache_pages,
+                 "Expert page slots beyond --page-slots that keep pages on the device from step "
+                 "to step, so an expert used again is not copied again (default: what --gpu-mem "
+                 "leaves beyond a margin, up to every streamed page; none on the stand-in)")
+      ->group(group)
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--cpu-expert-max-tokens", d.settings.cpu_expert_max_tokens,
                  "Experts with at most this many tokens in a step run on the CPU when their pages "
                  "are not on the device yet (0: never)")

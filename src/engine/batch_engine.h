@@ -45,7 +45,11 @@ struct EngineStats {
   // Fraction of KV blocks in use at most, over the host cache and the device KV pool together.
   double peak_kv_usage = 0;
   // The offload executor only (zero on the CPU engine).
-  int64_t device_pages_copied = 0;    // expert weight pages copied host→device
+  int64_t device_pages_copied = 0;  // expert weight pages copied host→device
+  // Expert weight pages the device's slots kept from an earlier step (the device half of the
+  // expert cache), not copied again, and their bytes.
+  int64_t device_pages_reused = 0;
+  double device_bytes_reused = 0;
   double device_bytes_to_device = 0;  // weight pages and activations, host→device
   double device_bytes_to_host = 0;    // activations, device→host
   int64_t device_gpu_experts = 0, device_cpu_experts = 0;  // expert runs by place

@@ -51,6 +51,13 @@ void print_device_report(const DeviceReport& r, const EngineStats& s, double wal
       s.device_pages_copied, human_bytes(r.h2d_bytes), human_bytes(r.weight_bytes),
       human_bytes(r.d2h_bytes), s.device_gpu_experts, s.device_cpu_experts,
       human_bytes(double(s.device_peak_bytes)), human_bytes(r.pinned_weight_bytes));
+  const int64_t wanted = s.device_pages_copied + s.device_pages_reused;
+  fmt::print(
+      "           device expert cache: {} of {} expert pages kept in the device's slots from an "
+      "earlier step (hit rate {:.1f}%), {} not copied\n",
+      s.device_pages_reused, wanted,
+      wanted > 0 ? 100.0 * double(s.device_pages_reused) / double(wanted) : 0.0,
+      human_bytes(s.device_bytes_reused));
   fmt::print(
       "PCIe       host→device {:.1f} GB/s while copying weights = {:.0f}% of the {} pinned H2D "
       "bandwidth {:.1f} GB/s; weights queue busy {:.0f}% of the run ({:.1f} GB/s averaged over "
@@ -82,6 +89,8 @@ void print_device_report(const DeviceReport& r, const EngineStats& s, double wal
 
 void add_device_report(nlohmann::json& j, const DeviceReport& r, const EngineStats& s) {
   j["device_pages_copied"] = s.device_pages_copied;
+  j["device_pages_reused"] = s.device_pages_reused;
+  j["device_bytes_reused"] = s.device_bytes_reused;
   j["device_bytes_to_device"] = r.h2d_bytes;
   j["device_bytes_to_host"] = r.d2h_bytes;
   j["device_weight_bytes"] = r.weight_bytes;

@@ -33,6 +33,10 @@ struct OffloadSettings {
   // PagedKvCache; the others' runs on the device over a device KV pool. -1: not set (1, all on
   // the host, unless the planner fills it).
   double cpu_attention_share = -1;
+  // Page slots beyond page_slots that only keep pages from step to step (the device half of the
+  // expert cache; copies run ahead into page_slots at most). -1: what the budget leaves beyond a
+  // margin, at most the pages that stream; 0: none.
+  int cache_pages = -1;
 };
 
 // A device the caller owns, for the offload executor. A null device means the CPU engine.

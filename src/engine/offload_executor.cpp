@@ -93,6 +93,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   char* lm_head = nullptr;
   offload::HostArray<float> h_logits;  // the sampled rows' logits, back from the device
   std::unique_ptr<offload::PageSlots> slots;
+  int copy_window = 0;  // slots copies run ahead into; the others keep pages (0: every slot)
   std::vector<offload::WeightPage> pages;
   std::vector<offload::LayerPages> layer_pages;
   // The disk tier (null: the experts are in host memory): its pool lends the streamed experts'
@@ -217,7 +218,9 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       buffers = static_cast<char*>(dev.allocate(buf.bytes, "step buffers"));
       if (kv_layout.bytes > 0)
         kv_pool = static_cast<char*>(dev.allocate(kv_layout.bytes, "KV pool"));
-      slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots);
+      const int cache_slots = cache_slot_count(f, n_slots, free);
+      copy_window = cache_slots > 0 ? n_slots : 0;
+      slots = std::make_unique<offload::PageSlots>(dev, f.page_bytes, n_slots + cache_slots);
       if (disk) {
         disk_pages = std::make_unique<DiskExpertPages>(dev, *disk, sh.E);
         std::vector<bool> on_device;
@@ -232,6 +235,32 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       settle_and_release();
       throw;
     }
+  }
+
+  // Slots beyond the `window` copies run ahead into, which only keep pages from step to step
+  // (the device half of the expert cache): as many as asked (OffloadSettings::cache_pages), or
+  // what the budget leaves beyond a margin (for what the device math allocates later, and other
+  // processes on the GPU), at most the pages that stream. None on a device whose memory is the
+  // host's (the stand-in) unless asked.
+  int cache_slot_count(const OffloadFootprint& f, int window, size_t free) const {
+    const int asked = settings.cache_pages;
+    if (window == 0 || asked == 0 || (asked < 0 && dev.memory_is_host())) return 0;
+    if (asked > 0) {
+      if (f.with_slots(window + asked) > free)
+        fail(
+            "--device-cache-pages: {} cached pages of {} do not fit beside {} slots and the rest "
+            "({} in all) in the {} of device memory free",
+            asked, human_bytes(double(f.page_bytes)), window,
+            human_bytes(double(f.with_slots(window + asked))), human_bytes(double(free)));
+      return asked;
+    }
+    int64_t streamed = 0;
+    for (int l = 0; l < c.num_layers; ++l)
+      if (c.is_moe_layer(l) && expert_layer_index[size_t(l)] < 0) streamed += 3 * int64_t(sh.E);
+    const size_t used = f.with_slots(window);
+    const size_t margin = std::max(size_t(256) << 20, free / 10);
+    if (used + margin >= free || streamed <= window) return 0;
+    return int(std::min<size_t>(size_t(streamed - window), (free - used - margin) / f.page_bytes));
   }
 
   // Host buffers of every block that crosses the link, and the CPU experts' scratch.
@@ -481,7 +510,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
     auto add_range = [&](const void* data, size_t bytes) {
       const auto begin = reinterpret_cast<uintptr_t>(data);
-      ranges.push_back({begin / os_page * os_page, (begin + bytes + os_page - 1) / os_page * os_page});
+      ranges.push_back(
+          {begin / os_page * os_page, (begin + bytes + os_page - 1) / os_page * os_page});
     };
     if (disk) add_range(disk->memory(), disk->memory_bytes());  // the pool lends the pages
     for (int l = 0; l < c.num_layers && !disk; ++l) {
@@ -558,6 +588,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
             page.source_group = disk_pages->group(l, e);
             page.source_part = m;
           }
+          page.key = pages.size() + 1;  // the same bytes every step: the slots may keep them
           pages.push_back(std::move(page));
         }
         lp.experts.push_back(std::move(ids));
@@ -1253,6 +1284,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     using offload::Queue;
     account_resident_gemms(T, M);
     st.device_pages_copied += ps.pages_copied;
+    st.device_pages_reused += ps.pages_reused;
+    st.device_bytes_reused += double(ps.bytes_reused);
     st.device_bytes_to_device += double(ps.bytes_copied) + to_device_bytes;
     st.device_bytes_to_host += to_host_bytes;
     st.device_gpu_experts += ps.gpu_experts;
@@ -1322,8 +1355,9 @@ OffloadStepOutput OffloadExecutor::run_layers(const OffloadStepInput& in, float*
   m.upload_step_inputs(in, m.index_rows());
   offload::StepPipelineOptions options;
   options.cpu_expert_max_tokens = m.settings.cpu_expert_max_tokens;
-  const offload::StepPipelineStats ps = offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages,
-                                                          m, options, m.disk_pages.get());
+  options.copy_window = m.copy_window;
+  const offload::StepPipelineStats ps =
+      offload::run_step(m.dev, *m.slots, m.pages, m.layer_pages, m, options, m.disk_pages.get());
   const bool greedy = m.lm_head != nullptr && in.greedy;
   m.enqueue_final_rows(S, greedy);
   OffloadStepOutput out = m.take_outputs(S, greedy, final_rows, stats);

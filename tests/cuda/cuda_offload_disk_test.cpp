@@ -3,6 +3,7 @@
 // memory on the same GPU: with every expert on the device the same bytes reach the same kernels,
 // so the logits are the same bit for bit; with small experts on the CPU, within the bf16 engine
 // tolerance (which experts the CPU takes differs: from memory, pages copied ahead decide some).
+// With slots that keep pages from step to step (the device half of the expert cache), the same.
 // Skipped, with a message, on machines without a GPU; compiled everywhere nvcc is.
 #include <gtest/gtest.h>
 
@@ -22,7 +23,7 @@ struct GpuRun {
   EngineStats stats;
 };
 
-GpuRun on_gpu(const Model& m, int pool_experts, int resident, int cpu_max) {
+GpuRun on_gpu(const Model& m, int pool_experts, int resident, int cpu_max, int cache_pages) {
   Policy p = testing::exercising_policy(Precision::kBf16, 6);
   p.pool_experts = pool_experts;
   DeviceOptions o;
@@ -31,6 +32,7 @@ GpuRun on_gpu(const Model& m, int pool_experts, int resident, int cpu_max) {
   o.settings.page_slots = 6;
   o.settings.cpu_expert_max_tokens = cpu_max;
   o.settings.resident_expert_layers = resident;
+  o.settings.cache_pages = cache_pages;
   BatchEngine engine(m, p, o);
   GpuRun out;
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
@@ -50,27 +52,31 @@ TEST_P(CudaOffloadDisk, ExpertsReadFromDiskGiveTheNumbersOfTheModelInMemory) {
   const Model &in_memory = models.in_memory, &on_disk = models.on_disk;
   ASSERT_TRUE(on_disk.expert_files);
   for (int resident : {0, 1})
-    for (int cpu_max : {0, 2}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "resident " << resident << ", cpu experts ≤ " << cpu_max);
-      const GpuRun want = on_gpu(in_memory, 0, resident, cpu_max);
-      const GpuRun got = on_gpu(on_disk, 3, resident, cpu_max);
-      ASSERT_EQ(got.logits.size(), want.logits.size());
-      double worst = 0;
-      int differ = 0;
-      for (const auto& [key, row] : want.logits) {
-        worst = std::max(worst, testing::relative_max_error(got.logits.at(key), row));
-        differ += got.logits.at(key) != row;
+    for (int cpu_max : {0, 2})
+      for (int cache : {0, 12}) {
+        SCOPED_TRACE(::testing::Message() << "resident " << resident << ", cpu experts ≤ "
+                                          << cpu_max << ", cached pages " << cache);
+        const GpuRun want = on_gpu(in_memory, 0, resident, cpu_max, 0);
+        const GpuRun got = on_gpu(on_disk, 3, resident, cpu_max, cache);
+        ASSERT_EQ(got.logits.size(), want.logits.size());
+        double worst = 0;
+        int differ = 0;
+        for (const auto& [key, row] : want.logits) {
+          worst = std::max(worst, testing::relative_max_error(got.logits.at(key), row));
+          differ += got.logits.at(key) != row;
+        }
+        if (cpu_max == 0) {
+          EXPECT_EQ(differ, 0) << "of " << want.logits.size() << " logit rows";
+          EXPECT_EQ(got.tokens, want.tokens);
+        }
+        EXPECT_LT(worst, 1e-2);
+        EXPECT_GT(got.stats.device_pages_copied, 0);
+        EXPECT_GT(got.stats.disk.demands, 0);
+        EXPECT_GT(got.stats.device_pinned_weight_bytes, 0u);  // the pool, page-locked in place
+        if (cache > 0) {
+          EXPECT_GT(got.stats.device_pages_reused, 0);
+        }
       }
-      if (cpu_max == 0) {
-        EXPECT_EQ(differ, 0) << "of " << want.logits.size() << " logit rows";
-        EXPECT_EQ(got.tokens, want.tokens);
-      }
-      EXPECT_LT(worst, 1e-2);
-      EXPECT_GT(got.stats.device_pages_copied, 0);
-      EXPECT_GT(got.stats.disk.demands, 0);
-      EXPECT_GT(got.stats.device_pinned_weight_bytes, 0u);  // the pool, page-locked in place
-    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaOffloadDisk, ::testing::ValuesIn(testing::disk_cases()),

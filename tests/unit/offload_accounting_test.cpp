@@ -157,7 +157,9 @@ TEST(OffloadAccounting, BenchJsonHasTheLinkAndDecodeBoundFields) {
       testing::sluice_command(
           "bench --preset tiny-mixtral --requests 3 --prompt-len 6 --gen-len 6 --ignore-eos"
           " --threads 2 --batch 4 --device standin --gpu-mem 64MiB --resident-expert-layers 0"
-          " --json"),
+          // Slots for two experts: fewer than the model's, so decode steps copy (with a slot for
+          // every page the device would keep them all after the first step).
+          " --page-slots 6 --json"),
       /*with_stderr=*/false);
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);

@@ -309,6 +309,62 @@ TEST(OffloadPipeline, StreamerReleasesEveryPageAndDropsSkipped) {
   EXPECT_EQ(s.pages_copied(), 4);  // pages 0 and 1 were dropped, never copied
 }
 
+// The slots as a cache across steps: a second streamer over the same slots takes the pages the
+// first one left in them without copying (their bytes are the right ones); with more slots than
+// the copy window, the slots beyond it keep pages for good, not the last ones copied; a page
+// without a key, or a slot left by another page list, is never taken.
+TEST(OffloadPipeline, SlotsKeepPagesFromStepToStep) {
+  CpuStandinDevice dev(1 << 20);
+  constexpr int kPages = 8;
+  std::vector<std::vector<uint8_t>> host(kPages, std::vector<uint8_t>(64));
+  std::vector<WeightPage> pages;
+  for (int i = 0; i < kPages; ++i) {
+    std::fill(host[size_t(i)].begin(), host[size_t(i)].end(), uint8_t(i + 1));
+    pages.push_back({host[size_t(i)].data(), 64, fmt::format("p{}", i)});
+    pages.back().key = uint64_t(i) + 1;
+  }
+  std::vector<std::vector<int>> uses;  // one page per task, in order: a cyclic scan
+  for (int i = 0; i < kPages; ++i) uses.push_back({i});
+  PageSlots pool(dev, 64, 5);
+  std::atomic<int> bad{0};
+  auto step = [&](const std::vector<WeightPage>& list, int64_t* reused) {
+    PageStreamer s(dev, pool, list, uses, nullptr, /*window=*/2);
+    for (int t = 0; t < kPages; ++t)
+      s.run(
+          t,
+          [&bad, t](void*, std::span<void* const> p) {
+            if (static_cast<const uint8_t*>(p[0])[63] != uint8_t(t + 1)) ++bad;
+          },
+          "t");
+    dev.synchronize_all();
+    *reused = s.pages_reused();
+    return s.pages_copied();
+  };
+  int64_t reused = 0;
+  EXPECT_EQ(step(pages, &reused), kPages);  // the first step copies every page
+  EXPECT_EQ(reused, 0);
+  for (int round = 0; round < 3; ++round) {
+    const int64_t copied = step(pages, &reused);
+    EXPECT_EQ(copied + reused, kPages);
+    // Slots for 5 of the 8 pages, two of them for the one in use and the one copied ahead: the
+    // other 3 keep pages from step to step (FIFO reuse would keep none of a cyclic scan longer
+    // than the slots).
+    EXPECT_GE(reused, 3) << "round " << round;
+  }
+  EXPECT_EQ(bad.load(), 0);
+
+  std::vector<WeightPage> unkeyed = pages;
+  for (WeightPage& p : unkeyed) p.key = 0;
+  EXPECT_EQ(step(unkeyed, &reused), kPages);
+  EXPECT_EQ(reused, 0);
+  step(pages, &reused);                   // fills the slots again, keyed
+  std::vector<WeightPage> other = pages;  // another list: its keys name other bytes
+  for (WeightPage& p : other) p.key += 100;
+  EXPECT_EQ(step(other, &reused), kPages);
+  EXPECT_EQ(reused, 0);
+  EXPECT_EQ(bad.load(), 0);
+}
+
 // Pages whose host memory a source lends: none is copied ahead before the source has its bytes;
 // a page of the task about to run is lent all the same (the source waits for its bytes); each is
 // lent before its copy, and the source learns of every copy with an event that passes.

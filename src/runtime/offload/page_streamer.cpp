@@ -20,6 +20,7 @@ PageSlots::PageSlots(Device& device, size_t page_bytes, int slots)
     for (void* p : slots_) device.deallocate(p, page_bytes);
     throw;
   }
+  keys_.assign(slots_.size(), 0);
 }
 
 PageSlots::~PageSlots() {
@@ -46,7 +47,7 @@ int PageStreamer::min_slots(size_t n_pages, const std::vector<std::vector<int>>&
 }
 
 PageStreamer::PageStreamer(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
-                           std::vector<std::vector<int>> uses, PageSource* source)
+                           std::vector<std::vector<int>> uses, PageSource* source, int window)
     : device_(device),
       slots_(slots),
       pages_(std::move(pages)),
@@ -67,9 +68,10 @@ PageStreamer::PageStreamer(Device& device, PageSlots& slots, std::vector<WeightP
       fail("page streamer: page '{}': expected at most the page size {} bytes, got {}",
            pages_[p].name, slots.page_bytes(), pages_[p].total_bytes());
     if (pages_[p].source_group >= 0 && !source_)
-      fail("page streamer: page '{}': field 'source_group': its host memory is lent by a source, "
-           "but the streamer has none",
-           pages_[p].name);
+      fail(
+          "page streamer: page '{}': field 'source_group': its host memory is lent by a source, "
+          "but the streamer has none",
+          pages_[p].name);
     if (state_[p].first_use >= 0)
       copy_order_.push_back(int(p));
     else
@@ -84,11 +86,25 @@ PageStreamer::PageStreamer(Device& device, PageSlots& slots, std::vector<WeightP
         "page streamer: field 'slots': the schedule has {} pages in use at once but the pool has "
         "{} slots; give the pool at least {} slots ({} bytes each)",
         need, slots.count(), need, slots.page_bytes());
-  for (int i = 0; i < slots.count(); ++i) free_.push_back({i, nullptr});
+  for (const std::vector<int>& u : uses_) most_pages_ = std::max(most_pages_, int(u.size()));
+  const int n = slots.count();
+  window_ = window <= 0 ? n : std::clamp(window, need, n);
+  is_free_.assign(size_t(n), 1);
+  fence_.assign(size_t(n), nullptr);
+  page_in_slot_.assign(size_t(n), -1);
+  cached_slot_.assign(pages_.size(), -1);
+  for (int i = 0; i < n; ++i) {
+    free_.push_back(i);
+    // A slot keeps the bytes of the page it held last, from an earlier streamer (step).
+    const uint64_t key = slots.key(i);
+    if (key == 0 || key > pages_.size() || pages_[size_t(key - 1)].key != key) continue;
+    page_in_slot_[size_t(i)] = int(key - 1);
+    cached_slot_[size_t(key - 1)] = i;
+  }
 }
 
 int PageStreamer::pages_in_slots() const {
-  return slots_.count() - int(free_.size() - free_head_);
+  return slots_.count() - int(free_.size());
 }
 
 bool PageStreamer::any_page_copied(int t) const {
@@ -107,38 +123,108 @@ bool PageStreamer::drop_if_not_copied(int t) {
 }
 
 void PageStreamer::copy_ahead(int must) {
-  while (next_copy_ < copy_order_.size() && free_head_ < free_.size()) {
+  while (next_copy_ < copy_order_.size()) {
     const int p = copy_order_[next_copy_];
     PageState& s = state_[size_t(p)];
-    if (!s.needed) {  // dropped before its copy was issued
+    if (!s.needed || s.slot >= 0) {  // dropped before its copy was issued, or taken from the cache
       ++next_copy_;
       continue;
     }
     const WeightPage& page = pages_[size_t(p)];
-    if (page.source_group >= 0 && s.first_use > must && !source_->available(page)) break;
+    // A borrowed page comes from the cache only with its whole task (take_cached): its source
+    // lends a task's pages together.
+    if (page.source_group < 0 && reuse(p)) {
+      ++next_copy_;
+      continue;
+    }
+    const bool due = s.first_use <= must;
+    if (free_.empty() || (!due && pages_in_slots() >= window_)) break;
+    if (page.source_group >= 0 && !due && !source_->available(page)) break;
+    const int victim = pick_victim();
+    // Ahead of its task, a copy does not evict a page that is needed sooner than this one.
+    if (!due && next_use_distance(page_in_slot_[size_t(victim)]) <= s.first_use - next_task_) break;
     ++next_copy_;
-    copy_page(p, free_[free_head_++]);
-  }
-  // Compact the FIFO now and then so it does not grow with the schedule.
-  if (free_head_ > 64 && free_head_ * 2 > free_.size()) {
-    free_.erase(free_.begin(), free_.begin() + std::ptrdiff_t(free_head_));
-    free_head_ = 0;
+    copy_page(p, victim);
   }
 }
 
-void PageStreamer::copy_page(int p, const FreeSlot& f) {
+void PageStreamer::take_free(int slot) {
+  free_.erase(std::find(free_.begin(), free_.end(), slot));
+  is_free_[size_t(slot)] = 0;
+}
+
+bool PageStreamer::reuse(int p) {
+  const int slot = cached_slot_[size_t(p)];
+  if (slot < 0 || !is_free_[size_t(slot)]) return false;
+  take_free(slot);
+  PageState& s = state_[size_t(p)];
+  s.slot = slot;
+  s.copied = nullptr;  // its copy was done before this step, or before its slot was released
+  ++pages_reused_;
+  bytes_reused_ += int64_t(pages_[size_t(p)].total_bytes());
+  return true;
+}
+
+bool PageStreamer::take_cached(int t) {
+  if (t < next_task_) return false;
+  int kept = 0;
+  for (int p : uses_[size_t(t)]) {
+    const PageState& s = state_[size_t(p)];
+    if (s.slot >= 0) continue;
+    const int slot = cached_slot_[size_t(p)];
+    if (!s.needed || slot < 0 || !is_free_[size_t(slot)]) return false;
+    ++kept;
+  }
+  // The copies of the tasks before t still need free slots: as many as the largest task reads.
+  if (kept > 0 && int(free_.size()) - kept < most_pages_) return false;
+  for (int p : uses_[size_t(t)])
+    if (state_[size_t(p)].slot < 0) reuse(p);
+  return true;
+}
+
+int64_t PageStreamer::next_use_distance(int p) const {
+  if (p < 0) return INT64_MAX;
+  const PageState& s = state_[size_t(p)];
+  if (s.first_use < 0) return INT64_MAX / 2;  // no task of this step reads it
+  if (s.needed && !s.done && s.slot < 0 && s.first_use >= next_task_)
+    return s.first_use - next_task_;
+  return int64_t(uses_.size()) - next_task_ + s.first_use;  // the next step, at the same place
+}
+
+int PageStreamer::pick_victim() const {
+  int best = free_.front();
+  int64_t farthest = -1;
+  for (int slot : free_) {
+    const int64_t d = next_use_distance(page_in_slot_[size_t(slot)]);
+    if (d > farthest) farthest = d, best = slot;
+  }
+  return best;
+}
+
+void PageStreamer::copy_page(int p, int slot) {
+  take_free(slot);
   PageState& s = state_[size_t(p)];
   WeightPage& page = pages_[size_t(p)];
   if (page.source_group >= 0) source_->lend(page);
-  if (f.fence) device_.wait(Queue::kWeights, f.fence);  // its previous page's last user ran
-  s.slot = f.slot;
-  auto* slot = static_cast<char*>(slots_.slot(f.slot));
-  device_.copy_to_device(Queue::kWeights, slot, page.host, page.bytes, page.name);
+  // The slot's previous page's last user ran before the copy overwrites it.
+  if (const EventPtr& fence = fence_[size_t(slot)]) device_.wait(Queue::kWeights, fence);
+  s.slot = slot;
+  auto* dst = static_cast<char*>(slots_.slot(slot));
+  device_.copy_to_device(Queue::kWeights, dst, page.host, page.bytes, page.name);
   if (page.then_bytes > 0)
-    device_.copy_to_device(Queue::kWeights, slot + page.bytes, page.then_host, page.then_bytes,
+    device_.copy_to_device(Queue::kWeights, dst + page.bytes, page.then_host, page.then_bytes,
                            page.name);
   s.copied = device_.record(Queue::kWeights);
   if (page.source_group >= 0) source_->copied(page, s.copied);
+  // The slot now holds p's bytes, and no other slot does.
+  if (const int old = page_in_slot_[size_t(slot)]; old >= 0) cached_slot_[size_t(old)] = -1;
+  if (const int other = cached_slot_[size_t(p)]; other >= 0) {
+    page_in_slot_[size_t(other)] = -1;
+    slots_.set_key(other, 0);
+  }
+  page_in_slot_[size_t(slot)] = p;
+  cached_slot_[size_t(p)] = slot;
+  slots_.set_key(slot, page.key);
   ++pages_copied_;
   bytes_copied_ += int64_t(page.total_bytes());
 }
@@ -152,7 +238,7 @@ void PageStreamer::run(int t, PagedWork work, std::string_view label) {
     const PageState& s = state_[size_t(p)];
     if (s.slot < 0)  // cannot happen when slots >= min_slots; a bug if it does
       fail("page streamer: task {}: page '{}' has no slot", t, pages_[size_t(p)].name);
-    device_.wait(Queue::kCompute, s.copied);
+    if (s.copied) device_.wait(Queue::kCompute, s.copied);  // null: kept in its slot from before
     ptrs.push_back(slots_.slot(s.slot));
   }
   device_.enqueue(
@@ -176,7 +262,9 @@ void PageStreamer::finish_task(int t, const EventPtr& fence) {
     if (s.last_use != t || s.done) continue;
     s.done = true;
     if (s.slot >= 0) {
-      free_.push_back({s.slot, fence});
+      free_.push_back(s.slot);
+      is_free_[size_t(s.slot)] = 1;
+      fence_[size_t(s.slot)] = fence;
       s.slot = -1;
     } else {
       s.needed = false;  // never copied: drop it

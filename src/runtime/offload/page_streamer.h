@@ -17,6 +17,16 @@
 // streamer copies a borrowed page ahead of its task only once the source says its bytes are
 // there; a page of the task about to run is waited for. The source learns when each copy is
 // enqueued, with its event, so it keeps the host bytes until the copy is done.
+//
+// The slots are also a cache (the device half of the expert cache): a slot keeps its page's
+// bytes after release, across streamers (steps), and a page with a key (WeightPage::key) whose
+// bytes are still in a free slot takes that slot without a copy. Copies run ahead of their tasks
+// by at most `window` pages in the slots (the prefetch window; the other slots only keep pages);
+// a copy takes the free slot whose page is needed again last (this step's later tasks first,
+// then the next step's, assumed to read the pages in the same order), and is not made ahead of
+// its task if that page is needed sooner than the one copied. With more slots than the window,
+// the pages of a fixed part of the model stay on the device from step to step, where FIFO reuse
+// would keep nothing of the cyclic scan.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +51,9 @@ struct WeightPage {
   // source's group (e.g. one expert) and this page's part of it. -1: the page has its own.
   int source_group = -1;
   int source_part = 0;
+  // The page's identity for the slots' cache: the index of the page in its list + 1, the same
+  // bytes in every streamer that shares the slots. 0: none, never taken from the cache.
+  uint64_t key = 0;
 };
 
 // Host memory lent to pages (WeightPage::source_group >= 0) while they are copied.
@@ -68,11 +81,15 @@ class PageSlots {
   size_t page_bytes() const { return page_bytes_; }
   int count() const { return int(slots_.size()); }
   void* slot(int i) const { return slots_[size_t(i)]; }
+  // The key of the page whose bytes slot i holds (0: none or unknown).
+  uint64_t key(int i) const { return keys_[size_t(i)]; }
+  void set_key(int i, uint64_t key) { keys_[size_t(i)] = key; }
 
  private:
   Device& device_;
   size_t page_bytes_;
   std::vector<void*> slots_;
+  std::vector<uint64_t> keys_;
 };
 
 // Work of one task: `stream` as in QueueWork, `pages` the device addresses of its pages in the
@@ -84,8 +101,10 @@ class PageStreamer {
   // uses[t]: indices into `pages` that task t reads. Fails if the slots cannot hold the pages
   // that are live at once (the minimum is named in the message). `source` lends the host memory
   // of the pages that have a source_group (it must outlive the streamer); null when none has.
+  // `window`: the most pages in slots (in use or copied ahead) before copies wait for their
+  // tasks; 0: every slot (at least the minimum).
   PageStreamer(Device& device, PageSlots& slots, std::vector<WeightPage> pages,
-               std::vector<std::vector<int>> uses, PageSource* source = nullptr);
+               std::vector<std::vector<int>> uses, PageSource* source = nullptr, int window = 0);
 
   // The fewest slots this schedule needs: the most pages in use across any task.
   static int min_slots(size_t n_pages, const std::vector<std::vector<int>>& uses);
@@ -108,9 +127,18 @@ class PageStreamer {
   bool drop_if_not_copied(int t);
 
   bool finished() const { return next_task_ == int(uses_.size()); }
+  // Task t's pages are all in the slots, in flight or kept from before: those kept are taken
+  // now (no copy), while as many free slots as the largest task needs remain, and true is
+  // returned; else nothing changes and false is returned. For the tasks whose pages come from a
+  // source, before it is told what to lend: the whole task's pages, or none.
+  bool take_cached(int t);
+
   int pages_in_slots() const;  // copied or in flight, not yet released
   int64_t pages_copied() const { return pages_copied_; }
   int64_t bytes_copied() const { return bytes_copied_; }
+  // Pages taken from the slots' cache instead of copied, and their bytes.
+  int64_t pages_reused() const { return pages_reused_; }
+  int64_t bytes_reused() const { return bytes_reused_; }
 
  private:
   struct PageState {
@@ -120,14 +148,17 @@ class PageStreamer {
     bool done = false;  // released or dropped
     EventPtr copied;
   };
-  struct FreeSlot {
-    int slot;
-    EventPtr fence;  // the last user's work; null if never used
-  };
   void finish_task(int t, const EventPtr& fence);
   // prefetch, and every page of tasks up to `must` copied, borrowed ones waited for.
   void copy_ahead(int must);
-  void copy_page(int p, const FreeSlot& f);
+  void copy_page(int p, int slot);
+  // Page p's bytes are in a free slot: it takes the slot, without a copy.
+  bool reuse(int p);
+  void take_free(int slot);
+  // Tasks from now until page p is read again (this step, or the next one), for the choice of
+  // a slot to copy into; a slot without a known page is the first choice.
+  int64_t next_use_distance(int p) const;
+  int pick_victim() const;  // the free slot whose page is needed again last
 
   Device& device_;
   PageSlots& slots_;
@@ -138,9 +169,14 @@ class PageStreamer {
   std::vector<int> copy_order_;  // pages by first use
   size_t next_copy_ = 0;
   int next_task_ = 0;
-  std::vector<FreeSlot> free_;  // used as a FIFO: oldest fence first
-  size_t free_head_ = 0;
-  int64_t pages_copied_ = 0, bytes_copied_ = 0;
+  int most_pages_ = 0;             // the most pages one task reads
+  int window_ = 0;                 // the most pages in slots ahead of their tasks
+  std::vector<int> free_;          // free slots, in no order
+  std::vector<char> is_free_;      // per slot
+  std::vector<EventPtr> fence_;    // per slot: its last user's work; null if none this step
+  std::vector<int> page_in_slot_;  // per slot: the page of this list whose bytes it holds, -1
+  std::vector<int> cached_slot_;   // per page: the slot that holds its bytes, -1
+  int64_t pages_copied_ = 0, bytes_copied_ = 0, pages_reused_ = 0, bytes_reused_ = 0;
 };
 
 }  // namespace sluice::offload

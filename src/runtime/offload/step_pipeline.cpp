@@ -26,7 +26,8 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
                            const std::vector<LayerPages>& layers, StepOps& ops,
                            const StepPipelineOptions& options, PageSource* source) {
   const int M = ops.micro_batches();
-  PageStreamer streamer(device, slots, std::move(pages), step_task_uses(layers, M), source);
+  PageStreamer streamer(device, slots, std::move(pages), step_task_uses(layers, M), source,
+                        options.copy_window);
   StepPipelineStats stats;
   // `ops` is used by work that runs on the queues: the caller keeps it alive until it has
   // synchronised on the step.
@@ -89,7 +90,13 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
     // device, so once an expert is enqueued the copies of the next experts' pages are issued.
     enum class Place { kSkip, kCpu, kGpu };
     std::vector<Place> place(static_cast<size_t>(E), Place::kGpu);
-    std::vector<int> on_gpu, on_cpu;
+    // Experts whose pages the device slots kept from before take them now: they run on the
+    // device, and their pages are neither copied nor lent.
+    std::vector<char> kept(static_cast<size_t>(E), 0);
+    for (int e = 0; e < E; ++e)
+      if (tokens[size_t(e)] > 0 && !layer.experts[size_t(e)].empty())
+        kept[size_t(e)] = streamer.take_cached(task + e);
+    std::vector<int> to_copy, on_cpu;
     for (int e = 0; e < E; ++e) {
       const int t = task + e, n = tokens[size_t(e)];
       if (n == 0) {
@@ -101,9 +108,9 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
         place[size_t(e)] = Place::kCpu;
         on_cpu.push_back(e);
       }
-      if (place[size_t(e)] == Place::kGpu) on_gpu.push_back(e);
+      if (place[size_t(e)] == Place::kGpu && !kept[size_t(e)]) to_copy.push_back(e);
     }
-    ops.experts_placed(l, on_gpu, on_cpu);
+    ops.experts_placed(l, to_copy, on_cpu);
     for (int e = 0; e < E; ++e) {
       const int t = task++;
       if (place[size_t(e)] != Place::kGpu) {
@@ -133,6 +140,8 @@ StepPipelineStats run_step(Device& device, PageSlots& slots, std::vector<WeightP
   if (!streamer.finished()) fail("step pipeline: {} tasks left unrun (a bug)", task);
   stats.pages_copied = streamer.pages_copied();
   stats.bytes_copied = streamer.bytes_copied();
+  stats.pages_reused = streamer.pages_reused();
+  stats.bytes_reused = streamer.bytes_reused();
   return stats;
 }
 

@@ -50,11 +50,13 @@ class StepOps {
   // upload of the per-expert row lists the expert kernels gather by.
   virtual std::vector<int> expert_tokens(int layer) = 0;
   virtual Transfer expert_rows_to_device(int layer) = 0;
-  // Every expert's place is decided: `gpu` (their tasks run next, in this order), then `cpu`
-  // (cpu_expert, in this order, after the GPU ones are enqueued). No page of the layer's
-  // experts has been copied yet when they come from a PageSource.
-  virtual void experts_placed(int layer, const std::vector<int>& gpu, const std::vector<int>& cpu) {
-    (void)layer, (void)gpu, (void)cpu;
+  // Every expert's place is decided: `to_copy` are the GPU experts whose pages are still to be
+  // copied (in the order their tasks run next; the others run from pages the device slots kept),
+  // then `cpu` (cpu_expert, in this order, after the GPU ones are enqueued). No page of the
+  // layer's experts has been copied yet when they come from a PageSource.
+  virtual void experts_placed(int layer, const std::vector<int>& to_copy,
+                              const std::vector<int>& cpu) {
+    (void)layer, (void)to_copy, (void)cpu;
   }
   virtual void gpu_expert(void* stream, int layer, int expert, std::span<void* const> pages) = 0;
   virtual void cpu_expert(int layer, int expert) = 0;
@@ -73,11 +75,13 @@ struct LayerPages {
 
 struct StepPipelineOptions {
   int cpu_expert_max_tokens = 0;  // 0: every expert runs on the GPU
+  int copy_window = 0;  // PageStreamer's window: pages copied ahead at most (0: every slot)
 };
 
 struct StepPipelineStats {
   int64_t gpu_experts = 0, cpu_experts = 0, skipped_experts = 0;
   int64_t pages_copied = 0, bytes_copied = 0;
+  int64_t pages_reused = 0, bytes_reused = 0;  // taken from the device slots' cache
 };
 
 // Task order of a step: for each layer, attention_in(0), then for each micro-batch i

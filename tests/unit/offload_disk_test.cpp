@@ -70,8 +70,16 @@ TEST_P(OffloadDisk, APoolOfThreeExpertsGivesTheNumbersOfTheModelInMemory) {
       s.resident_expert_layers = resident;
       const DeviceRun want = on_standin(in_memory, 0, s);
       const DeviceRun got = on_standin(on_disk, 3, s);
-      EXPECT_EQ(got.tokens, want.tokens);
-      EXPECT_EQ(rows_that_differ(got, want), 0) << "of " << want.logits.size() << " logit rows";
+      // With CPU experts the two runs may place a small expert differently (below), and the
+      // CPU's sum differs from the device's in the last bits: the bf16 engine tolerance then.
+      if (cpu_max == 0) {
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_EQ(rows_that_differ(got, want), 0) << "of " << want.logits.size() << " rows";
+      } else {
+        ASSERT_EQ(got.logits.size(), want.logits.size());
+        for (const auto& [key, row] : want.logits)
+          EXPECT_LT(testing::relative_max_error(got.logits.at(key), row), 1e-2);
+      }
       // In memory, pages are copied ahead across layers, before the next layer's routing says
       // whether their experts run on the device (a small expert whose pages are there runs on
       // the device); from disk, only once it has: no copy is wasted (below), and more small

@@ -96,6 +96,9 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   int copy_window = 0;  // slots copies run ahead into; the others keep pages (0: every slot)
   std::vector<offload::WeightPage> pages;
   std::vector<offload::LayerPages> layer_pages;
+  // The streamed experts' matrices in host memory (empty with the experts on disk), checked once
+  // in build_pages: the CPU experts read them. Index: layer · E + expert.
+  std::vector<ExpertMatrices> host_matrices;
   // The disk tier (null: the experts are in host memory): its pool lends the streamed experts'
   // pages and the CPU experts' weights, and filled the resident layers' experts at start-up.
   DiskExperts* disk = nullptr;
@@ -572,6 +575,10 @@ struct OffloadExecutor::Impl final : offload::StepOps {
         std::vector<int> ids;
         // In host memory the pages point at the weights; from disk the pool lends them.
         const ExpertMatrices x = disk ? ExpertMatrices{} : host_expert(l, e);
+        if (!disk) {
+          host_matrices.resize(size_t(c.num_layers) * size_t(sh.E));
+          host_matrices[size_t(l) * size_t(sh.E) + size_t(e)] = x;
+        }
         const char* names[] = {"w1", "w3", "w2"};
         for (int m = 0; m < 3; ++m) {
           ids.push_back(int(pages.size()));
@@ -1099,7 +1106,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     const auto* rows = reinterpret_cast<const int32_t*>(h_lists.data());
     const auto* weights = reinterpret_cast<const float*>(h_lists.data() + size_t(T) * sh.K * 4);
     const int first = list_begin[size_t(e)], count = list_count[size_t(e)];
-    const ExpertMatrices x = disk_pages ? disk_pages->acquire_for_host(e) : host_expert(l, e);
+    const ExpertMatrices x = disk_pages ? disk_pages->acquire_for_host(e)
+                                        : host_matrices[size_t(l) * size_t(sh.E) + size_t(e)];
     // The CPU engine's expert GEMM: bf16 (or fp32) weights, FP8 ones dequantised tile by tile,
     // or the packed quantized ones. `mat`: 0 gate, 1 up, 2 down.
     auto host_gemm = [&](int m, int mat, const void* xin, DType xt, float* y) {

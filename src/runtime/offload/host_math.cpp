@@ -67,8 +67,8 @@ void HostMath::to_bf16(void*, const float* x, uint16_t* y, int64_t n) {
 namespace {
 
 // The CPU kernels' arguments for rows of `dim` fp32 values with an fp32 weight.
-cpu::RmsNormArgs norm_args(const float* x, float* y, int64_t rows, int64_t dim, const float* weight,
-                           float eps) {
+cpu::RmsNormArgs norm_args(const float* x, float* y, int64_t rows, int64_t dim,
+                           const float* weight, float eps) {
   cpu::RmsNormArgs a;
   a.x = x;
   a.y = y;

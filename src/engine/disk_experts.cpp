@@ -1,6 +1,7 @@
 #include "engine/disk_experts.h"
 
 #include <cmath>
+#include <numeric>
 
 namespace sluice {
 
@@ -61,17 +62,24 @@ int DiskExperts::next_moe_layer(int layer) const {
 
 void DiskExperts::guess_next_layer() {
   const int next = next_moe_layer(layer_);
+  for (int e : guesses(next))
+    if (!pool_.prefetch({next, e}, false)) return;
+}
+
+std::vector<int> DiskExperts::guesses(int layer) const {
   // Experts a step of T tokens is expected to use: E·(1 - (1 - k/E)^T) under uniform routing.
   const double E = c_.num_experts, k = c_.experts_per_token;
   const double expected = E * (1 - std::pow(1 - k / E, double(step_tokens_)));
-  if (expected >= 0.9 * E &&
-      !(size_t(next) < device_resident_.size() && device_resident_[size_t(next)])) {
-    for (int e = 0; e < c_.num_experts; ++e)
-      if (!pool_.prefetch({next, e}, false)) return;
-    return;
+  const bool resident = size_t(layer) < device_resident_.size() && device_resident_[size_t(layer)];
+  std::vector<int> candidates = used_last_step_[size_t(layer)];
+  if (expected >= 0.9 * E && !resident) {
+    candidates.resize(size_t(c_.num_experts));
+    std::iota(candidates.begin(), candidates.end(), 0);
   }
-  for (int e : used_last_step_[size_t(next)])
-    if (!pool_.prefetch({next, e}, false)) return;
+  std::vector<int> out;
+  for (int e : candidates)
+    if (!kept_on_device_ || !kept_on_device_(layer, e)) out.push_back(e);
+  return out;
 }
 
 }  // namespace sluice

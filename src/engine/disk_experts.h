@@ -5,9 +5,11 @@
 // as the pool has slots but one; each further one as an earlier one is released. Once all are
 // asked for, the next MoE layer's experts are read ahead on a guess while this layer computes:
 // all of them when the step has enough tokens to use nearly every expert, else the ones that
-// layer used at the previous step (a sequence's tokens often go to the same experts).
+// layer used at the previous step (a sequence's tokens often go to the same experts), less those
+// an offload device keeps.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,6 +33,15 @@ class DiskExperts {
   // Layers whose experts an offload device holds (true): only the few the CPU takes are read
   // from disk at each step, so the guesses for such a layer are last step's, never all.
   void set_device_resident(std::vector<bool> layers) { device_resident_ = std::move(layers); }
+  // Experts an offload device keeps from step to step (its expert cache): they are taken there
+  // without asking the pool, so they are never read on a guess.
+  void set_kept_on_device(std::function<bool(int layer, int expert)> kept) {
+    kept_on_device_ = std::move(kept);
+  }
+
+  // The experts of `layer` read ahead on a guess, in order, once the MoE layer before it has
+  // asked for all of its own (as far as the pool has slots for them).
+  std::vector<int> guesses(int layer) const;
 
   // One expert outside the layers' order (e.g. copied once to a device at start-up): read now
   // unless it is in the pool, and kept until release_one.
@@ -57,6 +68,7 @@ class DiskExperts {
   bool guessed_ = false;
   std::vector<std::vector<int>> used_last_step_;  // per layer
   std::vector<bool> device_resident_;             // per layer; empty: none
+  std::function<bool(int, int)> kept_on_device_;  // empty: none
 };
 
 }  // namespace sluice

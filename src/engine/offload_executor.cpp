@@ -66,7 +66,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   offload::Device& dev;
   offload::DeviceMath& math;
   OffloadSettings settings;
-  StepShape sh;
+  BufferShape sh;
   BufferLayout buf;
   std::vector<LayerResident> res;
   std::vector<float> latent_inv_freq;  // MLA's RoPE table (rope_inv_freq), used on the host
@@ -232,12 +232,23 @@ struct OffloadExecutor::Impl final : offload::StepOps {
       }
       upload_resident();
       build_pages();
+      if (disk) disk->set_kept_on_device([this](int l, int e) { return kept_on_device(l, e); });
       register_streamed_weights();
       allocate_host_buffers();
     } catch (...) {
       settle_and_release();
       throw;
     }
+  }
+
+  // Whether the device slots hold every page of expert e of layer l from an earlier step (it will
+  // likely be taken from them: the slot to overwrite is the one whose page is needed again last).
+  bool kept_on_device(int l, int e) const {
+    const std::vector<int>& ids = layer_pages[size_t(l)].experts[size_t(e)];
+    if (ids.empty()) return false;
+    for (int id : ids)
+      if (!slots->holds(uint64_t(id) + 1)) return false;
+    return true;
   }
 
   // Slots beyond the `window` copies run ahead into, which only keep pages from step to step
@@ -692,7 +703,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   }
 
   // The layer's dense MLP over every row of the step (a shared expert, or a dense layer's FFN),
-  // after its experts, up to StepShape::dbe rows per GEMM:
+  // after its experts, up to BufferShape::dbe rows per GEMM:
   // x[row] += scale[row] · down(silu(gate h) * up h), scale = sigmoid(shared_expert_gate · h).
   void dense_mlp(void* s, int l) override {
     const LayerResident& r = res[size_t(l)];
@@ -1062,7 +1073,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
     disk_pages->begin_layer(l, on_device ? std::vector<int>{} : gpu, cpu, mb_row.back());
   }
 
-  // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, up to StepShape::dbe rows
+  // x[row] += weight · w2(silu(w1 h) * w3 h) over the expert's rows, up to BufferShape::dbe rows
   // per GEMM.
   // `p`: the expert's gate, up and down pages; empty for a resident layer's expert.
   void gpu_expert(void* s, int l, int e, std::span<void* const> p) override {

@@ -115,7 +115,7 @@ OffloadFootprint offload_footprint(const ModelConfig& c, const Policy& p,
   f.resident_layers = resident_expert_layers(c, s);
   f.resident_experts = resident_experts_bytes(c, f.resident_layers);
   if (s.lm_head != LmHeadPlace::kHost) f.lm_head = LmHeadLayout(c).bytes;
-  const StepShape shape(c, p, s);
+  const BufferShape shape(c, p, s);
   f.buffers = BufferLayout(shape).bytes;
   f.kv_pool = DeviceKvLayout(c, p, shape.gpu_kv_blocks).bytes;
   const size_t matrix = expert_matrix_bytes(c);

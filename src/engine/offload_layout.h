@@ -39,14 +39,14 @@ int widest_dense_mlp(const ModelConfig& c);
 // With multi-head latent attention the q|k|v block holds q and kv_a_proj_with_mqa's output (kvd
 // = kv_lora_rank + qk_rope_head_dim, no v: vd = 0), attention outputs are ad = heads·v_head_dim
 // wide, and q may pass through a q_lora_rank bottleneck (qa).
-struct StepShape {
+struct BufferShape {
   int H, I, E, K, qd, kvd, vd, ad, qa, V, T, S, be;
   int dbe;    // rows per expert and dense-MLP GEMM on the device (Policy::device_expert_rows)
   int mlp_I;  // the widest dense MLP (shared expert or dense layer); 0: none
   bool f32, cpu_experts, lm_head;
   int64_t gpu_kv_blocks;  // the device KV pool (the GPU share of attention); 0: none
   int64_t fp8_tile;       // bf16 elements of the FP8 GEMMs' dequantisation scratch; 0: none
-  explicit StepShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
+  explicit BufferShape(const ModelConfig& c, const Policy& p, const OffloadSettings& s)
       : H(c.hidden_size),
         I(c.expert_intermediate_size),
         E(c.num_experts),
@@ -98,7 +98,7 @@ struct BufferLayout {
   // the step's row indices (AttentionIndex) and the GPU share's block tables.
   size_t qkv_cpu, q_gpu, attn_parts, attn_index, tables;
   size_t bytes;
-  explicit BufferLayout(const StepShape& s) {
+  explicit BufferLayout(const BufferShape& s) {
     ArenaLayout L;
     // The experts' and the dense MLP's intermediate rows share the gate/up/act buffers.
     const size_t T = size_t(s.T), H = size_t(s.H), dbe = size_t(s.dbe),

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "disk_cases.h"
 #include "engine/batch_engine.h"
+#include "engine/disk_experts.h"
 #include "engine/weights_in_memory.h"
 #include "gguf_test_writer.h"
 #include "io/direct_reader.h"
@@ -181,18 +182,38 @@ TEST_P(DiskTier, ASlotTakenFromAnUnusedGuessStartsAfresh) {
   EXPECT_EQ(s.guesses_used, 0);
 }
 
-TEST_P(DiskTier, APoolOfEveryExpertReadsEachOnceAndThenHits) {
+// DiskExperts guesses the next MoE layer's experts of the last step (all of them when the step has
+// enough tokens to use nearly every one), less those an offload device keeps: they are taken
+// there, never asked of the pool.
+TEST_P(DiskTier, GuessesSkipTheExpertsTheDeviceKeeps) {
   TempDir dir;
-  const fs::path model_dir = write_checkpoint(GetParam(), dir, 12);
-  const Model on_disk = load_with_experts_on_disk(model_dir);
-  const int64_t experts = all_experts(on_disk.config);
-  const RunResult got = run_engine(on_disk, int(experts), 6);
-  const ExpertPoolStats& s = got.stats.disk;
-  EXPECT_LE(s.experts_read, experts);
-  EXPECT_GT(s.hits, 0);
-  EXPECT_GE(s.experts_read, s.demands - s.hits);
-  EXPECT_LE(s.experts_read, s.demands - s.hits + s.guesses);
-  EXPECT_GT(s.hit_rate(), 0.5) << "demands " << s.demands << " reads " << s.experts_read;
+  const Model on_disk = load_with_experts_on_disk(write_checkpoint(GetParam(), dir, 16));
+  const ModelConfig& c = on_disk.config;
+  std::vector<int> moe;
+  for (int l = 0; l < c.num_layers; ++l)
+    if (c.is_moe_layer(l)) moe.push_back(l);
+  ASSERT_GE(moe.size(), 2u);
+  ASSERT_GE(c.num_experts, 3);
+  DiskExperts disk(c, on_disk.expert_files, 8);
+  const auto run_step = [&](int tokens) {
+    for (int l : moe) {
+      const std::vector<int> chosen = l == moe[1] ? std::vector<int>{2, 1} : std::vector<int>{0};
+      disk.begin_layer(l, chosen, tokens);
+      for (int i = 0; i < int(chosen.size()); ++i) {
+        disk.acquire(i);
+        disk.release(i);
+      }
+    }
+  };
+  run_step(1);
+  EXPECT_EQ(disk.guesses(moe[1]), (std::vector<int>{2, 1}));
+  disk.set_kept_on_device([&](int l, int e) { return l == moe[1] && e == 1; });
+  EXPECT_EQ(disk.guesses(moe[1]), (std::vector<int>{2}));
+  run_step(1000);  // every expert is expected to be used
+  std::vector<int> all_but_1;
+  for (int e = 0; e < c.num_experts; ++e)
+    if (e != 1) all_but_1.push_back(e);
+  EXPECT_EQ(disk.guesses(moe[1]), all_but_1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier, ::testing::ValuesIn(testing::disk_cases()),

@@ -27,6 +27,10 @@ PageSlots::~PageSlots() {
   for (void* p : slots_) device_.deallocate(p, page_bytes_);
 }
 
+bool PageSlots::holds(uint64_t key) const {
+  return key != 0 && std::find(keys_.begin(), keys_.end(), key) != keys_.end();
+}
+
 int PageStreamer::min_slots(size_t n_pages, const std::vector<std::vector<int>>& uses) {
   std::vector<int> first(n_pages, -1), last(n_pages, -1);
   for (int t = 0; t < int(uses.size()); ++t)

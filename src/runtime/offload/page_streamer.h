@@ -84,6 +84,8 @@ class PageSlots {
   // The key of the page whose bytes slot i holds (0: none or unknown).
   uint64_t key(int i) const { return keys_[size_t(i)]; }
   void set_key(int i, uint64_t key) { keys_[size_t(i)] = key; }
+  // Whether some slot holds the bytes of the page with this key (never for key 0).
+  bool holds(uint64_t key) const;
 
  private:
   Device& device_;

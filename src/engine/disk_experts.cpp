@@ -9,6 +9,12 @@ DiskExperts::DiskExperts(const ModelConfig& c, std::shared_ptr<const ExpertFiles
                          int pool_experts)
     : c_(c), pool_(c, std::move(files), pool_experts), used_last_step_(size_t(c.num_layers)) {}
 
+void DiskExperts::set_kept_on_device(std::function<bool(int layer, int expert)> kept) {
+  kept_on_device_ = std::move(kept);
+  if (!kept_on_device_) return pool_.set_kept_elsewhere({});
+  pool_.set_kept_elsewhere([this](ExpertKey k) { return kept_on_device_(k.layer, k.expert); });
+}
+
 void DiskExperts::begin_layer(int layer, const std::vector<int>& chosen, int step_tokens) {
   layer_ = layer;
   step_tokens_ = step_tokens;

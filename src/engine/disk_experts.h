@@ -34,10 +34,8 @@ class DiskExperts {
   // from disk at each step, so the guesses for such a layer are last step's, never all.
   void set_device_resident(std::vector<bool> layers) { device_resident_ = std::move(layers); }
   // Experts an offload device keeps from step to step (its expert cache): they are taken there
-  // without asking the pool, so they are never read on a guess.
-  void set_kept_on_device(std::function<bool(int layer, int expert)> kept) {
-    kept_on_device_ = std::move(kept);
-  }
+  // without asking the pool, so they are never read on a guess, and their pool slots go first.
+  void set_kept_on_device(std::function<bool(int layer, int expert)> kept);
 
   // The experts of `layer` read ahead on a guess, in order, once the MoE layer before it has
   // asked for all of its own (as far as the pool has slots for them).

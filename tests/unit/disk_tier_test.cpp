@@ -216,6 +216,31 @@ TEST_P(DiskTier, GuessesSkipTheExpertsTheDeviceKeeps) {
   EXPECT_EQ(disk.guesses(moe[1]), all_but_1);
 }
 
+// An expert held elsewhere (an offload device's cache) gives its pool slot up first, before the
+// one the pool's own order would choose.
+TEST_P(DiskTier, AnExpertKeptElsewhereGivesItsSlotUpFirst) {
+  TempDir dir;
+  const Model on_disk = load_with_experts_on_disk(write_checkpoint(GetParam(), dir, 17));
+  const int layer = first_moe_layer(on_disk.config);
+  const auto expert_0_stays = [&](bool expert_0_kept_elsewhere) {
+    ExpertPagePool pool(on_disk.config, on_disk.expert_files, 2);
+    pool.set_current_layer(layer);
+    for (int e : {0, 0, 1}) {  // expert 0 used twice: the pool's own order evicts expert 1
+      pool.prefetch({layer, e}, true);
+      pool.acquire({layer, e});
+      pool.release({layer, e});
+    }
+    if (expert_0_kept_elsewhere)
+      pool.set_kept_elsewhere([&](ExpertKey k) { return k.layer == layer && k.expert == 0; });
+    pool.prefetch({layer, 2}, true);
+    pool.acquire({layer, 2});
+    pool.release({layer, 2});
+    return pool.landed({layer, 0});
+  };
+  EXPECT_TRUE(expert_0_stays(false));
+  EXPECT_FALSE(expert_0_stays(true));
+}
+
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier, ::testing::ValuesIn(testing::disk_cases()),
                          testing::disk_case_name);
 

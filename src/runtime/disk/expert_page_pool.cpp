@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -153,6 +154,11 @@ int ExpertPagePool::next_use(int layer) const {
   return ((layer - current_layer_ - 1) % L + L) % L;
 }
 
+int ExpertPagePool::next_use(const Slot& s) const {
+  if (kept_elsewhere_ && kept_elsewhere_({s.layer, s.expert})) return std::numeric_limits<int>::max();
+  return next_use(s.layer);
+}
+
 int ExpertPagePool::take_slot(ExpertKey k, bool certain) {
   int best = -1;
   for (int i = 0; i < int(slots_.size()); ++i) {
@@ -164,11 +170,11 @@ int ExpertPagePool::take_slot(ExpertKey k, bool certain) {
       continue;
     }
     const Slot& b = slots_[size_t(best)];
-    const int d = next_use(s.layer), db = next_use(b.layer);
+    const int d = next_use(s), db = next_use(b);
     if (d > db || (d == db && s.uses < b.uses)) best = i;
   }
   // A guess only displaces an expert that is needed later than itself.
-  if (best >= 0 && !certain && next_use(slots_[size_t(best)].layer) <= next_use(k.layer)) return -1;
+  if (best >= 0 && !certain && next_use(slots_[size_t(best)]) <= next_use(k.layer)) return -1;
   if (best >= 0) index_.erase(key_of({slots_[size_t(best)].layer, slots_[size_t(best)].expert}));
   return best;
 }

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,6 +109,10 @@ class ExpertPagePool {
   // Layer `layer` begins with the router's `chosen` experts: the guesses for it not yet started
   // that the router did not choose are dropped, so the disk reads what is needed.
   void drop_guesses(int layer, const std::vector<int>& chosen);
+  // Experts held elsewhere (an offload device's expert cache), which will not be asked of the
+  // pool while they are: their slots go first when one is needed. Called on the thread that
+  // prefetches and acquires.
+  void set_kept_elsewhere(std::function<bool(ExpertKey)> kept) { kept_elsewhere_ = std::move(kept); }
 
   int slots() const { return int(slots_.size()); }
   // Host bytes the pool holds: its slots, allocated once when it is made.
@@ -132,6 +137,7 @@ class ExpertPagePool {
   // A slot for `k` (locked): empty, or evicted by next use; -1 when none may go.
   int take_slot(ExpertKey k, bool certain);
   int next_use(int layer) const;  // layers until `layer` runs again, counted from current_layer_
+  int next_use(const Slot& s) const;  // of its expert: the latest if it is kept elsewhere
   void enqueue(int slot, ExpertKey k);
   int reads_per_expert() const;  // 3 matrices, and their scales where the files have them
   int take_queued();
@@ -152,6 +158,7 @@ class ExpertPagePool {
   std::unordered_map<int64_t, int> index_;  // key → slot
   std::deque<int> queue_;                   // slots to read, in the order asked
   int current_layer_ = 0;
+  std::function<bool(ExpertKey)> kept_elsewhere_;  // empty: none
   ExpertPoolStats stats_;
   std::string error_;  // the loader's first failure
   bool stop_ = false;

@@ -38,7 +38,8 @@ nlohmann::json offload_json(const OffloadPlan& o) {
           {"resident_expert_layers", o.resident_expert_layers},
           {"page_bytes", o.page_bytes},
           {"prefetch_depth", o.prefetch_depth},
-          {"cpu_expert_max_tokens", o.cpu_expert_max_tokens}};
+          {"cpu_expert_max_tokens", o.cpu_expert_max_tokens},
+          {"cache_pages", o.cache_pages}};
 }
 
 nlohmann::json prediction_json(const PlannedPolicy& p) {
@@ -96,6 +97,11 @@ void print_offload(const Plan& plan, const HardwareProfile& hw, const ModelConfi
   fmt::print("           pages of {} ({} per expert), prefetch depth {} experts ({} slots)\n",
              human_bytes(double(o.page_bytes)), pages_per_expert(c, o.page_bytes), o.prefetch_depth,
              o.prefetch_depth * pages_per_expert(c, o.page_bytes));
+  if (o.cache_pages > 0)
+    fmt::print(
+        "           {} more slots keep pages from step to step (the device's expert cache): "
+        "{:.0f}% of the streamed experts stay\n",
+        o.cache_pages, 100 * OffloadCostModel(hw, c, plan.chosen.policy, o).device_cache_hit());
   if (o.cpu_expert_max_tokens > 0)
     fmt::print("           experts with at most {} tokens in a step run on the CPU\n",
                o.cpu_expert_max_tokens);

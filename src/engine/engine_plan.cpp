@@ -231,6 +231,7 @@ OffloadConstraints executor_constraints(const OffloadSettings& s) {
   if (s.resident_expert_layers >= 0) fixed.resident_expert_layers = s.resident_expert_layers;
   if (s.page_slots > 0) fixed.prefetch_depth = std::max(1, s.page_slots / 3);
   if (s.cpu_expert_max_tokens > 0) fixed.cpu_expert_max_tokens = s.cpu_expert_max_tokens;
+  if (s.cache_pages >= 0) fixed.cache_pages = s.cache_pages;
   return fixed;
 }
 
@@ -279,8 +280,10 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
                                                 : parse_bytes(device.gpu_mem, "--gpu-mem");
     }
   }
-  const Plan plan =
-      plan_policy(hw, c, requested, work, limits, executor_constraints(device.settings));
+  OffloadConstraints fixed = executor_constraints(device.settings);
+  // The stand-in's "device" memory is the host's: it keeps no cache unless asked (as it runs).
+  if (device.kind == DeviceKind::kStandin && !fixed.cache_pages) fixed.cache_pages = 0;
+  const Plan plan = plan_policy(hw, c, requested, work, limits, fixed);
   const OffloadPlan& o = plan.chosen.offload;
   if (o.gpu) {
     // One expert is gate, up and down: 3 pages of one matrix each.

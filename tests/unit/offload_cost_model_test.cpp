@@ -380,6 +380,69 @@ TEST(OffloadCostModel, DiskReadsGateTheStreamedLayersCopies) {
   for (const Task& t : all_resident.tasks()) EXPECT_NE(t.resource, Resource::kDisk) << t.name;
 }
 
+// The device's expert cache keeps a fixed part of the streamed experts: a chosen expert is kept
+// with the probability of that part, and is then neither copied nor read from disk.
+TEST(OffloadCostModel, TheDeviceCacheSavesItsShareOfCopiesAndDiskReads) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 2);  // 2 streamed layers of 8 experts
+  HardwareProfile hw = synthetic_gpu_profile();
+  hw.disk_bytes_per_s = 1e8;
+  Policy p = small_policy();
+  p.pool_experts = 4;
+  const StepShape step = decode_step(4, 400);
+  OffloadPlan cached = streamed();
+  cached.cache_pages = 3 * 4 + 2;  // 4 whole experts of 16 (and 2 pages that hold no expert)
+  const OffloadCostModel without(hw, c, p, streamed()), with(hw, c, p, cached);
+  EXPECT_EQ(without.device_cache_hit(), 0);
+  EXPECT_DOUBLE_EQ(with.device_cache_hit(), 0.25);
+  auto bytes_on = [&](const OffloadCostModel& m, Resource r) {
+    double bytes = 0;
+    for (const Task& t : m.step_graph(step).tasks())
+      if (t.resource == r && (r != Resource::kHostToDevice || t.name.ends_with("pages_h2d")))
+        bytes += t.bytes;
+    return bytes;
+  };
+  const double copied = bytes_on(without, Resource::kHostToDevice);
+  ASSERT_GT(copied, 0);
+  EXPECT_NEAR(bytes_on(with, Resource::kHostToDevice), 0.75 * copied, 1e-9 * copied);
+  // The pool's own share of hits adds to the device's.
+  const CpuCostModel cpu(hw, c, p);
+  const double E = c.num_experts, k = c.experts_per_token;
+  const double used = E * (1 - std::pow(1 - k / E, 4.0));
+  const double pool_hit = std::max(0.0, p.pool_experts - 2 * used) / (2 * E);
+  const double file_bytes = used * double(expert_file_bytes(c));
+  EXPECT_NEAR(cpu.disk_read_task(4)->bytes, file_bytes * (1 - pool_hit), 1e-6 * file_bytes);
+  EXPECT_NEAR(bytes_on(with, Resource::kDisk), 2 * file_bytes * (1 - pool_hit - 0.25),
+              1e-6 * file_bytes);
+  EXPECT_LT(with.step_seconds(step), without.step_seconds(step));
+}
+
+// The planner sizes the device's cache as the executor does: what the budget leaves beyond the
+// margin, none when asked for none (as on the stand-in), the pages asked for when fixed.
+TEST(OffloadPlanner, SizesTheDeviceCacheFromWhatTheBudgetLeaves) {
+  const ModelConfig c = preset_config("mixtral-8x7b", 4);
+  const HardwareProfile hw = synthetic_gpu_profile(1e10);
+  const auto work = uniform_workload(4, 64, 16);
+  const MemoryLimits limits{size_t(256) << 30, size_t(24) << 30};
+  OffloadConstraints fixed;
+  fixed.resident_expert_layers = 0;
+  const Plan plan = plan_policy(hw, c, Policy{}, work, limits, fixed);
+  ASSERT_TRUE(plan.offload.gpu);
+  const size_t budget = size_t(24) << 30, used = plan.chosen.gpu_memory.total();
+  const size_t left = budget - used - std::max(size_t(256) << 20, budget / 10);
+  // At most the streamed pages (4 layers of 8 experts of 3 pages) beyond the prefetch window.
+  const int beyond_window = 4 * 8 * 3 - 3 * plan.offload.prefetch_depth;
+  EXPECT_EQ(plan.offload.cache_pages,
+            std::min(beyond_window, int(left / plan.offload.page_bytes)));
+  EXPECT_GT(plan.offload.cache_pages, 0);
+  fixed.cache_pages = 0;
+  const Plan none = plan_policy(hw, c, Policy{}, work, limits, fixed);
+  EXPECT_EQ(none.offload.cache_pages, 0);
+  EXPECT_GE(plan.chosen.prediction.decode_tokens_per_s(),
+            none.chosen.prediction.decode_tokens_per_s());
+  fixed.cache_pages = 5;
+  EXPECT_EQ(plan_policy(hw, c, Policy{}, work, limits, fixed).offload.cache_pages, 5);
+}
+
 TEST(OffloadPlanner, PrefersMoreResidentLayersWhenMemoryAllows) {
   const ModelConfig c = preset_config("mixtral-8x7b", 4);
   const HardwareProfile hw = synthetic_gpu_profile(1e10);

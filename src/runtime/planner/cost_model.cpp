@@ -321,14 +321,14 @@ double CpuCostModel::layer_seconds(int layer, const StepShape& step) const {
   return s;
 }
 
-std::optional<Task> CpuCostModel::disk_read_task(int T) const {
+std::optional<Task> CpuCostModel::disk_read_task(int T, double kept_elsewhere) const {
   if (p_.pool_experts <= 0 || hw_.disk_bytes_per_s <= 0) return std::nullopt;
   const double E = c_.num_experts, k = c_.experts_per_token;
   const double used = E * (1 - std::pow(1 - k / E, double(T)));
   int moe_layers = 0;
   for (int l = 0; l < c_.num_layers; ++l) moe_layers += c_.is_moe_layer(l) ? 1 : 0;
   const double kept = std::max(0.0, double(p_.pool_experts) - 2 * used);
-  const double hit = std::min(1.0, kept / (E * std::max(1, moe_layers)));
+  const double hit = std::min(1.0, kept / (E * std::max(1, moe_layers)) + kept_elsewhere);
   Task t;
   t.name = "expert_reads";
   t.group = "expert reads from disk";

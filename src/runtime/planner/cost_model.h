@@ -84,7 +84,9 @@ class CpuCostModel {
   // experts over a step of T tokens, the experts it uses, E·(1 - (1 - k/E)^T), less those the pool
   // keeps from step to step (its slots beyond the two layers it streams through, spread over all
   // experts), at the profile's O_DIRECT bandwidth. Empty without the disk tier or a measured disk.
-  std::optional<Task> disk_read_task(int step_tokens) const;
+  // `kept_elsewhere`: the share of the experts an offload device keeps (never asked of the pool,
+  // whose slots then keep others).
+  std::optional<Task> disk_read_task(int step_tokens, double kept_elsewhere = 0) const;
 
   const ModelConfig& config() const { return c_; }
   const Policy& policy() const { return p_; }

@@ -16,9 +16,10 @@ std::string describe(const OffloadPlan& o) {
   if (!o.gpu) return "cpu-only";
   std::string page = human_bytes(double(o.page_bytes));
   page.erase(std::remove(page.begin(), page.end(), ' '), page.end());
-  return fmt::format("omega={:.2f} resident={} page={} depth={} cpu_experts<={}",
+  return fmt::format("omega={:.2f} resident={} page={} depth={} cpu_experts<={}{}",
                      o.cpu_attention_share, o.resident_expert_layers, page, o.prefetch_depth,
-                     o.cpu_expert_max_tokens);
+                     o.cpu_expert_max_tokens,
+                     o.cache_pages > 0 ? fmt::format(" cache={}", o.cache_pages) : "");
 }
 
 size_t expert_weight_bytes(const ModelConfig& c) {
@@ -203,6 +204,16 @@ double OffloadCostModel::gpu_expert_probability(int T) const {
   for (auto [m, pm] : cpu_.tokens_per_expert_distribution(T))
     if (m > o_.cpu_expert_max_tokens && m > 0) p += pm;
   return p;
+}
+
+double OffloadCostModel::device_cache_hit() const {
+  const ModelConfig& c = config();
+  int streamed = 0;
+  for (int l = 0; l < c.num_layers; ++l)
+    streamed += c.is_moe_layer(l) && !layer_resident(l, c.num_layers, o_.resident_expert_layers);
+  if (o_.cache_pages <= 0 || streamed == 0) return 0;
+  const double kept = double(o_.cache_pages / pages_per_expert(c, o_.page_bytes));
+  return std::min(1.0, kept / (double(c.num_experts) * streamed));
 }
 
 double OffloadCostModel::gpu_expert_seconds(int T) const {
@@ -458,9 +469,10 @@ ExpertTasks expert_tasks(const OffloadCostModel& m, const StepTaskCosts& k, int 
       x.cpu_rows += pm * tokens;
   }
   const int pages = pages_per_expert(c, o.page_bytes);
-  const double copied_bytes = x.q_gpu * double(expert_weight_bytes(c));
+  const double copied = x.q_gpu * (1 - m.device_cache_hit());
+  const double copied_bytes = copied * double(expert_weight_bytes(c));
   x.copy = make_task(Resource::kHostToDevice, "expert weights",
-                     m.h2d_seconds(copied_bytes, x.q_gpu * pages), copied_bytes, 0, Bound::kLink);
+                     m.h2d_seconds(copied_bytes, copied * pages), copied_bytes, 0, Bound::kLink);
   x.gpu = make_task(Resource::kGpu, "GPU expert GEMMs", m.gpu_expert_seconds(T), weight_reads,
                     flops, k.bound(flops, weight_reads));
   x.cpu = make_task(Resource::kCpu, "CPU experts", 0, 0, 0, Bound::kMemory);
@@ -512,7 +524,7 @@ void OffloadCostModel::build_into(const StepShape& step, B& b) const {
   // With the experts on disk: a streamed layer's reads into the host page pool, on the pool's
   // own thread, one layer after another (the CPU engine's model of them); the layer's first
   // expert copy and CPU expert wait for them. A resident layer's experts were read at start-up.
-  const std::optional<Task> reads = cpu_.disk_read_task(T);
+  const std::optional<Task> reads = cpu_.disk_read_task(T, device_cache_hit());
   int reads_last = -1;
 
   // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.

@@ -23,7 +23,8 @@
 // With the experts on disk (Policy::pool_experts > 0), a fifth resource: the disk reads a
 // streamed layer's experts into the host page pool (CpuCostModel::disk_read_task, the expected
 // misses at the profile's O_DIRECT bandwidth), one layer after another on the pool's thread, and
-// the layer's first expert copy and GPU and CPU experts wait for them.
+// the layer's first expert copy and GPU and CPU experts wait for them. Experts the device's
+// cache keeps (OffloadPlan::cache_pages, device_cache_hit) are neither copied nor read.
 //
 // Routing is an expectation, as in the CPU model: an expert gets Binomial(T, k/E) tokens, so its
 // copy moves P(it runs on the GPU) · its bytes (an expert with no token, or one the CPU takes, is
@@ -59,6 +60,9 @@ struct OffloadPlan {
   size_t page_bytes = 0;            // an expert's weights are cut into pages of this size
   int prefetch_depth = 0;           // experts whose pages the slot pool holds at once
   int cpu_expert_max_tokens = 0;    // experts with 1..this many tokens run on the CPU; 0: none
+  // Device page slots beyond the prefetch window that keep streamed pages from step to step (the
+  // device half of the expert cache; the executor's OffloadSettings::cache_pages). 0: none.
+  int cache_pages = 0;
 };
 
 // "omega=0.50 resident=5 page=112.00MiB depth=3 cpu_experts<=16"
@@ -137,6 +141,10 @@ class OffloadCostModel {
   // cpu_expert_max_tokens tokens), and the probability that it runs on the GPU at all.
   double gpu_expert_seconds(int step_tokens) const;
   double gpu_expert_probability(int step_tokens) const;
+  // The share of a streamed layer's experts the device's cache keeps: it holds a fixed part of
+  // the streamed experts from step to step (its slot choice keeps a part of the cyclic scan), so
+  // under independent routing an expert chosen is kept with the probability of that part.
+  double device_cache_hit() const;
 
  private:
   TaskGraph build(const StepShape& step, bool named) const;

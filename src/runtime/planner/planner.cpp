@@ -338,6 +338,23 @@ class PolicySearch {
     return o;
   }
 
+  // The device's expert cache, as the offload executor sizes it: the pages asked for, or what the
+  // budget leaves beyond a margin of max(256 MiB, 10%) for what the device math allocates later,
+  // at most the streamed pages beyond the prefetch window.
+  int device_cache_pages(size_t used, const OffloadPlan& o) const {
+    if (fixed_.cache_pages) return *fixed_.cache_pages;
+    const int per_expert = pages_per_expert(c_, o.page_bytes);
+    int64_t streamed = 0;
+    for (int l = 0; l < c_.num_layers; ++l)
+      if (c_.is_moe_layer(l) && !layer_resident(l, c_.num_layers, o.resident_expert_layers))
+        streamed += int64_t(per_expert) * c_.num_experts;
+    const int64_t window = int64_t(o.prefetch_depth) * per_expert;
+    const size_t margin = std::max(size_t(256) << 20, limits_.gpu_bytes / 10);
+    if (used + margin >= limits_.gpu_bytes || streamed <= window) return 0;
+    return int(std::min<int64_t>(streamed - window,
+                                 int64_t((limits_.gpu_bytes - used - margin) / o.page_bytes)));
+  }
+
   Policy policy_of(const Key& k) const {
     Policy p = base_;
     p.batch = k[kBatch], p.attn_micro_batch = k[kAttn], p.expert_batch = k[kExpert];
@@ -449,6 +466,10 @@ class PolicySearch {
     if (gpu_) {
       pp.gpu_memory = gpu_memory_use(c_, pp.policy, pp.offload);
       if (pp.gpu_memory.total() > limits_.gpu_bytes) return nullptr;
+      pp.offload.cache_pages = device_cache_pages(pp.gpu_memory.total(), pp.offload);
+      if (pp.gpu_memory.total() + size_t(pp.offload.cache_pages) * pp.offload.page_bytes >
+          limits_.gpu_bytes)
+        return nullptr;
     }
     pp.prediction = predict(hw_, c_, pp.policy, pp.offload, sim_);
     pp.prediction.total_seconds *= scale_;

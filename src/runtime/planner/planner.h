@@ -46,6 +46,7 @@ struct OffloadConstraints {
   bool expert_matrix_pages = false;  // pages of one expert weight matrix only
   std::optional<int> prefetch_depth;
   std::optional<int> cpu_expert_max_tokens;
+  std::optional<int> cache_pages;  // the device's expert cache; unset: what the budget leaves
 };
 
 struct HostMemoryUse {

@@ -191,6 +191,10 @@ struct BenchResult {
   ThroughputReport report;
   double wall = 0, prefill_share = 0, decode_share = 0;
   size_t peak_rss = 0;
+  // The resident set before the model was loaded (code, libraries, the runtime's pools); the
+  // ceilings' probe buffers, freed by then, are not in peak_rss where the peak could be reset.
+  size_t rss_before_load = 0;
+  bool peak_reset = false;
   double profiled_disk = 0;  // the profile's disk read rate (the load is compared with it)
   // The experts' disk, probed before and after the run (0: not probed).
   std::pair<double, double> disk_probes = {0, 0};
@@ -225,6 +229,7 @@ void print_json(const BenchResult& b) {
   j["profile_compute_ceiling_flops"] = b.hw->compute_ceiling_flops(activations);
   j["profile_dram_bytes_per_s"] = b.hw->dram_bytes_per_s;
   j["peak_resident_bytes"] = b.peak_rss;
+  j["resident_before_load_bytes"] = b.rss_before_load;
   j["weights_bytes"] = b.ms->total_bytes;
   if (!s.disk_reads.empty()) {
     add_disk_report(j, disk_report(s, b.wall, b.hw->disk_bytes_per_s), s);
@@ -302,14 +307,22 @@ void print_memory(const BenchResult& b) {
   const offload::Device* device = b.device->backend ? b.device->backend->device.get() : nullptr;
   const size_t device_bytes =
       device && device->memory_is_host() ? size_t(s.device_peak_bytes) : size_t(0);
-  const double memory_bound = double(weights_bytes + s.kv_cache_bytes + device_bytes) * 1.10;
-  fmt::print("memory     peak resident {} vs weights {} + KV cache {}{} (+10%: {}){}\n",
-             human_bytes(double(b.peak_rss)), human_bytes(double(weights_bytes)),
-             human_bytes(double(s.kv_cache_bytes)),
-             device_bytes > 0
-                 ? fmt::format(" + the stand-in device's {}", human_bytes(double(device_bytes)))
-                 : "",
-             human_bytes(memory_bound), double(b.peak_rss) <= memory_bound ? "" : "  OVER BUDGET");
+  const size_t activations =
+      host_memory_use(b.loaded->model.config, b.plan->policy, b.plan->offload).activations;
+  const double memory_bound =
+      double(weights_bytes + s.kv_cache_bytes + activations + device_bytes) * 1.10;
+  // What the run added to the process it started in (code, libraries: not the model's).
+  const double added = double(b.peak_rss) - double(std::min(b.rss_before_load, b.peak_rss));
+  fmt::print(
+      "memory     peak resident {}, {} above the {} before loading{}, vs weights {} + KV cache "
+      "{} + activations {}{} (+10%: {}){}\n",
+      human_bytes(double(b.peak_rss)), human_bytes(added), human_bytes(double(b.rss_before_load)),
+      b.peak_reset ? "" : " (the peak includes the ceilings' probe buffers)",
+      human_bytes(double(weights_bytes)), human_bytes(double(s.kv_cache_bytes)),
+      human_bytes(double(activations)), device_bytes > 0
+          ? fmt::format(" + the stand-in device's {}", human_bytes(double(device_bytes)))
+          : "",
+      human_bytes(memory_bound), added <= memory_bound ? "" : "  OVER BUDGET");
   // The use counts the device KV pool's blocks too (ω < 1); the bytes are the host cache's.
   fmt::print("KV cache   peak use {:.0f}% of the blocks (host cache {}{})\n", 100 * s.peak_kv_usage,
              human_bytes(double(s.kv_cache_bytes)),
@@ -339,6 +352,83 @@ void print_text(const BenchResult& b) {
   }
 }
 
+// The policy the planner chooses for the workload (it fills the fields left at 0, see
+// engine/engine_plan.h) and its prediction, printed beside the measurement. With the experts on
+// disk, the planner and the disk's figures use the disk as the tier reads it, probed now.
+struct BenchPlan {
+  HardwareProfile hw;
+  double profiled_disk = 0;  // the profile's disk read rate, before the probe replaced it
+  double disk_before = 0;    // the experts' disk, probed before the run (0: not probed)
+  std::vector<WorkloadRequest> work;
+  DeviceOptions device;
+  EnginePlan plan;
+  Prediction predicted;
+};
+
+BenchPlan plan_bench(const Options& o, const LoadedModel& loaded, const HostBudget& budget) {
+  BenchPlan b;
+  const ModelConfig& c = loaded.model.config;
+  b.hw = planner_profile(o.policy.threads);
+  b.profiled_disk = b.hw.disk_bytes_per_s;
+  if (loaded.model.expert_files) b.disk_before = probe_expert_disk(*loaded.model.expert_files);
+  if (b.disk_before > 0) b.hw.disk_bytes_per_s = b.disk_before;
+  b.work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
+  b.device = o.device;
+  b.plan = plan_for_workload(b.hw, c, o.policy, b.device, b.work, budget.bytes);
+  b.predicted = predict(b.hw, c, b.plan.policy, b.plan.offload, b.work);
+  return b;
+}
+
+// A disk's rate moves (a VM's far more than its DRAM's): probed again after the run, the ceiling
+// is the faster of the two readings, and the chosen policy's prediction is made again with it, as
+// the disk bounds are. Returns the reading after the run (0: not probed).
+double reprobe_disk(const LoadedModel& loaded, BenchPlan& b) {
+  if (!loaded.model.expert_files) return 0;
+  const double after = probe_expert_disk(*loaded.model.expert_files);
+  if (after > b.hw.disk_bytes_per_s) {
+    b.hw.disk_bytes_per_s = after;
+    b.predicted = predict(b.hw, loaded.model.config, b.plan.policy, b.plan.offload, b.work);
+  }
+  return after;
+}
+
+struct EngineRun {
+  EngineStats stats;
+  double wall = 0;
+  int64_t generated = 0;
+  double prefill_share = 0, decode_share = 0;  // of the cores the run had, per phase
+};
+
+EngineRun run_workload(const Options& o, const LoadedModel& loaded, const BenchPlan& b,
+                       const BenchDevice& device) {
+  EngineDevice engine_device;
+  if (device.backend)
+    engine_device = {device.backend->device.get(), device.backend->math.get(),
+                     b.device.settings};
+  const Policy& policy = b.plan.policy;
+  BatchEngine engine(loaded.model, policy, engine_device);
+  CpuShareMeter share;
+  engine.set_step_observer(
+      [&](const EngineStats& st, const BatchEngine::Progress&) { share.observe(st); });
+  EngineRun r;
+  const auto t0 = Clock::now();
+  engine.run(synthetic_requests(o, loaded.model.config), [&](Completion&& done) {
+    // Every request has the same shape: one that can never run means none can, and the
+    // measurement would be of nothing.
+    if (done.reason == FinishReason::kError)
+      fail(
+          "bench: request {} can never run: {}; lower --prompt-len or --gen-len, or raise "
+          "--kv-blocks",
+          done.id, done.error);
+    r.generated += int64_t(done.tokens.size());
+  });
+  r.wall = seconds_since(t0);
+  r.stats = engine.stats();
+  r.prefill_share = share.prefill_share(r.stats.prefill_seconds, policy.threads);
+  r.decode_share = share.decode_share(r.stats.decode_seconds, policy.threads);
+  return r;
+}
+
 int run(Options o) {
   if (o.model_dir.empty() == o.preset.empty())
     fail("bench: give exactly one of --model or --preset");
@@ -350,76 +440,41 @@ int run(Options o) {
   // Measured first: the probe's buffers are freed before the model is made, so they do not
   // count towards the peak resident memory reported below.
   const Ceilings ceilings = measure_ceilings();
+  const bool peak_reset = reset_peak_resident();
+  const size_t rss_before_load = current_resident_bytes();
   const LoadedModel loaded = load_for_bench(o, budget);
-  const ModelConfig& c = loaded.model.config;
   const ModelStats ms = model_stats(loaded.model);
+  BenchPlan b = plan_bench(o, loaded, budget);
+  omp_set_num_threads(b.plan.policy.threads);
+  // The device's link probe (3 × 256 MiB, freed after) is left out of the peak as the ceilings'.
+  const size_t load_peak = peak_resident_bytes();
+  const BenchDevice device = open_bench_device(b.device, b.hw);
+  if (peak_reset) reset_peak_resident();
+  const EngineRun r = run_workload(o, loaded, b, device);
+  const double disk_after = reprobe_disk(loaded, b);
 
-  // The planner fills the fields left at 0 (engine/engine_plan.h) and predicts the run, to print
-  // beside the measurement.
-  // With the experts on disk, the planner and the disk's figures use the disk as the tier reads
-  // it, probed now (engine_plan.h), not the profile's probe.
-  HardwareProfile hw = planner_profile(o.policy.threads);
-  const double profiled_disk = hw.disk_bytes_per_s;
-  const bool probe_disk = loaded.model.expert_files != nullptr;
-  const double disk_before = probe_disk ? probe_expert_disk(*loaded.model.expert_files) : 0;
-  if (disk_before > 0) hw.disk_bytes_per_s = disk_before;
-  const std::vector<WorkloadRequest> work = uniform_workload(o.requests, o.prompt_len, o.gen_len);
-  DeviceOptions device_options = o.device;
-  const EnginePlan plan = plan_for_workload(hw, c, o.policy, device_options, work, budget.bytes);
-  Prediction predicted = predict(hw, c, plan.policy, plan.offload, work);
-  omp_set_num_threads(plan.policy.threads);
-
-  const BenchDevice device = open_bench_device(device_options, hw);
-  EngineDevice engine_device;
-  if (device.backend)
-    engine_device = {device.backend->device.get(), device.backend->math.get(),
-                     device_options.settings};
-  BatchEngine engine(loaded.model, plan.policy, engine_device);
-  CpuShareMeter share;
-  engine.set_step_observer(
-      [&](const EngineStats& st, const BatchEngine::Progress&) { share.observe(st); });
-  int64_t generated = 0;
-  const auto t0 = Clock::now();
-  engine.run(synthetic_requests(o, c), [&](Completion&& done) {
-    // Every request has the same shape: one that can never run means none can, and the
-    // measurement would be of nothing.
-    if (done.reason == FinishReason::kError)
-      fail(
-          "bench: request {} can never run: {}; lower --prompt-len or --gen-len, or raise "
-          "--kv-blocks",
-          done.id, done.error);
-    generated += int64_t(done.tokens.size());
-  });
-  const double wall = seconds_since(t0);
-  // A disk's rate moves (a VM's far more than its DRAM's): probed again after the run, the
-  // ceiling is the faster of the two readings, and the chosen policy's prediction is made again
-  // with it, as the disk bounds are.
-  const double disk_after = probe_disk ? probe_expert_disk(*loaded.model.expert_files) : 0;
-  if (disk_after > hw.disk_bytes_per_s) {
-    hw.disk_bytes_per_s = disk_after;
-    predicted = predict(hw, c, plan.policy, plan.offload, work);
-  }
-
-  const EngineStats& s = engine.stats();
-  BenchResult b{&o,
-                &loaded,
-                &ms,
-                &ceilings,
-                &hw,
-                &plan,
-                &predicted,
-                &device,
-                &s,
-                summarize(s, wall, int64_t(o.requests) * o.prompt_len, generated, ceilings,
-                          plan.policy.precision, c.expert_quant.dtype)};
-  b.wall = wall;
-  b.report.offloaded = device.backend != nullptr;
-  b.prefill_share = share.prefill_share(s.prefill_seconds, plan.policy.threads);
-  b.decode_share = share.decode_share(s.decode_seconds, plan.policy.threads);
-  b.peak_rss = peak_resident_bytes();
-  b.profiled_disk = profiled_disk;
-  b.disk_probes = {disk_before, disk_after};
-  o.json ? print_json(b) : print_text(b);
+  BenchResult result{&o,
+                     &loaded,
+                     &ms,
+                     &ceilings,
+                     &b.hw,
+                     &b.plan,
+                     &b.predicted,
+                     &device,
+                     &r.stats,
+                     summarize(r.stats, r.wall, int64_t(o.requests) * o.prompt_len, r.generated,
+                               ceilings, b.plan.policy.precision,
+                               loaded.model.config.expert_quant.dtype)};
+  result.wall = r.wall;
+  result.report.offloaded = device.backend != nullptr;
+  result.prefill_share = r.prefill_share;
+  result.decode_share = r.decode_share;
+  result.peak_rss = std::max(load_peak, peak_resident_bytes());
+  result.rss_before_load = rss_before_load;
+  result.peak_reset = peak_reset;
+  result.profiled_disk = b.profiled_disk;
+  result.disk_probes = {b.disk_before, disk_after};
+  o.json ? print_json(result) : print_text(result);
   return 0;
 }
 

@@ -67,6 +67,12 @@ size_t available_memory_bytes() {
 size_t peak_resident_bytes() {
   return proc_kb("/proc/self/status", "VmHWM");
 }
+bool reset_peak_resident() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return bool(f);
+}
 size_t current_resident_bytes() {
   return proc_kb("/proc/self/status", "VmRSS");
 }

@@ -10,6 +10,9 @@ namespace sluice {
 
 size_t available_memory_bytes();  // MemAvailable from /proc/meminfo
 size_t peak_resident_bytes();     // VmHWM of this process
+// Starts VmHWM again from the resident set now (/proc/self/clear_refs); false where the kernel
+// does not allow it.
+bool reset_peak_resident();
 size_t current_resident_bytes();  // VmRSS of this process
 // The bytes this process had read from storage, page-cache hits not counted (read_bytes of
 // /proc/self/io: reads, O_DIRECT reads, and the readahead of faults on mapped files); nullopt

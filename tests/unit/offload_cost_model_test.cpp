@@ -396,7 +396,8 @@ TEST(OffloadCostModel, TheDeviceCacheSavesItsShareOfCopiesAndDiskReads) {
   EXPECT_DOUBLE_EQ(with.device_cache_hit(), 0.25);
   auto bytes_on = [&](const OffloadCostModel& m, Resource r) {
     double bytes = 0;
-    for (const Task& t : m.step_graph(step).tasks())
+    const TaskGraph g = m.step_graph(step);
+    for (const Task& t : g.tasks())
       if (t.resource == r && (r != Resource::kHostToDevice || t.name.ends_with("pages_h2d")))
         bytes += t.bytes;
     return bytes;

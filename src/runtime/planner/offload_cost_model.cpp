@@ -504,134 +504,166 @@ Task dense_mlp_task(const OffloadCostModel& m, const StepTaskCosts& k, int T, in
                    k.bound(flops, bytes));
 }
 
-}  // namespace
-
-template <typename B>
-void OffloadCostModel::build_into(const StepShape& step, B& b) const {
-  const ModelConfig& c = config();
-  const int64_t H = c.hidden_size, E = c.num_experts, V = c.vocab_size;
-  const int T = step.tokens(), S = step.sampled;
-  const int M = int(step.micro_batches.size());
-  const bool named = b.named();
-  const StepTaskCosts k(*this);
-  auto name = [&](const std::string& prefix, const char* what) {
-    return named ? prefix + what : std::string();
-  };
-  std::vector<MicroBatchTasks> mbs;  // computed once for all layers
-  for (const MicroBatchShape& mb : step.micro_batches)
-    mbs.push_back(micro_batch_tasks(*this, k, mb));
-  const ExpertTasks x = expert_tasks(*this, k, T);
-  // With the experts on disk: a streamed layer's reads into the host page pool, on the pool's
-  // own thread, one layer after another (the CPU engine's model of them); the layer's first
-  // expert copy and CPU expert wait for them. A resident layer's experts were read at start-up.
-  const std::optional<Task> reads = cpu_.disk_read_task(T, device_cache_hit());
-  int reads_last = -1;
+// The step's task graph as it is built: the last task on each chain (the host's compute, the
+// GPU's compute queue, the weight copy engine, the disk's reads) that the next task waits for.
+class StepChains {
+ public:
+  StepChains(Builder& b, const StepTaskCosts& k) : b_(b), k_(k) {}
 
   // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
-  int cpu_last =
-      b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
-            {}, {}, name("", "embed"));
-  int gpu_last =
-      b.add(k.copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
-            {cpu_last}, {}, name("", "embed_h2d"));
-  int weights_last = -1;                 // the weight copy engine's last copy
-  std::vector<int> streamed_gpu_expert;  // GPU task of each streamed expert, in order
+  void embed(const CpuCostModel& cpu, int T, int64_t H) {
+    cpu_ = b_.add(cpu.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
+                  {}, {}, name("", "embed"));
+    gpu_ = b_.add(k_.copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
+                  {cpu_}, {}, name("", "embed_h2d"));
+  }
 
-  for (int l = 0; l < c.num_layers; ++l) {
-    const bool moe = c.is_moe_layer(l);
-    const int64_t mlp_I = c.dense_mlp_size(l);
-    const bool gated = moe && mlp_I > 0 && c.shared_expert_gate;
+  // Layer l's attention over its micro-batches: the GPU runs attention_in(i + 1) before
+  // attention_out(i), so the CPU's share of micro-batch i overlaps the GPU's work on the next.
+  // Returns, for an MoE layer, the tasks that bring each micro-batch's routing to the host.
+  std::vector<int> attention(int l, const std::vector<MicroBatchTasks>& mbs, bool moe, bool gated) {
+    const int M = int(mbs.size());
     std::vector<int> in_end(static_cast<size_t>(M)), routing;
-    auto prefix = [&](int i) { return named ? fmt::format("layer{}.mb{}.", l, i) : std::string(); };
+    auto prefix = [&](int i) { return b_.named() ? fmt::format("layer{}.mb{}.", l, i) : std::string(); };
     auto attention_in = [&](int i) {
       const std::string p = prefix(i);
-      for (const auto& [what, t] : mbs[size_t(i)].in)
-        gpu_last = b.add(t, {gpu_last}, {}, name(p, what));
-      in_end[size_t(i)] = gpu_last;
+      for (const auto& [what, t] : mbs[size_t(i)].in) gpu_ = b_.add(t, {gpu_}, {}, name(p, what));
+      in_end[size_t(i)] = gpu_;
     };
     auto attention_out = [&](int i) {
       const MicroBatchTasks& t = mbs[size_t(i)];
       const std::string p = prefix(i);
       int cpu_out = -1;
       if (t.cpu_share) {
-        const int down = b.add(t.qkv_d2h, {in_end[size_t(i)]}, {}, name(p, "qkv_d2h"));
-        cpu_last = b.add(t.cpu_attention, {cpu_last, down}, {}, name(p, "cpu_attention"));
-        cpu_out = b.add(t.out_h2d, {cpu_last}, {}, name(p, "attn_out_h2d"));
+        const int down = b_.add(t.qkv_d2h, {in_end[size_t(i)]}, {}, name(p, "qkv_d2h"));
+        cpu_ = b_.add(t.cpu_attention, {cpu_, down}, {}, name(p, "cpu_attention"));
+        cpu_out = b_.add(t.out_h2d, {cpu_}, {}, name(p, "attn_out_h2d"));
       }
       bool first = true;
       for (const auto& [what, task] : t.out) {
-        gpu_last = b.add(task, {gpu_last, first ? cpu_out : -1}, {}, name(p, what));
+        gpu_ = b_.add(task, {gpu_, first ? cpu_out : -1}, {}, name(p, what));
         first = false;
       }
       for (const auto& [what, task] : t.mlp_gate)
-        if (gated) gpu_last = b.add(task, {gpu_last}, {}, name(p, what));
+        if (gated) gpu_ = b_.add(task, {gpu_}, {}, name(p, what));
       if (!moe) return;  // a dense layer: no routing
-      for (const auto& [what, task] : t.route)
-        gpu_last = b.add(task, {gpu_last}, {}, name(p, what));
-      routing.push_back(b.add(t.routing_d2h, {gpu_last}, {}, name(p, "routing_d2h")));
+      for (const auto& [what, task] : t.route) gpu_ = b_.add(task, {gpu_}, {}, name(p, what));
+      routing.push_back(b_.add(t.routing_d2h, {gpu_}, {}, name(p, "routing_d2h")));
     };
     if (M > 0) attention_in(0);
     for (int i = 0; i < M; ++i) {
       if (i + 1 < M) attention_in(i + 1);
       attention_out(i);
     }
+    return routing;
+  }
 
-    // Expert phase: the host waits for every micro-batch's routing, then enqueues the experts.
-    const bool resident = layer_resident(l, c.num_layers, o_.resident_expert_layers);
-    if (moe && !resident && reads) {
-      reads_last = b.add(*reads, {reads_last}, {}, name(named ? fmt::format("layer{}.", l) : "",
-                                                        "expert_reads"));
-      routing.push_back(reads_last);
+  // Layer l's experts, once every micro-batch's routing is on the host. A streamed layer's reads
+  // from disk (`reads`, none when the experts are in host memory) follow the previous layer's;
+  // its first expert copy waits for them, and the copy of the j-th streamed expert for a free
+  // slot: the GPU task of the (j − depth)-th.
+  void experts(int l, int E, const ExpertTasks& x, std::vector<int> routing,
+               const std::optional<Task>& reads, bool streamed, int depth, bool cpu_experts) {
+    if (streamed && reads) {
+      reads_ = b_.add(*reads, {reads_}, {}, name(layer_prefix(l), "expert_reads"));
+      routing.push_back(reads_);
     }
-    for (int e = 0; moe && e < E; ++e) {
-      const std::string p = named ? fmt::format("layer{}.expert{}.", l, e) : std::string();
+    for (int e = 0; e < E; ++e) {
+      const std::string p = b_.named() ? fmt::format("layer{}.expert{}.", l, e) : std::string();
       const std::vector<int>& after_routing = e == 0 ? routing : std::vector<int>{};
       if (x.q_gpu > 0) {
         int copied = -1;
-        if (!resident) {
-          const size_t j = streamed_gpu_expert.size(), depth = size_t(o_.prefetch_depth);
-          const int slot_free = j >= depth ? streamed_gpu_expert[j - depth] : -1;
-          weights_last = b.add(x.copy, {weights_last, slot_free, e == 0 ? reads_last : -1}, {},
-                               name(p, "pages_h2d"));
-          copied = weights_last;
+        if (streamed) {
+          const size_t j = streamed_gpu_expert_.size();
+          const int slot_free = j >= size_t(depth) ? streamed_gpu_expert_[j - size_t(depth)] : -1;
+          weights_ = b_.add(x.copy, {weights_, slot_free, e == 0 ? reads_ : -1}, {},
+                            name(p, "pages_h2d"));
+          copied = weights_;
         }
-        gpu_last = b.add(x.gpu, {gpu_last, copied}, after_routing, name(p, "gpu"));
-        if (!resident) streamed_gpu_expert.push_back(gpu_last);
+        gpu_ = b_.add(x.gpu, {gpu_, copied}, after_routing, name(p, "gpu"));
+        if (streamed) streamed_gpu_expert_.push_back(gpu_);
       }
-      if (o_.cpu_expert_max_tokens > 0)
-        cpu_last = b.add(x.cpu, {cpu_last}, after_routing, name(p, "cpu"));
+      if (cpu_experts) cpu_ = b_.add(x.cpu, {cpu_}, after_routing, name(p, "cpu"));
     }
-    const std::string lp = named ? fmt::format("layer{}.", l) : std::string();
-    if (moe && o_.cpu_expert_max_tokens > 0 && x.cpu_rows > 0) {
-      const int up = b.add(x.cpu_rows_h2d, {cpu_last}, {}, name(lp, "cpu_experts_h2d"));
-      gpu_last = b.add(x.add_cpu_rows, {gpu_last, up}, {}, name(lp, "add_cpu_experts"));
+    if (cpu_experts && x.cpu_rows > 0) {  // the CPU experts' rows go back and are added
+      const std::string lp = layer_prefix(l);
+      const int up = b_.add(x.cpu_rows_h2d, {cpu_}, {}, name(lp, "cpu_experts_h2d"));
+      gpu_ = b_.add(x.add_cpu_rows, {gpu_, up}, {}, name(lp, "add_cpu_experts"));
     }
-    if (mlp_I > 0)
-      gpu_last = b.add(dense_mlp_task(*this, k, T, mlp_I), {gpu_last}, {}, name(lp, "dense_mlp"));
   }
 
-  if (S > 0) {
-    gpu_last = b.add(k.elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
-                     {gpu_last}, {}, name("", "final_norm"));
-    gpu_last =
-        b.add(k.gemm("embedding, lm_head, sampling", S, V, H), {gpu_last}, {}, name("", "lm_head"));
-    const int logits =
-        b.add(k.copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
-              {gpu_last}, {}, name("", "logits_d2h"));
-    b.add(cpu_.elementwise_task("", "embedding, lm_head, sampling", double(S) * double(V) * 8),
-          {cpu_last, logits}, {}, name("", "sampling"));
+  void dense_mlp(int l, const Task& mlp) {
+    gpu_ = b_.add(mlp, {gpu_}, {}, name(layer_prefix(l), "dense_mlp"));
   }
+
+  // The final norm and lm_head on the GPU over the S sampled rows, their logits to the host,
+  // sampling there.
+  void sample(const CpuCostModel& cpu, int S, int64_t H, int64_t V) {
+    gpu_ = b_.add(k_.elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
+                  {gpu_}, {}, name("", "final_norm"));
+    gpu_ = b_.add(k_.gemm("embedding, lm_head, sampling", S, V, H), {gpu_}, {}, name("", "lm_head"));
+    const int logits =
+        b_.add(k_.copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
+               {gpu_}, {}, name("", "logits_d2h"));
+    b_.add(cpu.elementwise_task("", "embedding, lm_head, sampling", double(S) * double(V) * 8),
+           {cpu_, logits}, {}, name("", "sampling"));
+  }
+
+ private:
+  std::string name(const std::string& prefix, const char* what) const {
+    return b_.named() ? prefix + what : std::string();
+  }
+  std::string layer_prefix(int l) const {
+    return b_.named() ? fmt::format("layer{}.", l) : std::string();
+  }
+
+  Builder& b_;
+  const StepTaskCosts& k_;
+  int cpu_ = -1, gpu_ = -1, weights_ = -1, reads_ = -1;
+  std::vector<int> streamed_gpu_expert_;  // GPU task of each streamed expert, in order
+};
+
+// Every task of the step, as the executor runs it (the header says how).
+void build_step(const OffloadCostModel& m, const StepShape& step, Builder& b) {
+  const ModelConfig& c = m.config();
+  const OffloadPlan& o = m.plan();
+  const StepTaskCosts k(m);
+  std::vector<MicroBatchTasks> mbs;  // computed once for all layers
+  for (const MicroBatchShape& mb : step.micro_batches)
+    mbs.push_back(micro_batch_tasks(m, k, mb));
+  const int T = step.tokens();
+  const ExpertTasks x = expert_tasks(m, k, T);
+  // With the experts on disk: a streamed layer's reads into the host page pool, on the pool's
+  // own thread, one layer after another (the CPU engine's model of them). A resident layer's
+  // experts were read at start-up.
+  const std::optional<Task> reads = m.cpu().disk_read_task(T, m.device_cache_hit());
+  StepChains chains(b, k);
+  chains.embed(m.cpu(), T, c.hidden_size);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const bool moe = c.is_moe_layer(l);
+    const int64_t mlp_I = c.dense_mlp_size(l);
+    const std::vector<int> routing =
+        chains.attention(l, mbs, moe, moe && mlp_I > 0 && c.shared_expert_gate);
+    if (moe)
+      chains.experts(l, c.num_experts, x, routing, reads,
+                     !layer_resident(l, c.num_layers, o.resident_expert_layers),
+                     o.prefetch_depth, o.cpu_expert_max_tokens > 0);
+    if (mlp_I > 0) chains.dense_mlp(l, dense_mlp_task(m, k, T, mlp_I));
+  }
+  if (step.sampled > 0) chains.sample(m.cpu(), step.sampled, c.hidden_size, c.vocab_size);
 }
+
+}  // namespace
 
 TaskGraph OffloadCostModel::build(const StepShape& step, bool named) const {
   Builder b(named);
-  build_into(step, b);
+  build_step(*this, step, b);
   return b.take_graph();
 }
 
 double OffloadCostModel::step_seconds(const StepShape& step) const {
   Builder b(false);
-  build_into(step, b);
+  build_step(*this, step, b);
   return b.step_seconds();
 }
 

@@ -148,8 +148,6 @@ class OffloadCostModel {
 
  private:
   TaskGraph build(const StepShape& step, bool named) const;
-  template <typename B>
-  void build_into(const StepShape& step, B& builder) const;
 
   CpuCostModel cpu_;
   OffloadPlan o_;

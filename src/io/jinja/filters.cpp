@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <string>
+#include <unordered_map>
 
 #include "io/jinja/builtins.h"
 #include "io/jinja/template_error.h"
@@ -145,166 +147,224 @@ Value to_float(const Value& v, const Value& fallback) {
   return fallback;
 }
 
+// The filters, each given the name it was called by (some answer to several).
+using FilterFn = Value (*)(const std::string& name, const Value& input, CallArgs& args);
+
+Value filter_default(const std::string&, const Value& input, CallArgs& args) {
+  Value fallback = args.get(0, "default_value", Value(""));
+  bool boolean = args.get(1, "boolean", Value(false)).truthy();
+  return input.is_undefined() || (boolean && !input.truthy()) ? fallback : input;
+}
+
+Value filter_tojson(const std::string&, const Value& input, CallArgs& args) {
+  if (input.is_undefined()) fail_undefined(input);
+  return Value(to_json(input, json_style(args), "tojson"));
+}
+
+// Not in transformers; llama.cpp's templates (DeepSeek-V3.2) use it.
+Value filter_from_json(const std::string&, const Value& input, CallArgs&) {
+  if (!input.is_string()) raise("from_json expects a string, got {}", input.type_name());
+  auto parsed = nlohmann::ordered_json::parse(input.as_string(), nullptr, false);
+  if (parsed.is_discarded()) raise("from_json: the string is not valid JSON");
+  return Value::from_json(parsed);
+}
+
+Value filter_items(const std::string&, const Value& input, CallArgs&) {
+  if (input.is_undefined()) return Value(List{});
+  if (!input.is_dict()) raise("can only get item pairs from a mapping, got {}", input.type_name());
+  return call_method(input, "items", CallArgs{});
+}
+
+Value filter_first_or_last(const std::string& name, const Value& input, CallArgs&) {
+  List items = iterate(input);
+  if (items.empty()) return Value::undefined(fmt::format("no {} item, sequence was empty", name));
+  return name == "first" ? items.front() : items.back();
+}
+
+Value filter_reverse(const std::string&, const Value& input, CallArgs&) {
+  List items = iterate(input);
+  std::reverse(items.begin(), items.end());
+  if (!input.is_string()) return Value(std::move(items));
+  std::string out;
+  for (const Value& c : items) out += c.as_string();
+  return Value(out);
+}
+
+Value filter_join(const std::string&, const Value& input, CallArgs& args) {
+  Value separator = args.get(0, "d", Value(""));
+  Value attribute = args.get(1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const Value& item : iterate(input)) {
+    if (!first) out += separator.str();
+    out += (attribute.is_undefined() ? item : attribute_of(item, attribute)).str();
+    first = false;
+    if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
+  }
+  return Value(out);
+}
+
+Value filter_map(const std::string&, const Value& input, CallArgs& args) {
+  Value attribute, fallback;
+  for (const auto& [k, v] : args.keyword) {
+    if (k == "attribute") attribute = v;
+    if (k == "default") fallback = v;
+  }
+  List out;
+  if (!attribute.is_undefined()) {
+    for (const Value& item : iterate(input)) {
+      Value v = attribute_of(item, attribute);
+      out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
+    }
+    return Value::generator(std::move(out));
+  }
+  if (args.positional.empty()) raise("map() needs a filter name or attribute=");
+  std::string filter = args.positional[0].str();
+  for (const Value& item : iterate(input)) {
+    CallArgs inner;
+    inner.positional.assign(args.positional.begin() + 1, args.positional.end());
+    out.push_back(apply_filter(filter, item, inner));
+  }
+  return Value::generator(std::move(out));
+}
+
+Value filter_select(const std::string& name, const Value& input, CallArgs& args) {
+  return select(input, args, name.ends_with("attr"), name.starts_with("select"));
+}
+
+Value filter_trim(const std::string&, const Value& input, CallArgs& args) {
+  Value chars = args.get(0, "chars");
+  const std::string* set = chars.is_string() ? &chars.as_string() : nullptr;
+  return Value(strip(input.str(), set, true, true));
+}
+
+// upper, lower, title, capitalize: the string method of the same name.
+Value filter_case(const std::string& name, const Value& input, CallArgs&) {
+  return call_method(Value(input.str()), name.c_str(), CallArgs{});
+}
+
+Value filter_replace(const std::string&, const Value& input, CallArgs& args) {
+  CallArgs inner;
+  inner.positional = {args.get(0, "old"), args.get(1, "new")};
+  Value count = args.get(2, "count");
+  if (!count.is_undefined()) inner.positional.push_back(count);
+  return call_method(Value(input.str()), "replace", inner);
+}
+
+// Not a Jinja filter, but a common spelling in hand-written templates.
+Value filter_split(const std::string&, const Value& input, CallArgs& args) {
+  CallArgs inner;
+  inner.positional = args.positional;
+  return call_method(Value(input.str()), "split", inner);
+}
+
+Value filter_abs(const std::string&, const Value& input, CallArgs&) {
+  if (input.is_float()) return Value(std::fabs(input.as_double()));
+  if (input.is_int() || input.is_bool())
+    return input.as_int() < 0 ? negate(input) : Value(input.as_int());
+  raise("bad operand type for abs(): '{}'", input.type_name());
+}
+
+Value filter_unique(const std::string&, const Value& input, CallArgs&) {
+  List out;
+  for (const Value& item : iterate(input))
+    if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return equals(o, item); }))
+      out.push_back(item);
+  return Value::generator(std::move(out));
+}
+
+Value filter_sum(const std::string&, const Value& input, CallArgs& args) {
+  Value total = args.get(1, "start", Value(int64_t(0)));
+  Value attribute = args.get(0, "attribute");
+  for (const Value& item : iterate(input))
+    total = binary_op("+", total, attribute.is_undefined() ? item : attribute_of(item, attribute));
+  return total;
+}
+
+Value filter_min_or_max(const std::string& name, const Value& input, CallArgs&) {
+  List items = iterate(input);
+  if (items.empty()) return Value::undefined(fmt::format("no {} item, sequence was empty", name));
+  Value best = items[0];
+  for (const Value& item : items)
+    if (compare_op(name == "min" ? "<" : ">", item, best)) best = item;
+  return best;
+}
+
+struct Filter {
+  FilterFn fn;
+  // Jinja's string filters (soft_str) and those that take any value see Undefined as it is;
+  // the others refuse it.
+  bool takes_undefined;
+};
+
+const std::unordered_map<std::string, Filter>& filters() {
+  static const std::unordered_map<std::string, Filter> table = {
+      {"default", {filter_default, true}},
+      {"d", {filter_default, true}},
+      {"length", {[](const std::string&, const Value& v, CallArgs&) { return Value(length_of(v)); },
+                  true}},
+      {"count", {[](const std::string&, const Value& v, CallArgs&) { return Value(length_of(v)); },
+                 true}},
+      {"safe", {[](const std::string&, const Value& v, CallArgs&) { return v; }, true}},
+      {"string", {[](const std::string&, const Value& v, CallArgs&) { return Value(v.str()); },
+                  true}},
+      {"tojson", {filter_tojson, true}},
+      {"from_json", {filter_from_json, true}},
+      {"items", {filter_items, true}},
+      {"list", {[](const std::string&, const Value& v, CallArgs&) { return Value(iterate(v)); },
+                true}},
+      {"first", {filter_first_or_last, true}},
+      {"last", {filter_first_or_last, true}},
+      {"reverse", {filter_reverse, true}},
+      {"join", {filter_join, true}},
+      {"map", {filter_map, true}},
+      {"select", {filter_select, true}},
+      {"reject", {filter_select, true}},
+      {"selectattr", {filter_select, true}},
+      {"rejectattr", {filter_select, true}},
+      {"trim", {filter_trim, true}},
+      {"upper", {filter_case, true}},
+      {"lower", {filter_case, true}},
+      {"title", {filter_case, true}},
+      {"capitalize", {filter_case, true}},
+      {"replace", {filter_replace, true}},
+      {"split", {filter_split, true}},
+      {"abs", {filter_abs, false}},
+      {"int",
+       {[](const std::string&, const Value& v, CallArgs& a) {
+          return to_int(v, a.get(0, "default", Value(int64_t(0))));
+        },
+        false}},
+      {"float",
+       {[](const std::string&, const Value& v, CallArgs& a) {
+          return to_float(v, a.get(0, "default", Value(0.0)));
+        },
+        false}},
+      {"escape",
+       {[](const std::string&, const Value& v, CallArgs&) { return Value(html_escape(v.str())); },
+        false}},
+      {"e",
+       {[](const std::string&, const Value& v, CallArgs&) { return Value(html_escape(v.str())); },
+        false}},
+      {"forceescape",
+       {[](const std::string&, const Value& v, CallArgs&) { return Value(html_escape(v.str())); },
+        false}},
+      {"unique", {filter_unique, false}},
+      {"sum", {filter_sum, false}},
+      {"min", {filter_min_or_max, false}},
+      {"max", {filter_min_or_max, false}},
+  };
+  return table;
+}
+
 }  // namespace
 
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args) {
   args.callee = name;
-  static const char* const kKnown[] = {
-      "default", "d",          "length",     "count", "safe",    "string", "tojson", "from_json",
-      "items",   "list",       "first",      "last",  "reverse", "join",   "map",    "select",
-      "reject",  "selectattr", "rejectattr", "trim",  "upper",   "lower",  "title",  "capitalize",
-      "replace", "split",      "abs",        "int",   "float",   "escape", "e",      "forceescape",
-      "unique",  "sum",        "min",        "max"};
-  if (std::find_if(std::begin(kKnown), std::end(kKnown),
-                   [&](const char* k) { return name == k; }) == std::end(kKnown)) {
-    raise("no filter named '{}'", name);
-  }
-  if (name == "default" || name == "d") {
-    Value fallback = args.get(0, "default_value", Value(""));
-    bool boolean = args.get(1, "boolean", Value(false)).truthy();
-    return input.is_undefined() || (boolean && !input.truthy()) ? fallback : input;
-  }
-  if (name == "length" || name == "count") return Value(length_of(input));
-  if (name == "safe") return input;
-  if (name == "string") return Value(input.str());
-  if (name == "tojson") {
-    if (input.is_undefined()) fail_undefined(input);
-    return Value(to_json(input, json_style(args), "tojson"));
-  }
-  if (name == "from_json") {  // not in transformers; llama.cpp's templates (DeepSeek-V3.2) use it
-    if (!input.is_string()) raise("from_json expects a string, got {}", input.type_name());
-    auto parsed = nlohmann::ordered_json::parse(input.as_string(), nullptr, false);
-    if (parsed.is_discarded()) raise("from_json: the string is not valid JSON");
-    return Value::from_json(parsed);
-  }
-  if (name == "items") {
-    if (input.is_undefined()) return Value(List{});
-    if (!input.is_dict())
-      raise("can only get item pairs from a mapping, got {}", input.type_name());
-    return call_method(input, "items", CallArgs{});
-  }
-  if (name == "list") return Value(iterate(input));
-  if (name == "first") {
-    List items = iterate(input);
-    if (items.empty()) return Value::undefined("no first item, sequence was empty");
-    return items.front();
-  }
-  if (name == "last") {
-    List items = iterate(input);
-    if (items.empty()) return Value::undefined("no last item, sequence was empty");
-    return items.back();
-  }
-  if (name == "reverse") {
-    List items = iterate(input);
-    std::reverse(items.begin(), items.end());
-    if (!input.is_string()) return Value(std::move(items));
-    std::string out;
-    for (const Value& c : items) out += c.as_string();
-    return Value(out);
-  }
-  if (name == "join") {
-    Value separator = args.get(0, "d", Value(""));
-    Value attribute = args.get(1, "attribute");
-    std::string out;
-    bool first = true;
-    for (const Value& item : iterate(input)) {
-      if (!first) out += separator.str();
-      out += (attribute.is_undefined() ? item : attribute_of(item, attribute)).str();
-      first = false;
-      if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
-    }
-    return Value(out);
-  }
-  if (name == "map") {
-    Value attribute;
-    for (const auto& [k, v] : args.keyword) {
-      if (k == "attribute") attribute = v;
-    }
-    List out;
-    if (!attribute.is_undefined()) {
-      Value fallback = Value();
-      for (const auto& [k, v] : args.keyword) {
-        if (k == "default") fallback = v;
-      }
-      for (const Value& item : iterate(input)) {
-        Value v = attribute_of(item, attribute);
-        out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
-      }
-      return Value::generator(std::move(out));
-    }
-    if (args.positional.empty()) raise("map() needs a filter name or attribute=");
-    std::string filter = args.positional[0].str();
-    for (const Value& item : iterate(input)) {
-      CallArgs inner;
-      inner.positional.assign(args.positional.begin() + 1, args.positional.end());
-      out.push_back(apply_filter(filter, item, inner));
-    }
-    return Value::generator(std::move(out));
-  }
-  if (name == "select") return select(input, args, false, true);
-  if (name == "reject") return select(input, args, false, false);
-  if (name == "selectattr") return select(input, args, true, true);
-  if (name == "rejectattr") return select(input, args, true, false);
-  if (name == "trim") {
-    Value chars = args.get(0, "chars");
-    const std::string* set = chars.is_string() ? &chars.as_string() : nullptr;
-    return Value(strip(input.str(), set, true, true));
-  }
-  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-    return call_method(Value(input.str()), name.c_str(), CallArgs{});
-  }
-  if (name == "replace") {
-    CallArgs inner;
-    inner.positional = {args.get(0, "old"), args.get(1, "new")};
-    Value count = args.get(2, "count");
-    if (!count.is_undefined()) inner.positional.push_back(count);
-    return call_method(Value(input.str()), "replace", inner);
-  }
-  if (name == "split") {  // not a Jinja filter, but a common spelling in hand-written templates
-    CallArgs inner;
-    inner.positional = args.positional;
-    return call_method(Value(input.str()), "split", inner);
-  }
-  // The string filters above see Undefined as "" (Jinja's soft_str); the rest refuse it.
-  if (input.is_undefined()) fail_undefined(input);
-  if (name == "abs") {
-    if (input.is_float()) return Value(std::fabs(input.as_double()));
-    if (input.is_int() || input.is_bool())
-      return input.as_int() < 0 ? negate(input) : Value(input.as_int());
-    raise("bad operand type for abs(): '{}'", input.type_name());
-  }
-  if (name == "int") return to_int(input, args.get(0, "default", Value(int64_t(0))));
-  if (name == "float") return to_float(input, args.get(0, "default", Value(0.0)));
-  if (name == "escape" || name == "e" || name == "forceescape")
-    return Value(html_escape(input.str()));
-  if (name == "unique") {
-    List out;
-    for (const Value& item : iterate(input)) {
-      if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return equals(o, item); })) {
-        out.push_back(item);
-      }
-    }
-    return Value::generator(std::move(out));
-  }
-  if (name == "sum") {
-    Value total = args.get(1, "start", Value(int64_t(0)));
-    Value attribute = args.get(0, "attribute");
-    for (const Value& item : iterate(input)) {
-      total =
-          binary_op("+", total, attribute.is_undefined() ? item : attribute_of(item, attribute));
-    }
-    return total;
-  }
-  if (name == "min" || name == "max") {
-    List items = iterate(input);
-    if (items.empty()) return Value::undefined(fmt::format("no {} item, sequence was empty", name));
-    Value best = items[0];
-    for (const Value& item : items) {
-      if (compare_op(name == "min" ? "<" : ">", item, best)) best = item;
-    }
-    return best;
-  }
-  raise("no filter named '{}'", name);
+  const auto it = filters().find(name);
+  if (it == filters().end()) raise("no filter named '{}'", name);
+  if (!it->second.takes_undefined && input.is_undefined()) fail_undefined(input);
+  return it->second.fn(name, input, args);
 }
 
 bool apply_test(const std::string& name, const Value& v, CallArgs& args) {

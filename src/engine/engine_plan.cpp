@@ -58,6 +58,7 @@ auto with_threads(int threads, F measure) {
 struct QuickMeasurements {
   Ceilings ceilings;
   GemmCurve small_m;
+  QuantGemmSpeedups quant_gemm;
 };
 const std::vector<int64_t> kQuickSmallM = {1, 4, 16};
 
@@ -70,10 +71,11 @@ std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::
         {j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
          j.at("call_seconds").get<double>(),
          instruction_ceilings_from_json(j.at("instruction_ceilings"), path.string())},
-        gemm_curve_from_json(j.at("small_m_gemm"), path.string())};
+        gemm_curve_from_json(j.at("small_m_gemm"), path.string()),
+        {j.at("int8_gemm_speedup").get<double>(), j.at("int4_gemm_speedup").get<double>()}};
     const Ceilings& c = q.ceilings;
     if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0 &&
-        c.instructions.measured())
+        c.instructions.measured() && q.quant_gemm.int8 > 0 && q.quant_gemm.int4 > 0)
       return q;
   } catch (const std::exception&) {  // a JSON error, or the Error of a bad field
   }
@@ -92,19 +94,23 @@ QuickMeasurements cached_quick_measurements(int threads) {
   FileLock lock(path.string() + ".lock");
   if (std::optional<QuickMeasurements> cached = read_quick_measurements(path)) return *cached;
   fmt::print(stderr,
-             "planner: measuring this machine's DRAM bandwidth, GEMM peak, instruction peaks "
-             "and small-m expert GEMMs once, for {} (`sluice profile` measures it fully)\n",
+             "planner: measuring this machine's DRAM bandwidth, GEMM peak, instruction peaks, "
+             "small-m expert GEMMs and the int8/int4 GEMMs once, for {} (`sluice profile` "
+             "measures it fully)\n",
              path.string());
   const QuickMeasurements measured = with_threads(threads, [] {
     return QuickMeasurements{measure_ceilings(),
-                             measure_gemm_curve("expert", 14336, 4096, false, kQuickSmallM)};
+                             measure_gemm_curve("expert", 14336, 4096, false, kQuickSmallM),
+                             measure_quant_gemm_speedups()};
   });
   const Ceilings& c = measured.ceilings;
   write_cache_file(path, nlohmann::json{{"dram_bytes_per_s", c.dram_bytes_per_s},
                                         {"gemm_flops", c.gemm_flops},
                                         {"call_seconds", c.call_seconds},
                                         {"instruction_ceilings", to_json(c.instructions)},
-                                        {"small_m_gemm", to_json(measured.small_m)}}
+                                        {"small_m_gemm", to_json(measured.small_m)},
+                                        {"int8_gemm_speedup", measured.quant_gemm.int8},
+                                        {"int4_gemm_speedup", measured.quant_gemm.int4}}
                                  .dump() +
                              "\n");
   return measured;
@@ -169,6 +175,7 @@ HardwareProfile planner_profile(int threads) {
     p.threads = threads > 0 ? threads : machine.cores;
     p.memory_bytes = machine.memory_bytes;
     p.instructions = c.instructions;
+    p.quant_gemm = q.quant_gemm;
   }
   if (!p.gpu) p.gpu = cached_quick_gpu_profile();
   return p;

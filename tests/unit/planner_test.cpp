@@ -85,10 +85,13 @@ TEST(HardwareProfile, CurveInterpolatesAndExtrapolatesProportionally) {
 TEST(HardwareProfile, JsonRoundTripAndNamedErrors) {
   HardwareProfile p = round_profile();
   p.disk_bytes_per_s = 1.5e9;
+  p.quant_gemm = {1.3, 2.1};
   const nlohmann::json j = to_json(p);
   EXPECT_TRUE(j["gpu"].is_null());
   const HardwareProfile q = profile_from_json(j, "p.json");
   EXPECT_DOUBLE_EQ(q.disk_bytes_per_s, 1.5e9);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.int8, 1.3);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.int4, 2.1);
   ASSERT_EQ(q.cpu_gemm.size(), p.cpu_gemm.size());
   EXPECT_DOUBLE_EQ(q.gemm_seconds(int64_t(64), 4096, 4096, "bf16"),
                    p.gemm_seconds(int64_t(64), 4096, 4096, "bf16"));
@@ -222,6 +225,15 @@ TEST(CostModel, Int8ExpertGemmsReadTheirBytesAtTheInt8Peak) {
 
   EXPECT_DOUBLE_EQ(int8_model.gemm_task("q", "g", 400, 4096, H).seconds,
                    bf16_model.gemm_task("q", "g", 400, 4096, H).seconds);
+
+  // Where the profile measured the quantized GEMMs, their speedups replace the peaks' ratio.
+  hw.quant_gemm = {1.25, 1.6};
+  ModelConfig q4 = c;
+  q4.expert_quant = {ExpertDtype::kInt4, 128};
+  const Task measured8 = CpuCostModel(hw, q, p).mlp_gemm_task("e", "g", 400, I, H);
+  const Task measured4 = CpuCostModel(hw, q4, p).mlp_gemm_task("e", "g", 400, I, H);
+  EXPECT_NEAR(measured8.seconds - overhead, (bf16.seconds - overhead) / 1.25, 1e-12);
+  EXPECT_NEAR(measured4.seconds - overhead, (bf16.seconds - overhead) / 1.6, 1e-12);
 }
 
 // SLUICE_ISA=avx2 on an AVX-512 machine never reads the avx512 profile: the path names the level.

@@ -148,7 +148,9 @@ nlohmann::json to_json(const HardwareProfile& p) {
                       {"attention_bytes_per_s", p.attention_bytes_per_s},
                       {"attention_flops", p.attention_flops},
                       {"elementwise_bytes_per_s", p.elementwise_bytes_per_s},
-                      {"call_overhead_seconds", p.call_overhead_seconds}};
+                      {"call_overhead_seconds", p.call_overhead_seconds},
+                      {"int8_gemm_speedup", p.quant_gemm.int8},
+                      {"int4_gemm_speedup", p.quant_gemm.int4}};
   j["cpu_gemm"] = nlohmann::json::array();
   for (const auto& c : p.cpu_gemm) j["cpu_gemm"].push_back(to_json(c));
   if (!p.gpu) {
@@ -194,6 +196,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.attention_flops = number("attention_flops");
   p.elementwise_bytes_per_s = number("elementwise_bytes_per_s");
   p.call_overhead_seconds = j.value("call_overhead_seconds", 0.0);  // absent in older profiles
+  p.quant_gemm = {j.value("int8_gemm_speedup", 0.0), j.value("int4_gemm_speedup", 0.0)};
   if (!j.contains("cpu_gemm") || !j["cpu_gemm"].is_array())
     fail("{}: field 'cpu_gemm': expected an array of GEMM curves", source);
   for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(gemm_curve_from_json(c, source));

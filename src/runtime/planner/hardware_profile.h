@@ -35,6 +35,14 @@ struct GemmCurve {
 const GemmCurve& nearest_curve(const std::vector<GemmCurve>& curves, int64_t n, int64_t k,
                                const std::string& activations, const char* what);
 
+// How much faster than the bf16 GEMM the int8 and int4 GEMMs of quantized experts run where both
+// are compute bound (m = 128, the same weight shape): the rates of the kernels as written, which
+// at the avx2 level need an instruction more per int8 product than the peak loop has. 0: not
+// measured (older profiles); the planner then takes the ratio of the instruction peaks.
+struct QuantGemmSpeedups {
+  double int8 = 0, int4 = 0;
+};
+
 // Measured by the CUDA backend when there is a GPU; absent (JSON null) otherwise.
 struct GpuProfile {
   std::string name;
@@ -69,6 +77,7 @@ struct HardwareProfile {
   double attention_flops = 0;          // prefill paged attention, FLOP/s
   double elementwise_bytes_per_s = 0;  // norms, SiLU·mul, gather/scatter on cache-warm buffers
   double call_overhead_seconds = 0;    // one kernel call doing ~nothing (0: not measured)
+  QuantGemmSpeedups quant_gemm;        // the int8 and int4 GEMMs against the bf16 one
   std::vector<GemmCurve> cpu_gemm;
   std::optional<GpuProfile> gpu;
 

@@ -23,6 +23,7 @@
 #include "kernels/cpu/bench.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
 #include "runtime/hardware_probe.h"
 
@@ -101,6 +102,29 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
   for (size_t i = curve.points.size() - 1; i-- > 0;)
     curve.points[i].seconds = std::min(curve.points[i].seconds, curve.points[i + 1].seconds);
   return curve;
+}
+
+QuantGemmSpeedups measure_quant_gemm_speedups() {
+  constexpr int64_t m = 128, n = 3584, k = 4096, group = 128;
+  std::vector<uint16_t> w(size_t(n * k)), x(size_t(m * k));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(float(int(i % 251) - 125) / 128.0f);
+  std::vector<float> y(size_t(m * n));
+  cpu::GemmArgs a;
+  a.m = m, a.n = n, a.k = k, a.x = x.data(), a.x_dtype = DType::BF16, a.w = w.data();
+  a.y = y.data();
+  const double bf16 = best_seconds([&] { cpu::gemm(a); }, 0.1);
+  auto speedup = [&](cpu::QuantFormat f) {
+    const cpu::QuantWeights q = cpu::quantize_weights(f, w.data(), n, k, group);
+    const double s = best_seconds(
+        [&] {
+          cpu::gemm_int8(
+              {.m = m, .x = x.data(), .x_dtype = DType::BF16, .w = &q, .y = y.data()});
+        },
+        0.1);
+    return bf16 / s;
+  };
+  return {speedup(cpu::QuantFormat::kInt8), speedup(cpu::QuantFormat::kInt4)};
 }
 
 namespace {
@@ -238,6 +262,8 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.instructions = measure_instruction_ceilings();
   say("bf16 GEMM peak");
   p.gemm_peak_flops = measure_gemm_peak();
+  say("int8 and int4 GEMMs against the bf16 one (m = 128)");
+  p.quant_gemm = measure_quant_gemm_speedups();
   say("kernel call overhead");
   p.call_overhead_seconds = measure_call_overhead();
   say("disk sequential read (O_DIRECT, 512 MiB temporary file)");

@@ -324,6 +324,7 @@ struct OffloadExecutor::Impl final : offload::StepOps {
   void release() {
     for (const void* p : registered) dev.unregister_host(p);
     registered.clear();
+    if (disk) disk->set_kept_on_device({});  // it reads the slots, and this executor
     slots.reset();
     if (kv_pool) dev.deallocate(kv_pool, kv_layout.bytes);
     if (buffers) dev.deallocate(buffers, buf.bytes);

@@ -36,7 +36,7 @@ const GemmCurve& nearest_curve(const std::vector<GemmCurve>& curves, int64_t n, 
                                const std::string& activations, const char* what);
 
 // How much faster than the bf16 GEMM the int8 and int4 GEMMs of quantized experts run where both
-// are compute bound (m = 128, the same weight shape): the rates of the kernels as written, which
+// are compute bound (m = 128, the same weight): the rates of the kernels as written, which
 // at the avx2 level need an instruction more per int8 product than the peak loop has. 0: not
 // measured (older profiles); the planner then takes the ratio of the instruction peaks.
 struct QuantGemmSpeedups {

@@ -105,7 +105,7 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
 }
 
 QuantGemmSpeedups measure_quant_gemm_speedups() {
-  constexpr int64_t m = 128, n = 3584, k = 4096, group = 128;
+  constexpr int64_t m = 128, n = 1024, k = 4096, group = 128;
   std::vector<uint16_t> w(size_t(n * k)), x(size_t(m * k));
   for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(float(int(i % 251) - 125) / 128.0f);

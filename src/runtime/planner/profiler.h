@@ -40,7 +40,7 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
 GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool f32_activations,
                              const std::vector<int64_t>& ms);
 
-// The int8 and int4 GEMMs' speed against the bf16 GEMM's, all three at m = 128 on one 3584 × 4096
+// The int8 and int4 GEMMs' speed against the bf16 GEMM's, all three at m = 128 on one 1024 × 4096
 // weight (compute bound at every level; a few tenths of a second).
 QuantGemmSpeedups measure_quant_gemm_speedups();
 

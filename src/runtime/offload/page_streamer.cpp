@@ -27,8 +27,14 @@ PageSlots::~PageSlots() {
   for (void* p : slots_) device_.deallocate(p, page_bytes_);
 }
 
-bool PageSlots::holds(uint64_t key) const {
-  return key != 0 && std::find(keys_.begin(), keys_.end(), key) != keys_.end();
+void PageSlots::set_key(int i, uint64_t key) {
+  uint64_t& old = keys_[size_t(i)];
+  if (old != 0) {
+    const auto it = slot_of_key_.find(old);
+    if (it != slot_of_key_.end() && it->second == i) slot_of_key_.erase(it);
+  }
+  old = key;
+  if (key != 0) slot_of_key_[key] = i;
 }
 
 int PageStreamer::min_slots(size_t n_pages, const std::vector<std::vector<int>>& uses) {

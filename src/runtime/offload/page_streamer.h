@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/offload/device.h"
@@ -83,15 +84,16 @@ class PageSlots {
   void* slot(int i) const { return slots_[size_t(i)]; }
   // The key of the page whose bytes slot i holds (0: none or unknown).
   uint64_t key(int i) const { return keys_[size_t(i)]; }
-  void set_key(int i, uint64_t key) { keys_[size_t(i)] = key; }
+  void set_key(int i, uint64_t key);
   // Whether some slot holds the bytes of the page with this key (never for key 0).
-  bool holds(uint64_t key) const;
+  bool holds(uint64_t key) const { return slot_of_key_.count(key) > 0; }
 
  private:
   Device& device_;
   size_t page_bytes_;
   std::vector<void*> slots_;
   std::vector<uint64_t> keys_;
+  std::unordered_map<uint64_t, int> slot_of_key_;  // non-zero keys_ → their slot
 };
 
 // Work of one task: `stream` as in QueueWork, `pages` the device addresses of its pages in the

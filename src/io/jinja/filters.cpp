@@ -150,6 +150,14 @@ Value to_float(const Value& v, const Value& fallback) {
 // The filters, each given the name it was called by (some answer to several).
 using FilterFn = Value (*)(const std::string& name, const Value& input, CallArgs& args);
 
+Value filter_length(const std::string&, const Value& input, CallArgs&) {
+  return Value(length_of(input));
+}
+
+Value filter_escape(const std::string&, const Value& input, CallArgs&) {
+  return Value(html_escape(input.str()));
+}
+
 Value filter_default(const std::string&, const Value& input, CallArgs& args) {
   Value fallback = args.get(0, "default_value", Value(""));
   bool boolean = args.get(1, "boolean", Value(false)).truthy();
@@ -301,10 +309,8 @@ const std::unordered_map<std::string, Filter>& filters() {
   static const std::unordered_map<std::string, Filter> table = {
       {"default", {filter_default, true}},
       {"d", {filter_default, true}},
-      {"length", {[](const std::string&, const Value& v, CallArgs&) { return Value(length_of(v)); },
-                  true}},
-      {"count", {[](const std::string&, const Value& v, CallArgs&) { return Value(length_of(v)); },
-                 true}},
+      {"length", {filter_length, true}},
+      {"count", {filter_length, true}},
       {"safe", {[](const std::string&, const Value& v, CallArgs&) { return v; }, true}},
       {"string", {[](const std::string&, const Value& v, CallArgs&) { return Value(v.str()); },
                   true}},
@@ -340,15 +346,9 @@ const std::unordered_map<std::string, Filter>& filters() {
           return to_float(v, a.get(0, "default", Value(0.0)));
         },
         false}},
-      {"escape",
-       {[](const std::string&, const Value& v, CallArgs&) { return Value(html_escape(v.str())); },
-        false}},
-      {"e",
-       {[](const std::string&, const Value& v, CallArgs&) { return Value(html_escape(v.str())); },
-        false}},
-      {"forceescape",
-       {[](const std::string&, const Value& v, CallArgs&) { return Value(html_escape(v.str())); },
-        false}},
+      {"escape", {filter_escape, false}},
+      {"e", {filter_escape, false}},
+      {"forceescape", {filter_escape, false}},
       {"unique", {filter_unique, false}},
       {"sum", {filter_sum, false}},
       {"min", {filter_min_or_max, false}},

@@ -29,6 +29,7 @@
 #include "runtime/offload/host_array.h"
 #include "runtime/offload/step_pipeline.h"
 #include "runtime/planner/layer_resident.h"
+#include "runtime/planner/offload_cost_model.h"
 
 namespace sluice {
 
@@ -253,9 +254,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
 
   // Slots beyond the `window` copies run ahead into, which only keep pages from step to step
   // (the device half of the expert cache): as many as asked (OffloadSettings::cache_pages), or
-  // what the budget leaves beyond a margin (for what the device math allocates later, and other
-  // processes on the GPU), at most the pages that stream. None on a device whose memory is the
-  // host's (the stand-in) unless asked.
+  // default_cache_pages (runtime/planner/offload_cost_model.h), as the planner counts them. None
+  // on a device whose memory is the host's (the stand-in) unless asked.
   int cache_slot_count(const OffloadFootprint& f, int window, size_t free) const {
     const int asked = settings.cache_pages;
     if (window == 0 || asked == 0 || (asked < 0 && dev.memory_is_host())) return 0;
@@ -268,13 +268,8 @@ struct OffloadExecutor::Impl final : offload::StepOps {
             human_bytes(double(f.with_slots(window + asked))), human_bytes(double(free)));
       return asked;
     }
-    int64_t streamed = 0;
-    for (int l = 0; l < c.num_layers; ++l)
-      if (c.is_moe_layer(l) && expert_layer_index[size_t(l)] < 0) streamed += 3 * int64_t(sh.E);
-    const size_t used = f.with_slots(window);
-    const size_t margin = std::max(size_t(256) << 20, free / 10);
-    if (used + margin >= free || streamed <= window) return 0;
-    return int(std::min<size_t>(size_t(streamed - window), (free - used - margin) / f.page_bytes));
+    const int64_t streamed = 3 * int64_t(sh.E) * streamed_expert_layers(c, resident_layers);
+    return default_cache_pages(free, f.with_slots(window), f.page_bytes, streamed, window);
   }
 
   // Host buffers of every block that crosses the link, and the CPU experts' scratch.

@@ -22,6 +22,20 @@ std::string describe(const OffloadPlan& o) {
                      o.cache_pages > 0 ? fmt::format(" cache={}", o.cache_pages) : "");
 }
 
+int streamed_expert_layers(const ModelConfig& c, int resident_expert_layers) {
+  int streamed = 0;
+  for (int l = 0; l < c.num_layers; ++l)
+    streamed += c.is_moe_layer(l) && !layer_resident(l, c.num_layers, resident_expert_layers);
+  return streamed;
+}
+
+int default_cache_pages(size_t free, size_t used, size_t page_bytes, int64_t streamed,
+                        int64_t window) {
+  const size_t margin = std::max(size_t(256) << 20, free / 10);
+  if (used + margin >= free || streamed <= window) return 0;
+  return int(std::min<int64_t>(streamed - window, int64_t((free - used - margin) / page_bytes)));
+}
+
 size_t expert_weight_bytes(const ModelConfig& c) {
   // Each matrix is one page of the largest one's size (engine/offload_layout.h); with bf16 all
   // three are I·H·2, with quantized experts the packed size (rows padded to 16) of each.
@@ -208,9 +222,7 @@ double OffloadCostModel::gpu_expert_probability(int T) const {
 
 double OffloadCostModel::device_cache_hit() const {
   const ModelConfig& c = config();
-  int streamed = 0;
-  for (int l = 0; l < c.num_layers; ++l)
-    streamed += c.is_moe_layer(l) && !layer_resident(l, c.num_layers, o_.resident_expert_layers);
+  const int streamed = streamed_expert_layers(c, o_.resident_expert_layers);
   if (o_.cache_pages <= 0 || streamed == 0) return 0;
   const double kept = double(o_.cache_pages / pages_per_expert(c, o_.page_bytes));
   return std::min(1.0, kept / (double(c.num_experts) * streamed));

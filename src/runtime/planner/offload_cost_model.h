@@ -85,6 +85,14 @@ inline constexpr double kGpuAttentionPeakFraction = 0.25;
 size_t expert_weight_bytes(const ModelConfig& c);
 int pages_per_expert(const ModelConfig& c, size_t page_bytes);
 
+// MoE layers whose experts stream (those not resident on the device).
+int streamed_expert_layers(const ModelConfig& c, int resident_expert_layers);
+// The device's expert cache when not asked for a size: what the budget `free` leaves beyond
+// `used` and a margin of max(256 MiB, 10%) (for what the device math allocates later, and other
+// processes on the GPU), in pages, at most the `streamed` pages beyond the copy `window`.
+int default_cache_pages(size_t free, size_t used, size_t page_bytes, int64_t streamed,
+                        int64_t window);
+
 struct GpuMemoryUse {
   size_t attention_weights = 0;  // Q, K, V, O of every layer (bf16)
   size_t router_norms_head = 0;  // routers, norms, q/k norms, biases, final norm, lm_head

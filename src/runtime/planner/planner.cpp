@@ -338,21 +338,15 @@ class PolicySearch {
     return o;
   }
 
-  // The device's expert cache, as the offload executor sizes it: the pages asked for, or what the
-  // budget leaves beyond a margin of max(256 MiB, 10%) for what the device math allocates later,
-  // at most the streamed pages beyond the prefetch window.
+  // The device's expert cache, as the offload executor sizes it: the pages asked for, or
+  // default_cache_pages of the budget.
   int device_cache_pages(size_t used, const OffloadPlan& o) const {
     if (fixed_.cache_pages) return *fixed_.cache_pages;
-    const int per_expert = pages_per_expert(c_, o.page_bytes);
-    int64_t streamed = 0;
-    for (int l = 0; l < c_.num_layers; ++l)
-      if (c_.is_moe_layer(l) && !layer_resident(l, c_.num_layers, o.resident_expert_layers))
-        streamed += int64_t(per_expert) * c_.num_experts;
-    const int64_t window = int64_t(o.prefetch_depth) * per_expert;
-    const size_t margin = std::max(size_t(256) << 20, limits_.gpu_bytes / 10);
-    if (used + margin >= limits_.gpu_bytes || streamed <= window) return 0;
-    return int(std::min<int64_t>(streamed - window,
-                                 int64_t((limits_.gpu_bytes - used - margin) / o.page_bytes)));
+    const int64_t per_expert = pages_per_expert(c_, o.page_bytes);
+    return default_cache_pages(
+        limits_.gpu_bytes, used, o.page_bytes,
+        streamed_expert_layers(c_, o.resident_expert_layers) * per_expert * c_.num_experts,
+        o.prefetch_depth * per_expert);
   }
 
   Policy policy_of(const Key& k) const {

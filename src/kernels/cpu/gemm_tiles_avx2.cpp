@@ -61,9 +61,12 @@ SLUICE_AVX2 inline void group(__m256 (&acc)[MR][NR], const float* x, int64_t ldx
 // (AVX2 only) the intrinsics tile ran at ≈ 40% of the FMA rate of the same core, this one at
 // ≈ 55% (both in L1, measured in CPU time on a busy machine; bench/RESULTS.md has the figures on
 // a quiet one). Per group: 3 loads and shifts, 3 blends with a memory operand, 8 activation
-// loads, 24 FMAs.
+// loads, 24 FMAs, and one prefetch per W row at `pf` (see prefetch_from). Spread one per group
+// through the loop instead of issued in rounds of 24 lines every 16 groups (prefetch_w), they
+// took m = 4 (n = 14336, k = 4096, 2 Milan cores at the avx2 level) from 4.08–4.22 ms to
+// 3.63–3.84 ms, three interleaved runs of each on 2026-12-05 (bench/RESULTS.md).
 SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, const uint16_t* w,
-                            int64_t ldw, int64_t groups) {
+                            int64_t ldw, int64_t groups, const uint16_t* pf) {
   const int64_t ldx_bytes = ldx * int64_t(sizeof(float));
   const int64_t ldw_bytes = ldw * int64_t(sizeof(uint16_t));
   const int64_t ldx3_bytes = 3 * ldx_bytes;
@@ -81,6 +84,9 @@ SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, co
       "vmovaps 320(%[acc]), %%ymm10\n\t"
       "vmovaps 352(%[acc]), %%ymm11\n\t"
       "1:\n\t"
+      "prefetcht0 (%[pf])\n\t"
+      "prefetcht0 (%[pf],%[ldw],1)\n\t"
+      "prefetcht0 (%[pf],%[ldw],2)\n\t"
       "vmovdqu (%[w]), %%ymm12\n\t"
       "vmovdqu (%[w],%[ldw],1), %%ymm13\n\t"
       "vmovdqu (%[w],%[ldw],2), %%ymm14\n\t"
@@ -123,6 +129,7 @@ SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, co
       "vfmadd231ps %%ymm13, %%ymm15, %%ymm10\n\t"
       "vfmadd231ps %%ymm14, %%ymm15, %%ymm11\n\t"
       "add $32, %[w]\n\t"
+      "add $32, %[pf]\n\t"
       "add $64, %[x]\n\t"
       "dec %[n]\n\t"
       "jnz 1b\n\t"
@@ -138,17 +145,31 @@ SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, co
       "vmovaps %%ymm9, 288(%[acc])\n\t"
       "vmovaps %%ymm10, 320(%[acc])\n\t"
       "vmovaps %%ymm11, 352(%[acc])\n\t"
-      : [w] "+r"(w), [x] "+r"(x), [n] "+r"(groups)
+      : [w] "+r"(w), [x] "+r"(x), [n] "+r"(groups), [pf] "+r"(pf)
       : [acc] "r"(&acc[0][0]), [ldw] "r"(ldw_bytes), [ldx] "r"(ldx_bytes), [ldx3] "r"(ldx3_bytes)
       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
 }
 
+// Where the 4 × 3 loop prefetches W from, for groups starting at `p`: kPrefetchAhead values
+// ahead on the tile's rows, or, past their end, on the next tile's (the rows after them). A tile
+// that does not stream prefetches the lines it is about to read, which are already in cache.
+inline const uint16_t* prefetch_from(const TileJob& job, int64_t p) {
+  if (!job.stream) return job.w + p;
+  const int64_t at = p + kPrefetchAhead;
+  return at < job.k ? job.w + at : job.w + 3 * job.ldw + (at - job.k);
+}
+
+// The tiles whose group loop issues its own prefetches (groups_4x3).
+template <int MR, int NR>
+constexpr bool kPrefetchesInLoop = MR == 4 && NR == 3;
+
 // Whole groups [p, end) of the tile.
 template <int MR, int NR>
 SLUICE_AVX2 inline void groups(__m256 (&acc)[MR][NR], const TileJob& job, int64_t p, int64_t end) {
-  if constexpr (MR == 4 && NR == 3) {
-    groups_4x3(acc, job.x + p, job.ldx, job.w + p, job.ldw, (end - p) / kGroup);
+  if constexpr (kPrefetchesInLoop<MR, NR>) {
+    groups_4x3(acc, job.x + p, job.ldx, job.w + p, job.ldw, (end - p) / kGroup,
+               prefetch_from(job, p));
   } else {
     for (; p < end; p += kGroup) {
       const uint16_t* w[NR];
@@ -167,7 +188,7 @@ SLUICE_AVX2 void tile(const TileJob& job) {
   int64_t p = job.k0;
   while (p < full_end) {
     const int64_t end = job.stream ? std::min(full_end, p + kPrefetchChunk) : full_end;
-    if (job.stream) prefetch_w(job, NR, p + kPrefetchAhead);
+    if (job.stream && !kPrefetchesInLoop<MR, NR>) prefetch_w(job, NR, p + kPrefetchAhead);
     groups<MR, NR>(acc, job, p, end);
     p = end;
   }

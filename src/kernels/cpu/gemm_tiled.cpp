@@ -133,6 +133,15 @@ class NextBlockPrefetcher {
   int64_t ldw_, c_, c_end_, k0_, k1_, p_, per_tile_ = 0;
 };
 
+// The rows of the t-th of `tiles` row tiles: `rows` split as evenly as possible (13 → 4, 3, 3, 3
+// rather than 4, 4, 4, 1), so that no tile of one row, which loads as many W values as it does
+// FMAs, takes a pass over W of its own. At m = 5, 9, 13 and 17 (n = 14336, k = 4096, 2 Milan cores
+// at the avx2 level) it took 6.3–6.8 → 5.8–6.6, 9.1–9.2 → 8.5–8.8, 11.6–12.5 → 11.2–11.4 and
+// 14.8 → 14.1–14.4 ms, three interleaved runs (bench/RESULTS.md).
+int tile_rows(int64_t rows, int64_t tiles, int64_t t) {
+  return int(rows / tiles + (t < rows % tiles ? 1 : 0));
+}
+
 // W rows [c0, c1) against every packed row of the block.
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
   const TiledGemmArgs& a = *b.a;
@@ -156,12 +165,18 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
       const bool last_range = k0 + depth >= k_padded;
       const int64_t next_cb = last_range ? cb_end : cb;
       const int64_t next_k0 = last_range ? 0 : k0 + depth;
-      const int64_t tiles =
-          ((b.rows + kMaxRows - 1) / kMaxRows) * ((cb_end - cb + kMaxCols - 1) / kMaxCols);
-      NextBlockPrefetcher next(a, next_cb, std::min(c1, next_cb + col_block), next_k0,
-                               next_k0 + depth, one_row_tile ? 0 : tiles);
-      for (int64_t i = 0; i < b.rows; i += kMaxRows) {
-        const int mr = int(std::min<int64_t>(kMaxRows, b.rows - i));
+      const int64_t row_tiles = (b.rows + kMaxRows - 1) / kMaxRows;
+      const int64_t tiles = row_tiles * ((cb_end - cb + kMaxCols - 1) / kMaxCols);
+      const int64_t next_cb_end = std::min(c1, next_cb + col_block);
+      NextBlockPrefetcher next(a, next_cb, next_cb_end, next_k0, next_k0 + depth,
+                               one_row_tile ? 0 : tiles);
+      // The AVX2 tiles fetch the next block from inside their loops (TileJob::next_block): on 2
+      // Milan cores, m = 8 went from 8.4–8.7 to 7.1–7.2 ms and m = 12 from 11.6 to 10.0–10.1 ms
+      // against the bursts of NextBlockPrefetcher (n = 14336, k = 4096; bench/RESULTS.md).
+      const bool tiles_fetch_next_block = !b.set.bf16 && b.set.level >= IsaLevel::kAvx2;
+      int64_t i = 0;
+      for (int64_t t = 0; t < row_tiles; ++t) {
+        const int mr = tile_rows(b.rows, row_tiles, t);
         for (int64_t j = cb; j < cb_end; j += kMaxCols) {
           const int nr = int(std::min<int64_t>(kMaxCols, cb_end - j));
           if (b.set.bf16) {
@@ -171,9 +186,14 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
           }
           job.w = a.w + j * a.ldw;
           job.y = a.y + (b.r0 + i) * a.ldy + j;
-          if (!one_row_tile) next.before_tile();
+          const int64_t next_row = j - cb + next_cb;
+          job.next_block = tiles_fetch_next_block && t == 0 && next_row < next_cb_end
+                               ? a.w + next_row * a.ldw + next_k0
+                               : nullptr;
+          if (!one_row_tile && !tiles_fetch_next_block) next.before_tile();
           tile_for(b.set, mr, nr)(job);
         }
+        i += mr;
       }
     }
   }

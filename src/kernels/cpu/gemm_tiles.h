@@ -42,6 +42,10 @@ struct TileJob {
   // W is streamed from memory once (few rows of X, nothing to reuse): prefetch each of the tile's
   // W rows kPrefetchAhead values ahead, and past the end of a row the same row of the next tile.
   bool stream = false;
+  // Set on the first row tile of a block that does not stream (AVX2 tiles): the same W rows and
+  // k-offsets in the block the driver walks next. The tile's loop prefetches them, one line per
+  // row per group, spread through its work instead of in bursts between tiles.
+  const uint16_t* next_block = nullptr;
 };
 
 // How far ahead a streaming tile prefetches W, in k-values, and how many k-values it runs between

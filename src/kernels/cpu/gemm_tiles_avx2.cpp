@@ -151,11 +151,15 @@ SLUICE_AVX2 void groups_4x3(__m256 (&acc)[4][3], const float* x, int64_t ldx, co
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
 }
 
-// Where the 4 × 3 loop prefetches W from, for groups starting at `p`: kPrefetchAhead values
-// ahead on the tile's rows, or, past their end, on the next tile's (the rows after them). A tile
-// that does not stream prefetches the lines it is about to read, which are already in cache.
+// How far ahead of its loads a tile that neither streams nor fetches the next block prefetches
+// its own W rows, which the block before brought into L2: 4 lines.
+constexpr int64_t kFromL2Ahead = 128;
+
+// Where the 4 × 3 loop prefetches W from, for groups starting at `p`: a streaming tile
+// kPrefetchAhead values ahead on its rows, or, past their end, on the next tile's (the rows after
+// them); the others the next block (TileJob::next_block) or their own rows just ahead.
 inline const uint16_t* prefetch_from(const TileJob& job, int64_t p) {
-  if (!job.stream) return job.w + p;
+  if (!job.stream) return job.next_block ? job.next_block + (p - job.k0) : job.w + p + kFromL2Ahead;
   const int64_t at = p + kPrefetchAhead;
   return at < job.k ? job.w + at : job.w + 3 * job.ldw + (at - job.k);
 }
@@ -172,6 +176,10 @@ SLUICE_AVX2 inline void groups(__m256 (&acc)[MR][NR], const TileJob& job, int64_
                prefetch_from(job, p));
   } else {
     for (; p < end; p += kGroup) {
+      if (job.next_block) {  // one line per W row per group, as groups_4x3 does
+        for (int j = 0; j < NR; ++j)
+          __asm__ volatile("prefetcht0 (%0)" : : "r"(job.next_block + j * job.ldw + (p - job.k0)));
+      }
       const uint16_t* w[NR];
       for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw + p;
       group<MR, NR>(acc, job.x + p, job.ldx, w);

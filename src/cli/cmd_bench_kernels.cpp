@@ -20,6 +20,8 @@ struct Options {
   int64_t n = 14336, k = 4096;  // Mixtral expert w1/w3 shape
   // Rows of X in the bf16 GEMM table.
   std::vector<int64_t> ms = {1, 4, 8, 16, 32, 64, 256, 1024};
+  // Rows of X in the int8 and int4 GEMM tables.
+  std::vector<int64_t> int8_ms = {1, 4, 16, 64, 256};
   bool skip_gemm = false, skip_attention = false;
   bool skip_int8 = false;
   int64_t int8_group = 128;
@@ -68,7 +70,7 @@ void print_int8_gemm(const Options& o, const sluice::InstructionCeilings& ceilin
              ceilings.int8_instruction);
   fmt::print("{:>6} {:>10} {:>12} {:>7} {:>12} {:>9} {:>7}\n", "m", "ms", "GOP/s", "%ceil", "GB/s",
              "read GB/s", "%dram");
-  for (int64_t m : {1, 4, 16, 64, 256}) {
+  for (int64_t m : o.int8_ms) {
     auto t = cpu::bench_gemm_int8(m, o.n, o.k, o.int8_group, 0.2, format);
     fmt::print("{:>6} {:>10.3f} {:>12.1f} {:>6.1f}% {:>12.1f} {:>9.1f} {:>6.1f}%\n", m,
                t.seconds * 1e3, t.flop_rate() / 1e9, 100 * t.flop_rate() / ceilings.int8_ops,
@@ -120,6 +122,10 @@ sluice::cli::RegisterCommand reg({"bench-kernels",
                                     sub.add_option("--gemm-k", o->k, "GEMM input features");
                                     sub.add_option("--gemm-m", o->ms,
                                                    "rows of X in the bf16 GEMM table, e.g. 16,64")
+                                        ->delimiter(',')
+                                        ->check(CLI::PositiveNumber);
+                                    sub.add_option("--int8-m", o->int8_ms,
+                                                   "rows of X in the int8 and int4 GEMM tables")
                                         ->delimiter(',')
                                         ->check(CLI::PositiveNumber);
                                     sub.add_flag("--skip-gemm", o->skip_gemm);

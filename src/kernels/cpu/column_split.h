@@ -1,4 +1,4 @@
-// How sluice's GEMMs share W among the OpenMP threads.
+// How sluice's GEMMs split their work: W's rows among the OpenMP threads, X's rows into tiles.
 #pragma once
 
 #include <omp.h>
@@ -20,6 +20,20 @@ void for_each_thread_columns(int64_t n, int64_t tile, const Run& run) {
     const int64_t c0 = std::min(n, tiles * t / nt * tile);
     const int64_t c1 = std::min(n, tiles * (t + 1) / nt * tile);
     if (c0 < c1) run(c0, c1);
+  }
+}
+
+// Calls run(t, first_row, tile_rows) for the t-th of the fewest tiles of at most `max_rows` that
+// hold `rows` rows, split as evenly as possible (13 rows in tiles of 4: 4, 3, 3, 3 rather than
+// 4, 4, 4, 1), so that no tile of one row, which loads as many weights as it does multiply-adds,
+// takes a pass over W of its own.
+template <typename Run>
+void for_each_row_tile(int64_t rows, int64_t max_rows, const Run& run) {
+  const int64_t tiles = (rows + max_rows - 1) / max_rows;
+  for (int64_t t = 0, first = 0; t < tiles; ++t) {
+    const int64_t tile_rows = rows / tiles + (t < rows % tiles ? 1 : 0);
+    run(t, first, tile_rows);
+    first += tile_rows;
   }
 }
 

@@ -105,16 +105,27 @@ tiles::TileFn tile_for(const TileSet& set, int rows, int cols) {
                                       : tiles::scalar_tile(rows, cols);
 }
 
+// A block of W: rows [c0, c1) at k-values [k0, k1).
+struct WBlock {
+  int64_t c0, c1, k0, k1;
+};
+
 // Brings the next block of W (the same W rows at the next k range, or the next W rows at the
 // first one) into L2 while the tiles work on the current block, a share of its cache lines before
 // each tile: the first tile of rows to meet a block then finds it in cache instead of waiting on
-// DRAM at every line.
+// DRAM at every line. For the tiles that do not fetch it from inside their loops (the scalar and
+// avx512bf16 ones).
 class NextBlockPrefetcher {
  public:
-  NextBlockPrefetcher(const TiledGemmArgs& a, int64_t c_begin, int64_t c_end, int64_t k0,
-                      int64_t k1, int64_t tiles)
-      : w_(a.w), ldw_(a.ldw), c_(c_begin), c_end_(c_end), k0_(k0), k1_(std::min(k1, a.k)), p_(k0) {
-    const int64_t lines = (c_end - c_begin) * ((k1_ - k0_ + kLine - 1) / kLine);
+  NextBlockPrefetcher(const TiledGemmArgs& a, const WBlock& next, int64_t tiles)
+      : w_(a.w),
+        ldw_(a.ldw),
+        c_(next.c0),
+        c_end_(next.c1),
+        k0_(next.k0),
+        k1_(std::min(next.k1, a.k)),
+        p_(next.k0) {
+    const int64_t lines = (c_end_ - c_) * ((k1_ - k0_ + kLine - 1) / kLine);
     per_tile_ = (lines + tiles - 1) / std::max<int64_t>(1, tiles);
   }
 
@@ -133,68 +144,66 @@ class NextBlockPrefetcher {
   int64_t ldw_, c_, c_end_, k0_, k1_, p_, per_tile_ = 0;
 };
 
-// The rows of the t-th of `tiles` row tiles: `rows` split as evenly as possible (13 → 4, 3, 3, 3
-// rather than 4, 4, 4, 1), so that no tile of one row, which loads as many W values as it does
-// FMAs, takes a pass over W of its own. At m = 5, 9, 13 and 17 (n = 14336, k = 4096, 2 Milan cores
-// at the avx2 level) it took 6.3–6.8 → 5.8–6.6, 9.1–9.2 → 8.5–8.8, 11.6–12.5 → 11.2–11.4 and
-// 14.8 → 14.1–14.4 ms, three interleaved runs (bench/RESULTS.md).
-int tile_rows(int64_t rows, int64_t tiles, int64_t t) {
-  return int(rows / tiles + (t < rows % tiles ? 1 : 0));
+// Every packed row of the block `b` against the block `w` of W, tile by tile; `next` is the block
+// of W walked after it, whose lines the tiles bring into cache while they work.
+void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream) {
+  const TiledGemmArgs& a = *b.a;
+  tiles::TileJob job;
+  job.ldx = b.ldp;
+  job.ldw = a.ldw;
+  job.k = a.k;
+  job.k0 = w.k0;
+  job.k1 = w.k1;
+  job.ldy = a.ldy;
+  job.first = w.k0 == 0;
+  job.beta = a.beta;
+  job.stream = stream;
+  // The AVX2 tiles fetch the next block from inside their loops (TileJob::next_block): on 2
+  // Milan cores, m = 8 went from 8.4–8.7 to 7.1–7.2 ms and m = 12 from 11.6 to 10.0–10.1 ms
+  // against the bursts of NextBlockPrefetcher (n = 14336, k = 4096; bench/RESULTS.md).
+  const bool tiles_fetch_next_block = !b.set.bf16 && b.set.level >= IsaLevel::kAvx2;
+  const int64_t row_tiles = (b.rows + kMaxRows - 1) / kMaxRows;
+  NextBlockPrefetcher prefetcher(a, next,
+                                 stream ? 0 : row_tiles * ((w.c1 - w.c0 + kMaxCols - 1) / kMaxCols));
+  // Rows split evenly: at m = 5, 9, 13 and 17 (n = 14336, k = 4096, 2 Milan cores at the avx2
+  // level) that took 6.3–6.8 → 5.8–6.6, 9.1–9.2 → 8.5–8.8, 11.6–12.5 → 11.2–11.4 and
+  // 14.8 → 14.1–14.4 ms, three interleaved runs (bench/RESULTS.md).
+  for_each_row_tile(b.rows, kMaxRows, [&](int64_t t, int64_t i, int64_t rows) {
+    for (int64_t j = w.c0; j < w.c1; j += kMaxCols) {
+      const int cols = int(std::min<int64_t>(kMaxCols, w.c1 - j));
+      if (b.set.bf16) {
+        job.xb = static_cast<const uint16_t*>(b.packed) + i * b.ldp;
+      } else {
+        job.x = static_cast<const float*>(b.packed) + i * b.ldp;
+      }
+      job.w = a.w + j * a.ldw;
+      job.y = a.y + (b.r0 + i) * a.ldy + j;
+      const int64_t next_row = j - w.c0 + next.c0;
+      job.next_block = tiles_fetch_next_block && t == 0 && next_row < next.c1
+                           ? a.w + next_row * a.ldw + next.k0
+                           : nullptr;
+      if (!stream && !tiles_fetch_next_block) prefetcher.before_tile();
+      tile_for(b.set, int(rows), cols)(job);
+    }
+  });
 }
 
-// W rows [c0, c1) against every packed row of the block.
+// W rows [c0, c1) against every packed row of the block: one pass over W, streamed, for a single
+// tile of rows; otherwise blocks of kColBlock rows × kDepth values, each kept in L2 while every
+// tile of rows passes over it.
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
-  const TiledGemmArgs& a = *b.a;
-  const bool one_row_tile = b.rows <= kMaxRows;
-  const int64_t k_padded = round_up(a.k, b.set.group);
-  const int64_t depth = one_row_tile ? k_padded : kDepth;
-  const int64_t col_block = one_row_tile ? c1 - c0 : kColBlock;
+  const bool stream = b.rows <= kMaxRows;
+  const int64_t k_padded = round_up(b.a->k, b.set.group);
+  const int64_t depth = stream ? k_padded : kDepth;
+  const int64_t col_block = stream ? c1 - c0 : kColBlock;
   for (int64_t cb = c0; cb < c1; cb += col_block) {
     const int64_t cb_end = std::min(c1, cb + col_block);
     for (int64_t k0 = 0; k0 < k_padded; k0 += depth) {
-      tiles::TileJob job;
-      job.ldx = b.ldp;
-      job.ldw = a.ldw;
-      job.k = a.k;
-      job.k0 = k0;
-      job.k1 = std::min(k_padded, k0 + depth);
-      job.ldy = a.ldy;
-      job.first = k0 == 0;
-      job.beta = a.beta;
-      job.stream = one_row_tile;
       const bool last_range = k0 + depth >= k_padded;
       const int64_t next_cb = last_range ? cb_end : cb;
       const int64_t next_k0 = last_range ? 0 : k0 + depth;
-      const int64_t row_tiles = (b.rows + kMaxRows - 1) / kMaxRows;
-      const int64_t tiles = row_tiles * ((cb_end - cb + kMaxCols - 1) / kMaxCols);
-      const int64_t next_cb_end = std::min(c1, next_cb + col_block);
-      NextBlockPrefetcher next(a, next_cb, next_cb_end, next_k0, next_k0 + depth,
-                               one_row_tile ? 0 : tiles);
-      // The AVX2 tiles fetch the next block from inside their loops (TileJob::next_block): on 2
-      // Milan cores, m = 8 went from 8.4–8.7 to 7.1–7.2 ms and m = 12 from 11.6 to 10.0–10.1 ms
-      // against the bursts of NextBlockPrefetcher (n = 14336, k = 4096; bench/RESULTS.md).
-      const bool tiles_fetch_next_block = !b.set.bf16 && b.set.level >= IsaLevel::kAvx2;
-      int64_t i = 0;
-      for (int64_t t = 0; t < row_tiles; ++t) {
-        const int mr = tile_rows(b.rows, row_tiles, t);
-        for (int64_t j = cb; j < cb_end; j += kMaxCols) {
-          const int nr = int(std::min<int64_t>(kMaxCols, cb_end - j));
-          if (b.set.bf16) {
-            job.xb = static_cast<const uint16_t*>(b.packed) + i * b.ldp;
-          } else {
-            job.x = static_cast<const float*>(b.packed) + i * b.ldp;
-          }
-          job.w = a.w + j * a.ldw;
-          job.y = a.y + (b.r0 + i) * a.ldy + j;
-          const int64_t next_row = j - cb + next_cb;
-          job.next_block = tiles_fetch_next_block && t == 0 && next_row < next_cb_end
-                               ? a.w + next_row * a.ldw + next_k0
-                               : nullptr;
-          if (!one_row_tile && !tiles_fetch_next_block) next.before_tile();
-          tile_for(b.set, mr, nr)(job);
-        }
-        i += mr;
-      }
+      run_block(b, {cb, cb_end, k0, std::min(k_padded, k0 + depth)},
+                {next_cb, std::min(c1, next_cb + col_block), next_k0, next_k0 + depth}, stream);
     }
   }
 }

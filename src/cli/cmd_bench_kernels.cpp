@@ -113,27 +113,25 @@ int run(const Options& o) {
   return 0;
 }
 
-sluice::cli::RegisterCommand reg({"bench-kernels",
-                                  "Measure DRAM bandwidth, instruction peaks and CPU kernel "
-                                  "throughput",
-                                  [](CLI::App& sub) {
-                                    auto o = std::make_shared<Options>();
-                                    sub.add_option("--gemm-n", o->n, "GEMM output features");
-                                    sub.add_option("--gemm-k", o->k, "GEMM input features");
-                                    sub.add_option("--gemm-m", o->ms,
-                                                   "rows of X in the bf16 GEMM table, e.g. 16,64")
-                                        ->delimiter(',')
-                                        ->check(CLI::PositiveNumber);
-                                    sub.add_option("--int8-m", o->int8_ms,
-                                                   "rows of X in the int8 and int4 GEMM tables")
-                                        ->delimiter(',')
-                                        ->check(CLI::PositiveNumber);
-                                    sub.add_flag("--skip-gemm", o->skip_gemm);
-                                    sub.add_flag("--skip-attention", o->skip_attention);
-                                    sub.add_flag("--skip-int8", o->skip_int8);
-                                    sub.add_option("--int8-group", o->int8_group,
-                                                   "int8/int4 GEMM scale group size");
-                                    return std::function<int()>([o] { return run(*o); });
-                                  }});
+sluice::cli::RegisterCommand reg(
+    {"bench-kernels",
+     "Measure DRAM bandwidth, instruction peaks and CPU kernel "
+     "throughput",
+     [](CLI::App& sub) {
+       auto o = std::make_shared<Options>();
+       sub.add_option("--gemm-n", o->n, "GEMM output features");
+       sub.add_option("--gemm-k", o->k, "GEMM input features");
+       sub.add_option("--gemm-m", o->ms, "rows of X in the bf16 GEMM table, e.g. 16,64")
+           ->delimiter(',')
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--int8-m", o->int8_ms, "rows of X in the int8 and int4 GEMM tables")
+           ->delimiter(',')
+           ->check(CLI::PositiveNumber);
+       sub.add_flag("--skip-gemm", o->skip_gemm);
+       sub.add_flag("--skip-attention", o->skip_attention);
+       sub.add_flag("--skip-int8", o->skip_int8);
+       sub.add_option("--int8-group", o->int8_group, "int8/int4 GEMM scale group size");
+       return std::function<int()>([o] { return run(*o); });
+     }});
 
 }  // namespace

@@ -65,8 +65,8 @@ void quantize_activation_row(const GemmInt8Args& a, int64_t k, int64_t group, in
       row[p] = bf16_to_f32(static_cast<const uint16_t*>(a.x)[i * ldx + p]);
   int8_t* q = b.q.data() + i * k;
   for (int64_t g = 0; g < groups; ++g) {
-    b.scale[size_t(i * groups + g)] = quant::quantize_group(row + g * group, group, 127,
-                                                            q + g * group);
+    b.scale[size_t(i * groups + g)] =
+        quant::quantize_group(row + g * group, group, 127, q + g * group);
     int32_t sum = 0;
     for (int64_t p = g * group; p < (g + 1) * group; ++p) sum += q[p];
     b.offset_sum[size_t(i * groups + g)] = -128 * sum;
@@ -198,8 +198,7 @@ void run_blocks(const Pass& p, int64_t block, int64_t blocks, float* acc) {
   const int8::TileFn* tiles = w.format == QuantFormat::kInt4 ? p.kernels->tile4 : p.kernels->tile;
   const int64_t ldacc = blocks * kInt8BlockRows;
   std::fill(acc, acc + p.rows * ldacc, 0.0f);
-  const int64_t groups_per_sweep =
-      std::max<int64_t>(1, kBytesPerSweep / (w.group_size * blocks));
+  const int64_t groups_per_sweep = std::max<int64_t>(1, kBytesPerSweep / (w.group_size * blocks));
   for (int64_t g0 = 0; g0 < w.groups(); g0 += groups_per_sweep)
     for_each_row_tile(p.rows, int8::kMaxTileRows, [&](int64_t, int64_t i, int64_t rows) {
       tiles[rows - 1]({.x = p.x,
@@ -215,9 +214,8 @@ void run_blocks(const Pass& p, int64_t block, int64_t blocks, float* acc) {
   const int64_t ldy = p.args->ldy ? p.args->ldy : w.n;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t col0 = (block + b) * kInt8BlockRows;
-    p.kernels->store(acc + b * kInt8BlockRows, ldacc, p.rows,
-                     std::min(kInt8BlockRows, w.n - col0), p.args->y + p.row0 * ldy + col0, ldy,
-                     p.args->beta);
+    p.kernels->store(acc + b * kInt8BlockRows, ldacc, p.rows, std::min(kInt8BlockRows, w.n - col0),
+                     p.args->y + p.row0 * ldy + col0, ldy, p.args->beta);
   }
 }
 

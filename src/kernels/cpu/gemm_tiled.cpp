@@ -148,23 +148,22 @@ class NextBlockPrefetcher {
 // of W walked after it, whose lines the tiles bring into cache while they work.
 void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream) {
   const TiledGemmArgs& a = *b.a;
-  tiles::TileJob job;
-  job.ldx = b.ldp;
-  job.ldw = a.ldw;
-  job.k = a.k;
-  job.k0 = w.k0;
-  job.k1 = w.k1;
-  job.ldy = a.ldy;
-  job.first = w.k0 == 0;
-  job.beta = a.beta;
-  job.stream = stream;
+  tiles::TileJob job{.ldx = b.ldp,
+                     .ldw = a.ldw,
+                     .k = a.k,
+                     .k0 = w.k0,
+                     .k1 = w.k1,
+                     .ldy = a.ldy,
+                     .first = w.k0 == 0,
+                     .beta = a.beta,
+                     .stream = stream};
   // The AVX2 tiles fetch the next block from inside their loops (TileJob::next_block): on 2
   // Milan cores, m = 8 went from 8.4–8.7 to 7.1–7.2 ms and m = 12 from 11.6 to 10.0–10.1 ms
   // against the bursts of NextBlockPrefetcher (n = 14336, k = 4096; bench/RESULTS.md).
   const bool tiles_fetch_next_block = !b.set.bf16 && b.set.level >= IsaLevel::kAvx2;
   const int64_t row_tiles = (b.rows + kMaxRows - 1) / kMaxRows;
-  NextBlockPrefetcher prefetcher(a, next,
-                                 stream ? 0 : row_tiles * ((w.c1 - w.c0 + kMaxCols - 1) / kMaxCols));
+  NextBlockPrefetcher prefetcher(
+      a, next, stream ? 0 : row_tiles * ((w.c1 - w.c0 + kMaxCols - 1) / kMaxCols));
   // Rows split evenly: at m = 5, 9, 13 and 17 (n = 14336, k = 4096, 2 Milan cores at the avx2
   // level) that took 6.3–6.8 → 5.8–6.6, 9.1–9.2 → 8.5–8.8, 11.6–12.5 → 11.2–11.4 and
   // 14.8 → 14.1–14.4 ms, three interleaved runs (bench/RESULTS.md).

@@ -24,14 +24,14 @@ constexpr int64_t kGroup = 16;  // k-values per packed group
 // At the avx512bf16 level X is packed as bf16 in its natural order, in groups of 32 values (one
 // 512-bit register of pairs for `vdpbf16ps`), zero-padded the same way.
 constexpr int64_t kBf16Group = 32;
-constexpr int kMaxRows = 4;     // MR: rows of X per tile
-constexpr int kMaxCols = 3;     // NR: rows of W per tile
+constexpr int kMaxRows = 4;  // MR: rows of X per tile
+constexpr int kMaxCols = 3;  // NR: rows of W per tile
 
 struct TileJob {
   const float* x = nullptr;      // packed X, first row of the tile, at k = 0
   const uint16_t* xb = nullptr;  // the same, packed as bf16 (avx512bf16 tiles)
   int64_t ldx = 0;               // packed row stride (elements), a multiple of the group
-  const uint16_t* w = nullptr;  // first W row of the tile, at k = 0
+  const uint16_t* w = nullptr;   // first W row of the tile, at k = 0
   int64_t ldw = 0;
   int64_t k = 0;           // true k: W is not read at or past it
   int64_t k0 = 0, k1 = 0;  // range of this call; k0 a multiple of kGroup, k1 ≤ padded k

@@ -129,10 +129,10 @@ TEST_F(Cli, GenerateRunsAFileOfPromptsAsOneBatch) {
 TEST_F(Cli, GenerateTokenIdsPrintsTheIdsOfEachContinuation) {
   TempDir d;
   testing::write_file(d / "prompts.txt", "The quick brown fox\nHello world!\n");
-  auto r = run_command(sluice_command("generate --model " + model().string() + " --input " +
-                                      (d / "prompts.txt").string() +
-                                      " --max-new-tokens 5 --token-ids"),
-                       false);
+  auto r =
+      run_command(sluice_command("generate --model " + model().string() + " --input " +
+                                 (d / "prompts.txt").string() + " --max-new-tokens 5 --token-ids"),
+                  false);
   ASSERT_EQ(r.status, 0) << r.output;
   const auto rows = lines_of(r.output);
   ASSERT_EQ(rows.size(), 4u) << r.output;
@@ -291,6 +291,40 @@ INSTANTIATE_TEST_SUITE_P(
         BadModel{"no_weights", [](auto& d) { std::filesystem::remove(d / "model.safetensors"); },
                  "no model.safetensors"}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// export-gguf writes files the engine loads: in BF16 with the folder's logits, bit for bit (the
+// Q8_0 and Q4_0 files' logits are checked in gguf_model_test.cpp); a bad --type names the option
+// and the choices.
+TEST_F(Cli, ExportGgufWritesAFileWithTheFoldersLogits) {
+  TempDir d;
+  const std::string tokens = " --tokens 1,5,300,7";
+  const auto from_folder =
+      run_command(sluice_command("logits --model " + model().string() + tokens));
+  ASSERT_EQ(from_folder.status, 0) << from_folder.output;
+  for (const char* type : {"bf16", "q8_0"}) {
+    const std::string file = (d.path() / (std::string(type) + ".gguf")).string();
+    auto r = run_command(sluice_command("export-gguf --model " + model().string() + " --out " +
+                                        file + " --type " + type));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("matrices in ") + (type[0] == 'b' ? "BF16" : "Q8_0")),
+              std::string::npos)
+        << r.output;
+    const auto from_file = run_command(sluice_command("logits --model " + file + tokens));
+    ASSERT_EQ(from_file.status, 0) << from_file.output;
+    auto rows = lines_of(from_file.output);  // after the note that Q8_0 is dequantised at load
+    std::erase_if(rows, [](const std::string& l) { return l.starts_with("sluice: "); });
+    ASSERT_EQ(rows.size(), 4u) << from_file.output;
+    if (type[0] == 'b') {
+      EXPECT_EQ(from_file.output, from_folder.output);
+    }
+  }
+  const auto r = run_command(sluice_command("export-gguf --model " + model().string() + " --out " +
+                                            (d.path() / "x.gguf").string() + " --type q5_k"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--type: 'q5_k' is not a GGUF weight type; expected f32, bf16, q8_0"),
+            std::string::npos)
+      << r.output;
+}
 
 TEST(CliArguments, BadTokenListNamesTheItem) {
   auto r = run_command(sluice_command("logits --model /nonexistent --tokens 1,x,3"));

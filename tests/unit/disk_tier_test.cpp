@@ -17,10 +17,10 @@
 #include "engine/batch_engine.h"
 #include "engine/disk_experts.h"
 #include "engine/weights_in_memory.h"
-#include "gguf_test_writer.h"
 #include "io/direct_reader.h"
 #include "model/expert_files.h"
 #include "model/expert_quant.h"
+#include "model/gguf_export.h"
 #include "model/presets.h"
 #include "model/quantize_checkpoint.h"
 #include "model/synthetic.h"
@@ -247,25 +247,24 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier, ::testing::ValuesIn(testing::dis
 // A GGUF file's experts stay in it, each a slice of its layer's stacked tensor: BF16 read as
 // stored, Q8_0 and Q4_0 dequantised as they land, with the logits of the file loaded whole, bit
 // for bit; the pool holds no more than the planner counts from the file's config. (DBRX in BF16
-// only: its down rows of 40 are not whole blocks, and the test writer stores those in F32.)
+// only: its down rows of 40 are not whole blocks, and export_gguf stores those in F32.)
 TEST(DiskTierGguf, ExpertsReadFromTheFileGiveTheLogitsOfTheFileInMemory) {
-  using testing::GgufWeights;
   const std::pair<const char*, GgufWeights> cases[] = {{"tiny-mixtral", GgufWeights::kBF16},
                                                        {"tiny-mixtral", GgufWeights::kQ8_0},
                                                        {"tiny-mixtral", GgufWeights::kQ4_0},
                                                        {"tiny-dbrx", GgufWeights::kBF16}};
   for (const auto& [preset, w] : cases) {
-    SCOPED_TRACE(std::string(preset) + " " + testing::gguf_weights_name(w));
+    SCOPED_TRACE(std::string(preset) + " " + gguf_weights_name(w));
     TempDir dir;
     const ModelConfig c = preset_config(preset);
     write_random_checkpoint(c, dir / "hf", 19);
     write_synthetic_tokenizer(c, dir / "hf");
-    const fs::path file = testing::convert_to_gguf(dir / "hf", dir / "m.gguf", w);
+    const fs::path file = export_gguf(dir / "hf", dir / "m.gguf", w);
     const Model in_memory = load_model(file);
     const Model on_disk = load_with_experts_on_disk(file);
     ASSERT_TRUE(on_disk.expert_files);
     EXPECT_TRUE(on_disk.weights.layers.back().expert_gate.empty());
-    EXPECT_EQ(on_disk.expert_files->made_on_read(0), w != testing::GgufWeights::kBF16);
+    EXPECT_EQ(on_disk.expert_files->made_on_read(0), w != GgufWeights::kBF16);
 
     const RunResult want = run_engine(in_memory, 0);
     const RunResult got = run_engine(on_disk, 3);
@@ -285,8 +284,7 @@ TEST(DiskTierGguf, F32ExpertsAreRefusedNamingTheirType) {
   const ModelConfig c = preset_config("tiny-mixtral");
   write_random_checkpoint(c, dir / "hf", 19);
   write_synthetic_tokenizer(c, dir / "hf");
-  const fs::path file =
-      testing::convert_to_gguf(dir / "hf", dir / "m.gguf", testing::GgufWeights::kF32);
+  const fs::path file = export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32);
   EXPECT_ERROR_MENTIONS(load_with_experts_on_disk(file), "m.gguf",
                         "a GGUF file whose routed experts are F32", "--host-mem");
 }

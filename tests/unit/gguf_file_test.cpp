@@ -8,14 +8,13 @@
 #include <random>
 
 #include "core/error.h"
-#include "gguf_test_writer.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "test_util.h"
 
 namespace sluice {
 namespace {
 
-using testing::GgufImageWriter;
 using testing::TempDir;
 
 std::string error_of(const std::function<void()>& f) {
@@ -34,8 +33,8 @@ std::vector<uint8_t> floats_bytes(std::vector<float> v) {
 }
 
 // A small file: metadata of several types and two tensors.
-GgufImageWriter small_file() {
-  GgufImageWriter w;
+GgufWriter small_file() {
+  GgufWriter w;
   w.add("general.architecture", GgufType::kString, "llama");
   w.add("test.u8", GgufType::kU8, 200);
   w.add("test.i16", GgufType::kI16, -300);
@@ -57,7 +56,7 @@ GgufFile parse(const std::string& image, const std::string& where = "mem.gguf") 
 
 TEST(GgufFile, ReadsMetadataOfEveryTypeAndTensorInfos) {
   for (size_t alignment : {32, 64, 8}) {
-    GgufImageWriter w = small_file();
+    GgufWriter w = small_file();
     if (alignment != 32) w.add("general.alignment", GgufType::kU32, alignment);
     const std::string image = w.image(alignment);
     const GgufFile g = parse(image);
@@ -121,7 +120,7 @@ TEST(GgufFile, EveryTruncationIsAClearError) {
 }
 
 TEST(GgufFile, TensorOffsetPastTheEnd) {
-  GgufImageWriter w = small_file();
+  GgufWriter w = small_file();
   std::string image = w.image();
   const size_t offset_field = w.tensor_type_field_offset(1) + 4;
   const uint64_t far = 1 << 20;
@@ -135,7 +134,7 @@ TEST(GgufFile, TensorOffsetPastTheEnd) {
 
 TEST(GgufFile, UnknownTensorType) {
   for (uint32_t type : {23u, 99u}) {
-    GgufImageWriter w = small_file();
+    GgufWriter w = small_file();
     w.retype_tensor("b.weight", type);
     const std::string msg = error_of([&] { parse(w.image(), "type.gguf"); });
     EXPECT_NE(msg.find("type.gguf"), std::string::npos) << msg;
@@ -153,7 +152,7 @@ TEST(GgufFile, BadHeaders) {
   bad = small_file().image(32, 7);
   EXPECT_NE(error_of([&] { parse(bad); }).find("field 'version': expected 2 or 3, got 7"),
             std::string::npos);
-  GgufImageWriter w = small_file();
+  GgufWriter w = small_file();
   w.add("general.alignment", GgufType::kU32, 24);
   EXPECT_NE(error_of([&] { parse(w.image()); }).find("'general.alignment'"), std::string::npos);
   w = small_file();
@@ -200,7 +199,7 @@ TEST(GgufFileFuzz, MutatedHeadersParseOrFailCleanly) {
 
 TEST(GgufFile, SplitFilesLoadAsOne) {
   TempDir dir;
-  GgufImageWriter a, b;
+  GgufWriter a, b;
   a.add("general.architecture", GgufType::kString, "llama");
   a.add("split.count", GgufType::kU16, 2);
   a.add_tensor("a.weight", uint32_t(GgmlType::F32), {2}, floats_bytes({1, 2}));

@@ -28,9 +28,6 @@
 namespace sluice {
 namespace {
 
-using testing::convert_to_gguf;
-using testing::GgufImageWriter;
-using testing::GgufWeights;
 using testing::TempDir;
 
 std::vector<float> logits_of(const Model& m) {
@@ -91,8 +88,8 @@ TEST(GgufModel, EveryFamilyGivesTheFolderLogitsInF32AndBF16) {
     const Model hf = as_gguf_holds_it(load_model(dir / "hf"));
     const std::vector<float> want = logits_of(hf);
     for (GgufWeights w : {GgufWeights::kF32, GgufWeights::kBF16}) {
-      SCOPED_TRACE(std::string(tc.name) + " " + testing::gguf_weights_name(w));
-      const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", w);
+      SCOPED_TRACE(std::string(tc.name) + " " + gguf_weights_name(w));
+      const auto path = export_gguf(dir / "hf", dir / "m.gguf", w);
       const Model g = load_model(path);
       expect_same_config(g.config, hf.config);
       EXPECT_EQ(g.weights.layers[0].wo.dtype, w == GgufWeights::kF32 ? DType::F32 : DType::BF16);
@@ -115,7 +112,7 @@ TEST(GgufModel, YarnMscaleIsKeptToF32RoundingOfTheLogMultiplier) {
   ASSERT_NE(through_yarn_log_multiplier(0.705f), 0.705f);
   TempDir dir;
   write_folder(c, dir / "hf");
-  const Model g = load_model(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+  const Model g = load_model(export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
   EXPECT_EQ(g.config.rope_scaling.mscale_all_dim, through_yarn_log_multiplier(0.705f));
   EXPECT_NEAR(g.config.rope_scaling.mscale_all_dim, 0.705f, 1e-7f);
   EXPECT_EQ(logits_of(g), logits_of(as_gguf_holds_it(load_model(dir / "hf"))));
@@ -135,7 +132,7 @@ TEST(GgufModel, FP8CheckpointsAreWrittenDequantized) {
   write_folder(c, dir / "hf");
   const Model hf = as_gguf_holds_it(load_model(dir / "hf"));
   ASSERT_EQ(hf.weights.layers[0].q_a.dtype, DType::F8_E4M3);
-  const Model g = load_model(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16));
+  const Model g = load_model(export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16));
   EXPECT_FALSE(g.config.fp8_weights);
   EXPECT_EQ(g.weights.layers[0].q_a.dtype, DType::BF16);
   EXPECT_EQ(logits_of(g), logits_of(hf));
@@ -146,8 +143,8 @@ TEST(GgufModel, DeepSeekFilesWithAWholeKvBLoadAlike) {
   const ModelConfig c = preset_config("tiny-deepseek-v2");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16, 1, {},
-                                    testing::GgufLatentKv::kWhole);
+  const auto path =
+      export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16, 1, {}, GgufLatentKv::kWhole);
   const GgufFile file = GgufFile::open(path);
   EXPECT_NE(file.find_tensor("blk.0.attn_kv_b.weight"), nullptr);
   EXPECT_EQ(file.find_tensor("blk.0.attn_k_b.weight"), nullptr);
@@ -163,10 +160,10 @@ TEST(GgufModel, QuantizedFilesEqualTheRoundTrippedWeights) {
     TempDir dir;
     write_folder(c, dir / "hf");
     for (GgufWeights w : {GgufWeights::kQ8_0, GgufWeights::kQ4_0}) {
-      SCOPED_TRACE(std::string(preset) + " " + testing::gguf_weights_name(w));
+      SCOPED_TRACE(std::string(preset) + " " + gguf_weights_name(w));
       Model want = as_gguf_holds_it(load_model(dir / "hf"));
       testing::round_trip_quantized(want, w);
-      const Model g = load_model(convert_to_gguf(dir / "hf", dir / "q.gguf", w));
+      const Model g = load_model(export_gguf(dir / "hf", dir / "q.gguf", w));
       const Tensor& a = g.weights.layers[1].expert_gate;
       const Tensor& b = want.weights.layers[1].expert_gate;
       EXPECT_EQ(a.dtype, DType::BF16);
@@ -183,7 +180,7 @@ TEST(GgufModel, SplitFilesLoadAsOneModel) {
   const ModelConfig c = preset_config("tiny-qwen3-moe");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const auto first = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16, 3);
+  const auto first = export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16, 3);
   EXPECT_EQ(first.filename(), "m-00001-of-00003.gguf");
   EXPECT_TRUE(std::filesystem::exists(dir / "m-00003-of-00003.gguf"));
   EXPECT_EQ(logits_of(load_model(first)), logits_of(load_model(dir / "hf")));
@@ -193,7 +190,7 @@ TEST(GgufModel, LlamaCppNamesDimsAndRowPermutation) {
   const ModelConfig c = preset_config("tiny-mixtral");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const GgufFile g = GgufFile::open(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+  const GgufFile g = GgufFile::open(export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
   const int64_t H = c.hidden_size, I = c.expert_intermediate_size, E = c.num_experts;
   // Names and dims (fastest first) as llama.cpp's Mixtral files have them.
   EXPECT_EQ(g.find_tensor("blk.1.ffn_gate_exps.weight")->dims, (Shape{H, I, E}));
@@ -210,7 +207,7 @@ TEST(GgufModel, LlamaCppNamesDimsAndRowPermutation) {
   // LlamaModel.permute on one head of 4 rows: reshape(1, 2, 2).swapaxes(1, 2) stores rows
   // 0, 2, 1, 3; sluice's loader puts them back.
   const float rows[4] = {10, 11, 12, 13};
-  const auto stored = testing::permute_qk_rows(rows, 1, 4, 4);
+  const auto stored = permute_qk_rows(rows, 1, 4, 4);
   float got[4];
   std::memcpy(got, stored.data(), 16);
   EXPECT_EQ(std::vector<float>(got, got + 4), (std::vector<float>{10, 12, 11, 13}));
@@ -235,7 +232,7 @@ TEST(GgufModel, TokenizerAndChatTemplateComeFromTheFile) {
     const ModelConfig c = preset_config(preset);
     TempDir dir;
     write_folder(c, dir / "hf");
-    const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
+    const auto path = export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
     const auto from_gguf = Tokenizer::load(path);
     const auto from_folder = Tokenizer::load(dir / "hf");
     const std::string text = "The quick brown fox, 42 experts! Hello  world.";
@@ -255,10 +252,9 @@ TEST(GgufModel, MetadataDisagreeingWithATensorShapeNamesBoth) {
   const ModelConfig c = preset_config("tiny-qwen3-moe");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const auto path =
-      convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
-        w.replace("qwen3moe.expert_feed_forward_length", GgufType::kU32, 48);
-      });
+  const auto path = export_gguf(
+      dir / "hf", dir / "m.gguf", GgufWeights::kF32, 1,
+      [](GgufWriter& w) { w.replace("qwen3moe.expert_feed_forward_length", GgufType::kU32, 48); });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "tensor 'blk.0.ffn_gate_exps.weight'",
                         "expected shape [8, 48, 64]", "got [8, 40, 64]");
 }
@@ -267,15 +263,15 @@ TEST(GgufModel, MissingTensorAndMissingKeyAreNamed) {
   const ModelConfig c = preset_config("tiny-olmoe");
   TempDir dir;
   write_folder(c, dir / "hf");
-  auto path = convert_to_gguf(dir / "hf", dir / "a.gguf", GgufWeights::kF32, 1,
-                              [](GgufImageWriter& w) { w.remove("olmoe.expert_count"); });
+  auto path = export_gguf(dir / "hf", dir / "a.gguf", GgufWeights::kF32, 1,
+                          [](GgufWriter& w) { w.remove("olmoe.expert_count"); });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'olmoe.expert_count' is missing");
-  path = convert_to_gguf(dir / "hf", dir / "b.gguf", GgufWeights::kF32, 1,
-                         [](GgufImageWriter& w) { w.remove_tensor("blk.1.attn_k_norm.weight"); });
+  path = export_gguf(dir / "hf", dir / "b.gguf", GgufWeights::kF32, 1,
+                     [](GgufWriter& w) { w.remove_tensor("blk.1.attn_k_norm.weight"); });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(),
                         "tensor 'blk.1.attn_k_norm.weight' is missing");
   // A tensor no family table has is refused, not ignored.
-  path = convert_to_gguf(dir / "hf", dir / "c.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+  path = export_gguf(dir / "hf", dir / "c.gguf", GgufWeights::kF32, 1, [](GgufWriter& w) {
     w.add_tensor("blk.0.mystery.weight", uint32_t(GgmlType::F32), {4}, std::vector<uint8_t>(16));
   });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "unexpected tensor 'blk.0.mystery.weight'");
@@ -287,7 +283,7 @@ TEST(GgufModel, TypesThatAreNotLoadedAreNamed) {
   TempDir dir;
   write_folder(c, dir / "hf");
   const auto path =
-      convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ8_0, 1, [](GgufImageWriter& w) {
+      export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ8_0, 1, [](GgufWriter& w) {
         // Q8_0's 34-byte blocks hold more bytes than Q4_1's 20: the data stays in range.
         w.retype_tensor("blk.1.ffn_up_exps.weight", uint32_t(GgmlType::Q4_1));
       });
@@ -299,7 +295,7 @@ TEST(GgufModel, DequantizationIsAnnouncedOnce) {
   const ModelConfig c = preset_config("tiny-mixtral");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ4_0);
+  const auto path = export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ4_0);
   ::testing::internal::CaptureStderr();
   load_model(path);
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -311,7 +307,7 @@ TEST(GgufModel, DequantizationIsAnnouncedOnce) {
 TEST(GgufModel, ArchitecturesWithoutAGgufNamingAreRefusedByName) {
   TempDir dir;
   for (const char* arch : {"gemma", "grok", "deepseek4"}) {
-    GgufImageWriter w;
+    GgufWriter w;
     w.add("general.architecture", GgufType::kString, arch);
     const auto path = dir / (std::string(arch) + ".gguf");
     w.write(path);
@@ -320,7 +316,7 @@ TEST(GgufModel, ArchitecturesWithoutAGgufNamingAreRefusedByName) {
                           "llama (mixtral)", "dbrx (dbrx)", "deepseek2 (deepseek_v3)");
   }
   // A dense llama (no experts) needs the expert count it does not have.
-  GgufImageWriter w;
+  GgufWriter w;
   w.add("general.architecture", GgufType::kString, "llama");
   w.add("llama.embedding_length", GgufType::kU32, 64);
   w.add("llama.block_count", GgufType::kU32, 1);
@@ -335,31 +331,30 @@ TEST(GgufModel, ArchitecturesWithoutAGgufNamingAreRefusedByName) {
 TEST(GgufModel, DeepSeekAndDbrxMetadataTheyCannotRunIsRefusedByKey) {
   TempDir dir;
   write_folder(preset_config("tiny-deepseek-v2-lite"), dir / "ds");
-  auto path = convert_to_gguf(
-      dir / "ds", dir / "a.gguf", GgufWeights::kF32, 1,
-      [](GgufImageWriter& w) { w.replace("deepseek2.expert_gating_func", GgufType::kU32, 3); });
+  auto path = export_gguf(dir / "ds", dir / "a.gguf", GgufWeights::kF32, 1, [](GgufWriter& w) {
+    w.replace("deepseek2.expert_gating_func", GgufType::kU32, 3);
+  });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'deepseek2.expert_gating_func'",
                         "got 3");
-  path = convert_to_gguf(dir / "ds", dir / "b.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+  path = export_gguf(dir / "ds", dir / "b.gguf", GgufWeights::kF32, 1, [](GgufWriter& w) {
     w.replace("deepseek2.rope.scaling.type", GgufType::kString, "linear");
   });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'deepseek2.rope.scaling.type'",
                         "'linear' is not supported");
-  path = convert_to_gguf(dir / "ds", dir / "c.gguf", GgufWeights::kF32, 1,
-                         [](GgufImageWriter& w) { w.remove("deepseek2.attention.kv_lora_rank"); });
+  path = export_gguf(dir / "ds", dir / "c.gguf", GgufWeights::kF32, 1,
+                     [](GgufWriter& w) { w.remove("deepseek2.attention.kv_lora_rank"); });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(),
                         "key 'deepseek2.attention.kv_lora_rank' is missing");
   // A sigmoid-gated file is V3's, which needs the selection bias.
-  path = convert_to_gguf(dir / "ds", dir / "d.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
+  path = export_gguf(dir / "ds", dir / "d.gguf", GgufWeights::kF32, 1, [](GgufWriter& w) {
     w.replace("deepseek2.expert_gating_func", GgufType::kU32, 2);
   });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(),
                         "tensor 'blk.1.exp_probs_b.bias' is missing");
   write_folder(preset_config("tiny-dbrx"), dir / "dbrx");
-  path =
-      convert_to_gguf(dir / "dbrx", dir / "e.gguf", GgufWeights::kF32, 1, [](GgufImageWriter& w) {
-        w.replace("dbrx.attention.layer_norm_epsilon", GgufType::kF32, 1e-6);
-      });
+  path = export_gguf(dir / "dbrx", dir / "e.gguf", GgufWeights::kF32, 1, [](GgufWriter& w) {
+    w.replace("dbrx.attention.layer_norm_epsilon", GgufType::kF32, 1e-6);
+  });
   EXPECT_ERROR_MENTIONS(load_model(path), path.c_str(), "key 'dbrx.attention.layer_norm_epsilon'");
 }
 
@@ -370,8 +365,7 @@ TEST(GgufModel, DeepSeekAndDbrxNamesAndDimsAreLlamaCpps) {
     const ModelConfig c = preset_config("tiny-dbrx");
     TempDir dir;
     write_folder(c, dir / "hf");
-    const GgufFile g =
-        GgufFile::open(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+    const GgufFile g = GgufFile::open(export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
     const int64_t H = c.hidden_size, I = c.expert_intermediate_size, E = c.num_experts;
     EXPECT_EQ(g.find_tensor("blk.1.attn_qkv.weight")->dims, (Shape{H, H + 2 * c.kv_dim()}));
     EXPECT_EQ(g.find_tensor("blk.1.ffn_gate_exps.weight")->dims, (Shape{H, I, E}));
@@ -395,7 +389,7 @@ TEST(GgufModel, DeepSeekAndDbrxNamesAndDimsAreLlamaCpps) {
   const ModelConfig c = preset_config("tiny-deepseek-v3");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const GgufFile g = GgufFile::open(convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
+  const GgufFile g = GgufFile::open(export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32));
   const LatentAttentionShape& m = c.mla;
   const int64_t H = c.hidden_size, heads = c.num_heads;
   EXPECT_EQ(g.find_tensor("blk.0.attn_q_a.weight")->dims, (Shape{H, m.q_lora_rank}));
@@ -426,7 +420,7 @@ TEST(GgufModel, InspectShowsTheGgufMetadata) {
   const ModelConfig c = preset_config("tiny-mixtral");
   TempDir dir;
   write_folder(c, dir / "hf");
-  const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ8_0);
+  const auto path = export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kQ8_0);
   const auto r =
       testing::run_command(testing::sluice_binary() + " inspect --model " + path.string());
   ASSERT_EQ(r.status, 0) << r.output;
@@ -444,7 +438,7 @@ TEST(GgufModel, GenerateWithTheGgufFileEqualsTheFolder) {
     const ModelConfig c = preset_config(preset);
     TempDir dir;
     write_folder(c, dir / "hf");
-    const auto path = convert_to_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
+    const auto path = export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kBF16);
     auto generate = [&](const std::filesystem::path& model) {
       const auto r = testing::run_command(
           testing::sluice_command("generate --chat --model " + model.string() +

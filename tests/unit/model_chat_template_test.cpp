@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "core/error.h"
-#include "gguf_test_writer.h"
+#include "model/gguf_export.h"
 #include "test_util.h"
 
 namespace sluice {
@@ -67,7 +67,7 @@ TEST(ModelChatTemplate, AFolderWithOnlyChatTemplateJinja) {
 
 TEST(ModelChatTemplate, ReadsGgufMetadataWithTokensFromTheVocabulary) {
   TempDir dir;
-  testing::GgufImageWriter gguf;
+  GgufWriter gguf;
   gguf.add("tokenizer.ggml.model", GgufType::kString, "llama");
   gguf.add("tokenizer.ggml.tokens", GgufType::kArray, {"<unk>", "<s>", "</s>", "a"},
            GgufType::kString);

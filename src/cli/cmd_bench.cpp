@@ -58,15 +58,6 @@ std::string describe(const WeightsRead& r, double dram_bytes_per_s, double disk_
                      disk ? "the profiled disk read rate" : "DRAM");
 }
 
-// The disk tier's read rate, probed as it reads (engine_plan.h); 0 when it cannot be
-// measured, with a note why.
-double probe_expert_disk(const ExpertFiles& files) {
-  std::string why;
-  const std::optional<double> rate = measure_expert_disk(files, &why);
-  if (!rate) fmt::print(stderr, "note: the disk's read rate was not measured: {}\n", why);
-  return rate.value_or(0);
-}
-
 // The model under test: a folder (its first --layers layers) or a preset made in memory, with the
 // weights read into memory where they fit; load_seconds counts both.
 struct LoadedModel {
@@ -319,7 +310,8 @@ void print_memory(const BenchResult& b) {
       human_bytes(double(b.peak_rss)), human_bytes(added), human_bytes(double(b.rss_before_load)),
       b.peak_reset ? "" : " (the peak includes the ceilings' probe buffers)",
       human_bytes(double(weights_bytes)), human_bytes(double(s.kv_cache_bytes)),
-      human_bytes(double(activations)), device_bytes > 0
+      human_bytes(double(activations)),
+      device_bytes > 0
           ? fmt::format(" + the stand-in device's {}", human_bytes(double(device_bytes)))
           : "",
       human_bytes(memory_bound), added <= memory_bound ? "" : "  OVER BUDGET");
@@ -403,8 +395,7 @@ EngineRun run_workload(const Options& o, const LoadedModel& loaded, const BenchP
                        const BenchDevice& device) {
   EngineDevice engine_device;
   if (device.backend)
-    engine_device = {device.backend->device.get(), device.backend->math.get(),
-                     b.device.settings};
+    engine_device = {device.backend->device.get(), device.backend->math.get(), b.device.settings};
   const Policy& policy = b.plan.policy;
   BatchEngine engine(loaded.model, policy, engine_device);
   CpuShareMeter share;
@@ -453,18 +444,18 @@ int run(Options o) {
   const EngineRun r = run_workload(o, loaded, b, device);
   const double disk_after = reprobe_disk(loaded, b);
 
-  BenchResult result{&o,
-                     &loaded,
-                     &ms,
-                     &ceilings,
-                     &b.hw,
-                     &b.plan,
-                     &b.predicted,
-                     &device,
-                     &r.stats,
-                     summarize(r.stats, r.wall, int64_t(o.requests) * o.prompt_len, r.generated,
-                               ceilings, b.plan.policy.precision,
-                               loaded.model.config.expert_quant.dtype)};
+  BenchResult result{
+      &o,
+      &loaded,
+      &ms,
+      &ceilings,
+      &b.hw,
+      &b.plan,
+      &b.predicted,
+      &device,
+      &r.stats,
+      summarize(r.stats, r.wall, int64_t(o.requests) * o.prompt_len, r.generated, ceilings,
+                b.plan.policy.precision, loaded.model.config.expert_quant.dtype)};
   result.wall = r.wall;
   result.report.offloaded = device.backend != nullptr;
   result.prefill_share = r.prefill_share;

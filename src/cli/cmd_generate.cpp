@@ -125,7 +125,7 @@ int run(const Options& o) {
     requests.push_back(std::move(r));
   }
   DeviceOptions device = o.device;
-  const EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests, budget.bytes);
+  const EnginePlan plan = plan_for_requests(model, o.policy, device, requests, budget.bytes);
   const Policy& policy = plan.policy;
   omp_set_num_threads(policy.threads);
   BatchEngine engine(model, policy, device);

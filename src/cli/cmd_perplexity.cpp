@@ -8,8 +8,8 @@
 
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/command.h"
@@ -17,8 +17,8 @@
 #include "core/error.h"
 #include "engine/batch_engine.h"
 #include "engine/engine_plan.h"
-#include "engine/weights_in_memory.h"
 #include "engine/perplexity.h"
+#include "engine/weights_in_memory.h"
 #include "io/tokenizer.h"
 #include "model/expert_quant.h"
 
@@ -66,7 +66,7 @@ std::unique_ptr<BatchEngine> make_engine(const Model& model, const Options& o,
     r.max_new_tokens = 1;
     requests.push_back(std::move(r));
   }
-  EnginePlan plan = plan_for_requests(model.config, o.policy, device, requests, budget.bytes);
+  EnginePlan plan = plan_for_requests(model, o.policy, device, requests, budget.bytes);
   Policy policy = plan.policy;
   policy.logit_rows = policy.batch + policy.prefill_chunk;
   omp_set_num_threads(policy.threads);

@@ -63,9 +63,11 @@ void read_into_memory(const void* data, size_t bytes, const std::filesystem::pat
 
 void MappedFile::drop_pages(size_t offset, size_t bytes) const {
   if (bytes == 0 || offset >= size_) return;
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  const size_t begin = offset / page * page;
-  const size_t end = std::min(size_, offset + bytes);
+  // Whole 2 MiB blocks: a page cache of large folios (ext4 on recent kernels) maps them whole,
+  // and a partial MADV_DONTNEED leaves such a block resident.
+  constexpr size_t kBlock = size_t(2) << 20;
+  const size_t begin = offset / kBlock * kBlock;
+  const size_t end = std::min(size_, (offset + bytes + kBlock - 1) / kBlock * kBlock);
   madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);  // only a hint
 }
 

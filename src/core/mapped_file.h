@@ -20,8 +20,9 @@ class MappedFile {
   // Drops the pages of [offset, offset + bytes) from this process's resident memory
   // (MADV_DONTNEED), once their bytes were copied or repacked elsewhere. The mapping is
   // read-only and shared, so no byte is lost: a later read faults a page in again, from the page
-  // cache or the file. The range is widened to whole pages, so the first and last may hold a
-  // neighbouring tensor's bytes, which a read of that tensor then faults in again.
+  // cache or the file. The range is widened to whole 2 MiB blocks (a page cache of large folios
+  // maps those whole), so the first and last may hold a neighbouring tensor's bytes, which a read
+  // of that tensor then faults in again.
   void drop_pages(size_t offset, size_t bytes) const;
 
  private:

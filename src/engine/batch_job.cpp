@@ -95,8 +95,8 @@ class Job {
     const std::vector<InputLine> lines = read_input(o_.input);
     // The budget is measured before loading, which takes some of what the machine has.
     budget_ = host_budget(o_.host_memory_bytes, true);
-    model_ = load_model_for_run(o_.model_dir, {o_.policy.expert_dtype, o_.policy.expert_group},
-                                budget_);
+    model_ =
+        load_model_for_run(o_.model_dir, {o_.policy.expert_dtype, o_.policy.expert_group}, budget_);
     read_weights_if_they_fit(model_);
     tokenizer_ = Tokenizer::load(o_.model_dir);
     ResultsFile results(o_.output);
@@ -225,8 +225,7 @@ class Job {
   void run_engine(std::vector<Request> requests, ResultsFile& results) {
     if (requests.empty()) return;
     DeviceOptions device = o_.device;
-    const EnginePlan plan = plan_for_requests(
-        model_.config, o_.policy, device, requests, budget_.bytes);
+    const EnginePlan plan = plan_for_requests(model_, o_.policy, device, requests, budget_.bytes);
     const Policy& policy = plan.policy;
     omp_set_num_threads(policy.threads);
     fmt::print(stderr, "run: policy {}\n", plan.describe());

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -222,6 +224,25 @@ std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string*
   return measure_read_rate(files.files, std::move(reads), kDepth, 2, why);
 }
 
+double probe_expert_disk(const ExpertFiles& files) {
+  std::string why;
+  const std::optional<double> rate = measure_expert_disk(files, &why);
+  if (!rate) fmt::print(stderr, "note: the disk's read rate was not measured: {}\n", why);
+  return rate.value_or(0);
+}
+
+HardwareProfile planner_profile(int threads, const ExpertFiles* on_disk) {
+  HardwareProfile p = planner_profile(threads);
+  if (!on_disk || on_disk->files.empty()) return p;
+  static std::mutex mutex;
+  static std::map<std::vector<std::filesystem::path>, double> probed;
+  std::lock_guard lock(mutex);
+  auto it = probed.find(on_disk->files);
+  if (it == probed.end()) it = probed.emplace(on_disk->files, probe_expert_disk(*on_disk)).first;
+  if (it->second > 0) p.disk_bytes_per_s = it->second;
+  return p;
+}
+
 std::string EnginePlan::describe() const {
   return fmt::format(
       "{}{} (planned with the {} profile: predicted prefill {:.1f}, decode {:.1f}, end to end "
@@ -306,10 +327,10 @@ EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
   return {plan.chosen.policy, o, plan.chosen.prediction, hw.source};
 }
 
-EnginePlan plan_for_requests(const ModelConfig& c, const Policy& requested, DeviceOptions& device,
+EnginePlan plan_for_requests(const Model& m, const Policy& requested, DeviceOptions& device,
                              const std::vector<Request>& requests, size_t host_memory_bytes) {
-  return plan_for_requests(planner_profile(requested.threads), c, requested, device, requests,
-                           host_memory_bytes);
+  return plan_for_requests(planner_profile(requested.threads, m.expert_files.get()), m.config,
+                           requested, device, requests, host_memory_bytes);
 }
 
 }  // namespace sluice

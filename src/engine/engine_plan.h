@@ -9,6 +9,7 @@
 #include "engine/engine_device.h"
 #include "model/config.h"
 #include "model/expert_files.h"
+#include "model/weights.h"
 #include "runtime/planner/hardware_profile.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/workload_sim.h"
@@ -33,6 +34,13 @@ HardwareProfile planner_profile(int threads);
 // taken beside it, rather than with the profile's probe of a fresh temporary file. nullopt,
 // with `why`, where it cannot be measured.
 std::optional<double> measure_expert_disk(const ExpertFiles& files, std::string* why);
+// measure_expert_disk's rate; 0 when it cannot be measured, with a note why on stderr.
+double probe_expert_disk(const ExpertFiles& files);
+// planner_profile(threads) for a model whose routed experts stay in their files (`on_disk` not
+// null): its disk read rate is theirs, probed (probe_expert_disk) once per process and files, so
+// that the plan and its prediction count the disk. A profile of a temporary file, or none (the
+// quick profile measures no disk), would leave the disk out.
+HardwareProfile planner_profile(int threads, const ExpertFiles* on_disk);
 
 struct EnginePlan {
   Policy policy;        // every field resolved
@@ -64,8 +72,8 @@ EnginePlan plan_for_requests(const HardwareProfile& hw, const ModelConfig& c,
 EnginePlan plan_for_workload(const HardwareProfile& hw, const ModelConfig& c,
                              const Policy& requested, DeviceOptions& device,
                              const std::vector<WorkloadRequest>& work, size_t host_memory_bytes);
-// The same with planner_profile(requested.threads).
-EnginePlan plan_for_requests(const ModelConfig& c, const Policy& requested, DeviceOptions& device,
+// The same for `m` with planner_profile(requested.threads, its experts on disk).
+EnginePlan plan_for_requests(const Model& m, const Policy& requested, DeviceOptions& device,
                              const std::vector<Request>& requests, size_t host_memory_bytes);
 
 }  // namespace sluice

@@ -100,9 +100,7 @@ std::vector<GenerationResult> OfflineLlm::generate_ids(std::vector<std::vector<i
   for (size_t i = 0; i < prompts.size(); ++i)
     requests.push_back(make_request(i, prompts[i], params, seed, model_, *tokenizer_));
   DeviceOptions device = device_;
-  const EnginePlan plan = plan_for_requests(
-      model_.config, policy_, device, requests,
-      budget_.bytes);
+  const EnginePlan plan = plan_for_requests(model_, policy_, device, requests, budget_.bytes);
   omp_set_num_threads(plan.policy.threads);
   BatchEngine engine(model_, plan.policy, device);
   std::vector<Completion> completions(requests.size());

@@ -108,9 +108,18 @@ Shape squeezed(Shape s) {
   return s;
 }
 
-// The tensor's values as the engine takes them: a view for float types, else dequantised to
-// BF16 row by row.
+// The tensor's values as the engine takes them: a view for float types (a copy for small ones),
+// else dequantised to BF16 row by row; the file's pages of a copy are then dropped.
 Tensor read_tensor(const GgufTensorInfo& t, const Shape& shape) {
+  // A small float tensor (a norm, a bias) is copied: a view would keep the 2 MiB block of the
+  // page cache it lies in mapped (MappedFile::drop_pages), with the neighbouring tensors' bytes.
+  constexpr size_t kSmall = size_t(2) << 20;
+  if (is_float_type(t.type) && t.file && t.nbytes < kSmall) {
+    Tensor out = Tensor::allocate(float_dtype(t.type), shape);
+    std::memcpy(out.data, t.data(), t.nbytes);
+    t.file->drop_pages(t.offset, t.nbytes);
+    return out;
+  }
   if (is_float_type(t.type)) {
     Tensor v;
     v.dtype = float_dtype(t.type);
@@ -127,6 +136,8 @@ Tensor read_tensor(const GgufTensorInfo& t, const Shape& shape) {
   Tensor out = Tensor::allocate(DType::BF16, shape);
   const int64_t row = t.dims[0];
   dequantize_to_bf16(t.type, t.data(), out.as<uint16_t>(), out.numel() / row, row);
+  // The file's bytes are not read again: its pages leave this process (one copy resident).
+  if (t.file) t.file->drop_pages(t.offset, t.nbytes);
   return out;
 }
 

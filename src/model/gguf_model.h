@@ -3,10 +3,11 @@
 // reads it: deepseek2 is DeepSeek-V2 or V3); the GGUF metadata becomes the config.json fields its
 // reader takes, and each tensor of its strict table (tensor_table.h) is looked up under its GGUF
 // name (a fused one sliced as the table says, DeepSeek's split kv_b joined). F32, F16 and BF16
-// tensors are views of the mapping; Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are dequantised to BF16 at
-// load (one line on stderr says so); any other type is an error naming the tensor and the type.
-// With the experts on disk (the disk tier), the routed experts' stacked tensors are not read:
-// each expert is a slice of its file, in BF16 or a block type the pool dequantises as it lands.
+// tensors are views of the mapping (small ones copied); Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are
+// dequantised to BF16 at load (one line on stderr says so); any other type is an error naming the
+// tensor and the type. With the experts on disk (the disk tier), the routed experts' stacked
+// tensors are not read: each expert is a slice of its file, in BF16 or a block type the pool
+// dequantises as it lands.
 #pragma once
 
 #include <filesystem>

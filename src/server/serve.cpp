@@ -25,16 +25,17 @@ std::string model_name(const std::filesystem::path& dir) {
   return p.filename().string();
 }
 
-EnginePlan plan_for_serving(const ServeOptions& o, const ModelConfig& c, const HostBudget& budget,
+EnginePlan plan_for_serving(const ServeOptions& o, const Model& m, const HostBudget& budget,
                             DeviceOptions& device) {
+  const ModelConfig& c = m.config;
   const int context = c.max_position_embeddings;
   const int prompt = o.plan_prompt_len > 0 ? o.plan_prompt_len : std::clamp(context / 4, 1, 256);
-  const int gen = o.plan_gen_len > 0 ? o.plan_gen_len
-                                     : std::max(1, std::min(o.server.max_tokens_default,
-                                                            context - prompt));
+  const int gen = o.plan_gen_len > 0
+                      ? o.plan_gen_len
+                      : std::max(1, std::min(o.server.max_tokens_default, context - prompt));
   std::vector<WorkloadRequest> work(size_t(o.plan_requests), WorkloadRequest{prompt, gen});
-  return plan_for_workload(planner_profile(o.policy.threads), c, o.policy, device, work,
-                           budget.bytes);
+  return plan_for_workload(planner_profile(o.policy.threads, m.expert_files.get()), c, o.policy,
+                           device, work, budget.bytes);
 }
 
 }  // namespace
@@ -61,7 +62,7 @@ int serve(ServeOptions o) {
     served.prompter_error = fmt::format("this model has no usable chat template: {}", e.what());
   }
   DeviceOptions device = o.device;
-  const EnginePlan plan = plan_for_serving(o, model.config, budget, device);
+  const EnginePlan plan = plan_for_serving(o, model, budget, device);
   omp_set_num_threads(plan.policy.threads);
   fmt::print(stderr, "serve: policy {}\n", plan.describe());
   BatchEngine engine(model, plan.policy, device);

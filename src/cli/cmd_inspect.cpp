@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "cli/machine_report.h"
 #include "core/units.h"
+#include "engine/host_budget.h"
 #include "io/gguf.h"
 #include "model/model_stats.h"
 
@@ -49,11 +50,21 @@ void print_gguf(const std::string& path) {
              g.find("tokenizer.chat_template") ? ", with a chat template" : "");
 }
 
+// The model with its routed experts left in their files where the disk tier can read them, so
+// that describing a model larger than memory reads no expert (a GGUF file's would be dequantised,
+// a folder's stored apart repacked).
+Model load_for_inspection(const std::string& dir) {
+  LoadOptions options;
+  options.experts_on_disk =
+      load_model_config(dir).num_experts > 0 && disk_tier_refusal(dir).empty();
+  return load_model(dir, options);
+}
+
 int run(const std::string& dir) {
   if (is_gguf_file(dir)) print_gguf(dir);
-  Model m = load_model(dir);
+  const Model m = load_for_inspection(dir);
   const ModelConfig& c = m.config;
-  ModelStats s = model_stats(m);
+  const ModelStats s = whole_model_stats(m);
   fmt::print("model        {}\n", dir);
   fmt::print("family       {} ({})\n", family_name(c.family), c.architecture);
   fmt::print("layers       {}\n", c.num_layers);

@@ -21,6 +21,7 @@
 #include "model/expert_files.h"
 #include "model/expert_quant.h"
 #include "model/gguf_export.h"
+#include "model/model_stats.h"
 #include "model/presets.h"
 #include "model/quantize_checkpoint.h"
 #include "model/synthetic.h"
@@ -239,6 +240,22 @@ TEST_P(DiskTier, AnExpertKeptElsewhereGivesItsSlotUpFirst) {
   };
   EXPECT_TRUE(expert_0_stays(false));
   EXPECT_FALSE(expert_0_stays(true));
+}
+
+// What `inspect` counts without reading an expert: the experts left on disk, as the engine would
+// hold them, give the numbers of the model loaded whole.
+TEST_P(DiskTier, WholeModelStatsCountTheExpertsLeftOnDisk) {
+  const testing::CheckpointTwice models(GetParam(), 5);
+  const ModelStats whole = model_stats(models.in_memory);
+  const ModelStats counted = whole_model_stats(models.on_disk);
+  EXPECT_LT(model_stats(models.on_disk).total_bytes, whole.total_bytes);
+  EXPECT_EQ(counted.total_params, whole.total_params);
+  EXPECT_EQ(counted.total_bytes, whole.total_bytes);
+  EXPECT_EQ(counted.expert_bytes, whole.expert_bytes);
+  EXPECT_EQ(counted.bytes_per_dtype, whole.bytes_per_dtype);
+  EXPECT_EQ(counted.active_params_per_token, whole.active_params_per_token);
+  // FP8's codes and block scales are rounded apart in the one, together in the other.
+  EXPECT_NEAR(double(counted.bytes_touched_per_token), double(whole.bytes_touched_per_token), 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DiskTier, ::testing::ValuesIn(testing::disk_cases()),

@@ -23,13 +23,19 @@ void for_each_thread_columns(int64_t n, int64_t tile, const Run& run) {
   }
 }
 
-// Calls run(t, first_row, tile_rows) for the t-th of the fewest tiles of at most `max_rows` that
-// hold `rows` rows, split as evenly as possible (13 rows in tiles of 4: 4, 3, 3, 3 rather than
-// 4, 4, 4, 1), so that no tile of one row, which loads as many weights as it does multiply-adds,
-// takes a pass over W of its own.
+// The fewest tiles of at most `max_rows` rows that hold `rows` rows.
+inline int64_t row_tile_count(int64_t rows, int64_t max_rows) {
+  return (rows + max_rows - 1) / max_rows;
+}
+
+// Calls run(t, first_row, tile_rows) for each of the row_tile_count tiles, the rows split as
+// evenly as possible (13 rows in tiles of 4: 4, 3, 3, 3 rather than 4, 4, 4, 1), so that no tile
+// of one row, which loads as many weights as it does multiply-adds, takes a pass over W of its
+// own.
+
 template <typename Run>
 void for_each_row_tile(int64_t rows, int64_t max_rows, const Run& run) {
-  const int64_t tiles = (rows + max_rows - 1) / max_rows;
+  const int64_t tiles = row_tile_count(rows, max_rows);
   for (int64_t t = 0, first = 0; t < tiles; ++t) {
     const int64_t tile_rows = rows / tiles + (t < rows % tiles ? 1 : 0);
     run(t, first, tile_rows);

@@ -161,7 +161,7 @@ void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream)
   // Milan cores, m = 8 went from 8.4–8.7 to 7.1–7.2 ms and m = 12 from 11.6 to 10.0–10.1 ms
   // against the bursts of NextBlockPrefetcher (n = 14336, k = 4096; bench/RESULTS.md).
   const bool tiles_fetch_next_block = !b.set.bf16 && b.set.level >= IsaLevel::kAvx2;
-  const int64_t row_tiles = (b.rows + kMaxRows - 1) / kMaxRows;
+  const int64_t row_tiles = row_tile_count(b.rows, kMaxRows);
   NextBlockPrefetcher prefetcher(
       a, next, stream ? 0 : row_tiles * ((w.c1 - w.c0 + kMaxCols - 1) / kMaxCols));
   // Rows split evenly: at m = 5, 9, 13 and 17 (n = 14336, k = 4096, 2 Milan cores at the avx2

@@ -177,8 +177,8 @@ SLUICE_AVX2 inline void groups(__m256 (&acc)[MR][NR], const TileJob& job, int64_
   } else {
     for (; p < end; p += kGroup) {
       if (job.next_block) {  // one line per W row per group, as groups_4x3 does
-        for (int j = 0; j < NR; ++j)
-          __asm__ volatile("prefetcht0 (%0)" : : "r"(job.next_block + j * job.ldw + (p - job.k0)));
+        const uint16_t* pf = prefetch_from(job, p);
+        for (int j = 0; j < NR; ++j) __asm__ volatile("prefetcht0 (%0)" : : "r"(pf + j * job.ldw));
       }
       const uint16_t* w[NR];
       for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw + p;

@@ -323,6 +323,27 @@ TEST(DiskTierFaults, AFileTruncatedWhileTheJobRunsFailsNamingTheFileAndOffset) {
   EXPECT_ERROR_MENTIONS(run_engine(on_disk, 3), name.c_str(), where.c_str(), "truncated");
 }
 
+// An int4 checkpoint's values changed on disk to nibbles no quantizer writes: the maker thread's
+// pack refuses them, and the step fails naming the file and the offset (never wrong numbers).
+TEST(DiskTierFaults, ValuesThePackRefusesFailTheStepNamingTheFileAndOffset) {
+  TempDir dir;
+  write_random_checkpoint(preset_config("tiny-mixtral"), dir / "bf16", 17);
+  quantize_checkpoint(dir / "bf16", dir / "q", ExpertDtype::kInt4, 32);
+  const Model on_disk = load_with_experts_on_disk(dir / "q");
+  const ExpertFiles& files = *on_disk.expert_files;
+  {
+    std::fstream f(files.files[0], std::ios::in | std::ios::out | std::ios::binary);
+    for (const auto& layer : files.layers)
+      for (const ExpertSource& e : layer) {
+        const std::string zeros(e.weights[0].bytes, '\0');  // every gate: nibble 0, q = -8
+        f.seekp(std::streamoff(e.weights[0].offset));
+        f.write(zeros.data(), std::streamsize(zeros.size()));
+      }
+  }
+  const std::string name = files.files[0].string();
+  EXPECT_ERROR_MENTIONS(run_engine(on_disk, 3), name.c_str(), "offset ", "nibble 0");
+}
+
 TEST(DiskTierFaults, ABudgetTooSmallForTheResidentPartNamesTheMinimum) {
   const ModelConfig c = preset_config("tiny-mixtral");
   HardwareProfile hw = quick_profile(1e10, 1e11);

@@ -125,13 +125,13 @@ ExpertPagePool::ExpertPagePool(const ModelConfig& c, std::shared_ptr<const Exper
   if (slots < kMinPoolExperts)
     fail("expert pool: expected at least {} slots, got {}", kMinPoolExperts, slots);
   // Not zero-filled: a slot's pages become resident when its first expert lands.
-  memory_ =
-      static_cast<std::byte*>(allocate_large(layout_.bytes * size_t(slots), kDirectAlign));
+  memory_ = static_cast<std::byte*>(allocate_large(layout_.bytes * size_t(slots), kDirectAlign));
   if (!memory_) fail("expert pool: cannot allocate {} slots of {} bytes", slots, layout_.bytes);
   slots_.resize(size_t(slots));
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].memory = memory_ + i * layout_.bytes;
   stats_.expert_bytes = double(files_->expert_file_bytes());
   loader_ = std::thread([this] { loader_loop(); });
+  if (makes_matrices()) maker_ = std::thread([this] { maker_loop(); });
 }
 
 ExpertPagePool::~ExpertPagePool() {
@@ -140,7 +140,9 @@ ExpertPagePool::~ExpertPagePool() {
     stop_ = true;
   }
   work_.notify_all();
+  make_work_.notify_all();
   loader_.join();
+  if (maker_.joinable()) maker_.join();
   std::free(memory_);
 }
 
@@ -155,7 +157,8 @@ int ExpertPagePool::next_use(int layer) const {
 }
 
 int ExpertPagePool::next_use(const Slot& s) const {
-  if (kept_elsewhere_ && kept_elsewhere_({s.layer, s.expert})) return std::numeric_limits<int>::max();
+  if (kept_elsewhere_ && kept_elsewhere_({s.layer, s.expert}))
+    return std::numeric_limits<int>::max();
   return next_use(s.layer);
 }
 
@@ -365,7 +368,6 @@ void ExpertPagePool::read_queued() {
   int pending_slot = -1;
   std::vector<int> remaining(slots_.size(), 0);
   std::vector<double> bytes(slots_.size(), 0);  // read per expert, whole blocks
-  std::string make_error;                       // raised once every read has landed
   // Reads are in flight from the call's start to its end: the time is booked as each expert
   // lands, so the books are current while the stream runs on.
   auto booked = Clock::now();
@@ -399,30 +401,73 @@ void ExpertPagePool::read_queued() {
     pending.pop_back();
     return t;
   };
+  const bool make = makes_matrices();
   reader_.read_stream(next, [&](uint64_t tag) {
     const size_t slot = size_t(tag);
-    if (--remaining[slot] > 0 || !make_error.empty()) return;
-    Slot& s = slots_[slot];
+    if (--remaining[slot] > 0) return;
+    {
+      std::lock_guard lock(mutex_);
+      book_read_time();
+      if (make) {  // the maker thread makes its matrices while the disk reads on
+        slots_[slot].state = State::kMaking;
+        made_queue_.push_back({int(slot), bytes[slot]});
+      } else {
+        landed_locked(slots_[slot], bytes[slot]);
+      }
+    }
+    if (make) make_work_.notify_one();
+    landed_.notify_all();
+  });
+  std::lock_guard lock(mutex_);
+  book_read_time();
+}
+
+bool ExpertPagePool::makes_matrices() const {
+  if (files_->quantized) return true;
+  for (size_t j = 0; j < 3; ++j)
+    if (files_->made_on_read(j)) return true;
+  return false;
+}
+
+void ExpertPagePool::landed_locked(Slot& s, double bytes) {
+  s.state = State::kReady;
+  ++stats_.experts_read;
+  stats_.bytes_read += bytes;
+}
+
+// Makes the matrices of the experts whose reads have landed, in the order they landed, until
+// stopped. A failure (a block that cannot be dequantised, values a pack refuses) is the pool's
+// error, raised by acquire; the expert is dropped.
+void ExpertPagePool::maker_loop() {
+  for (;;) {
+    Landed next;
+    {
+      std::unique_lock lock(mutex_);
+      make_work_.wait(lock, [&] { return stop_ || !made_queue_.empty(); });
+      if (stop_) return;
+      next = made_queue_.front();
+      made_queue_.pop_front();
+    }
+    // The slot is neither evicted nor rewritten while kMaking: its fields are read unlocked.
+    Slot& s = slots_[size_t(next.slot)];
+    std::string error;
     try {
       make_matrices(s);
     } catch (const Error& e) {
-      make_error = e.what();
-      return;
+      error = e.what();
     }
     {
       std::lock_guard lock(mutex_);
-      s.state = State::kReady;
-      ++stats_.experts_read;
-      stats_.bytes_read += bytes[slot];
-      book_read_time();
+      if (error.empty()) {
+        landed_locked(s, next.bytes);
+      } else {
+        if (error_.empty()) error_ = error;
+        index_.erase(key_of({s.layer, s.expert}));
+        s = Slot{.memory = s.memory};
+      }
     }
     landed_.notify_all();
-  });
-  {
-    std::lock_guard lock(mutex_);
-    book_read_time();
   }
-  if (!make_error.empty()) fail("{}", make_error);
 }
 
 void ExpertPagePool::make_matrices(const Slot& s) {

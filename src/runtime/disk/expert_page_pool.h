@@ -1,10 +1,10 @@
 // The host page pool of the disk tier: a bounded set of slots, each holding one routed expert
 // (its gate, up and down matrices) read from the checkpoint's files by a loader thread with
 // O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
-// checkpoint's experts are packed into the kernels' layout as they arrive, on the loader thread,
-// a matrix stored transposed (DBRX's down) is transposed and a GGUF file's block types are
-// dequantised to bf16; an FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM
-// dequantises them).
+// checkpoint's experts are packed into the kernels' layout as they arrive, a matrix stored
+// transposed (DBRX's down) is transposed and a GGUF file's block types are dequantised to bf16,
+// on a maker thread of their own, so that the loader keeps the disk's queue full meanwhile; an
+// FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM dequantises them).
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
@@ -112,7 +112,9 @@ class ExpertPagePool {
   // Experts held elsewhere (an offload device's expert cache), which will not be asked of the
   // pool while they are: their slots go first when one is needed. Called on the thread that
   // prefetches and acquires.
-  void set_kept_elsewhere(std::function<bool(ExpertKey)> kept) { kept_elsewhere_ = std::move(kept); }
+  void set_kept_elsewhere(std::function<bool(ExpertKey)> kept) {
+    kept_elsewhere_ = std::move(kept);
+  }
 
   int slots() const { return int(slots_.size()); }
   // Host bytes the pool holds: its slots, allocated once when it is made.
@@ -123,7 +125,8 @@ class ExpertPagePool {
   const std::string& read_note() const { return reader_.note(); }
 
  private:
-  enum class State { kEmpty, kQueued, kLoading, kReady };
+  // kMaking: read, its matrices being made (packed, transposed, dequantised) by the maker.
+  enum class State { kEmpty, kQueued, kLoading, kMaking, kReady };
   struct Slot {
     int layer = -1, expert = -1;
     State state = State::kEmpty;
@@ -144,6 +147,9 @@ class ExpertPagePool {
   void loader_loop();
   void read_queued();
   // Makes the matrices the kernels read from the slot's read buffers (made[] of the layout).
+  bool makes_matrices() const;  // whether any expert's matrices are made after reading
+  void landed_locked(Slot& s, double bytes);
+  void maker_loop();
   void make_matrices(const Slot& s);
   void pack(const Slot& s);
   ExpertMatrices matrices(const Slot& s) const;
@@ -163,8 +169,13 @@ class ExpertPagePool {
   std::string error_;  // the loader's first failure
   bool stop_ = false;
   mutable std::mutex mutex_;
-  std::condition_variable work_, landed_;
-  std::thread loader_;
+  struct Landed {
+    int slot = -1;
+    double bytes = 0;  // read, whole blocks
+  };
+  std::deque<Landed> made_queue_;  // read, for the maker to make
+  std::condition_variable work_, make_work_, landed_;
+  std::thread loader_, maker_;
 };
 
 }  // namespace sluice

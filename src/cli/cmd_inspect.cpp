@@ -60,54 +60,36 @@ Model load_for_inspection(const std::string& dir) {
   return load_model(dir, options);
 }
 
-int run(const std::string& dir) {
-  if (is_gguf_file(dir)) print_gguf(dir);
-  const Model m = load_for_inspection(dir);
-  const ModelConfig& c = m.config;
-  const ModelStats s = whole_model_stats(m);
-  fmt::print("model        {}\n", dir);
-  fmt::print("family       {} ({})\n", family_name(c.family), c.architecture);
-  fmt::print("layers       {}\n", c.num_layers);
-  fmt::print("hidden       {}   vocab {}   max positions {}\n", c.hidden_size, c.vocab_size,
-             c.max_position_embeddings);
-  if (c.attention == AttentionKind::kLatent) {
-    const LatentAttentionShape& a = c.mla;
-    fmt::print(
-        "attention    multi-head latent (MLA): {} heads, q/k head {} (no-RoPE {} + RoPE {}), v "
-        "head "
-        "{}, latent {}, q {}\n",
-        c.num_heads, c.head_dim, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim,
-        a.kv_lora_rank, a.q_lora_rank > 0 ? fmt::format("LoRA rank {}", a.q_lora_rank) : "full");
-    fmt::print(
-        "KV cache     {} values per token and layer (latent + RoPE key), {} bytes in bf16 "
-        "(decompressed K and V: {} bytes)\n",
-        c.kv_cache_values_per_token(), c.kv_cache_values_per_token() * 2,
-        2 * c.num_heads * (c.head_dim + a.v_head_dim));
-    fmt::print(
-        "attention    absorbed form: {} FLOPs per query and cached token, {} per query for the "
-        "W_UK fold and W_UV unfold\n",
-        c.attention_flops_per_pair(),
-        2.0 * c.num_heads * (a.qk_nope_head_dim + a.v_head_dim) * a.kv_lora_rank);
-  } else {
+// Attention: MLA's latent shapes and KV cache, or the heads of multi-head attention.
+void print_attention(const ModelConfig& c) {
+  if (c.attention != AttentionKind::kLatent) {
     fmt::print(
         "attention    {} heads, {} KV heads, head dim {}, rope theta {}, sliding window {}\n",
         c.num_heads, c.num_kv_heads, c.head_dim, c.rope_theta,
         c.sliding_window > 0 ? std::to_string(c.sliding_window) : "none");
+    return;
   }
-  fmt::print("rope         theta {}{}{}; softmax scale {:.6g}\n", c.rope_theta,
-             c.rope_interleaved ? ", adjacent pairs" : "",
-             c.rope_scaling.kind == RopeScalingKind::kYarn
-                 ? fmt::format(", YaRN factor {} (attention factor {:.6g})", c.rope_scaling.factor,
-                               c.rope_attention_factor())
-                 : "",
-             c.attention_scale());
-  fmt::print("norms        {}{}{}{}\n",
-             c.norm == NormKind::kRms ? "RMSNorm" : "LayerNorm (no bias)",
-             c.qk_norm == QkNorm::kNone      ? ""
-             : c.qk_norm == QkNorm::kPerHead ? "; q/k RMSNorm per head"
-                                             : "; q/k RMSNorm over the projection",
-             c.qkv_bias ? (c.o_bias ? "; q/k/v/o biases" : "; q/k/v biases") : "",
-             c.clip_qkv > 0 ? fmt::format("; q/k/v clipped to ±{}", c.clip_qkv) : "");
+  const LatentAttentionShape& a = c.mla;
+  fmt::print(
+      "attention    multi-head latent (MLA): {} heads, q/k head {} (no-RoPE {} + RoPE {}), v "
+      "head "
+      "{}, latent {}, q {}\n",
+      c.num_heads, c.head_dim, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank,
+      a.q_lora_rank > 0 ? fmt::format("LoRA rank {}", a.q_lora_rank) : "full");
+  fmt::print(
+      "KV cache     {} values per token and layer (latent + RoPE key), {} bytes in bf16 "
+      "(decompressed K and V: {} bytes)\n",
+      c.kv_cache_values_per_token(), c.kv_cache_values_per_token() * 2,
+      2 * c.num_heads * (c.head_dim + a.v_head_dim));
+  fmt::print(
+      "attention    absorbed form: {} FLOPs per query and cached token, {} per query for the "
+      "W_UK fold and W_UV unfold\n",
+      c.attention_flops_per_pair(),
+      2.0 * c.num_heads * (a.qk_nope_head_dim + a.v_head_dim) * a.kv_lora_rank);
+}
+
+// The experts, their routing, and the layers without them.
+void print_experts(const ModelConfig& c) {
   fmt::print("experts      {} per layer, top {}{}, intermediate {}{}\n", c.num_experts,
              c.experts_per_token, c.normalize_topk ? " (renormalised)" : "",
              c.expert_intermediate_size,
@@ -138,7 +120,10 @@ int run(const std::string& dir) {
         "skipped      {} multi-token-prediction layer(s) (num_nextn_predict_layers): not "
         "run, their tensors not loaded\n",
         c.mtp_layers);
-  fmt::print("embeddings   {}\n", c.tie_word_embeddings ? "tied to lm_head" : "separate lm_head");
+}
+
+// Parameters and bytes, by dtype, and what a decoded token reads.
+void print_sizes(const ModelStats& s) {
   fmt::print("parameters   {} total, {} active per token\n", human_count(double(s.total_params)),
              human_count(double(s.active_params_per_token)));
   for (const auto& [dtype, bytes] : s.bytes_per_dtype)
@@ -147,6 +132,36 @@ int run(const std::string& dir) {
              human_bytes(double(s.expert_bytes)));
   fmt::print("touched      {} of weights per decoded token at batch 1\n",
              human_bytes(double(s.bytes_touched_per_token)));
+}
+
+int run(const std::string& dir) {
+  if (is_gguf_file(dir)) print_gguf(dir);
+  const Model m = load_for_inspection(dir);
+  const ModelConfig& c = m.config;
+  const ModelStats s = whole_model_stats(m);
+  fmt::print("model        {}\n", dir);
+  fmt::print("family       {} ({})\n", family_name(c.family), c.architecture);
+  fmt::print("layers       {}\n", c.num_layers);
+  fmt::print("hidden       {}   vocab {}   max positions {}\n", c.hidden_size, c.vocab_size,
+             c.max_position_embeddings);
+  print_attention(c);
+  fmt::print("rope         theta {}{}{}; softmax scale {:.6g}\n", c.rope_theta,
+             c.rope_interleaved ? ", adjacent pairs" : "",
+             c.rope_scaling.kind == RopeScalingKind::kYarn
+                 ? fmt::format(", YaRN factor {} (attention factor {:.6g})", c.rope_scaling.factor,
+                               c.rope_attention_factor())
+                 : "",
+             c.attention_scale());
+  fmt::print("norms        {}{}{}{}\n",
+             c.norm == NormKind::kRms ? "RMSNorm" : "LayerNorm (no bias)",
+             c.qk_norm == QkNorm::kNone      ? ""
+             : c.qk_norm == QkNorm::kPerHead ? "; q/k RMSNorm per head"
+                                             : "; q/k RMSNorm over the projection",
+             c.qkv_bias ? (c.o_bias ? "; q/k/v/o biases" : "; q/k/v biases") : "",
+             c.clip_qkv > 0 ? fmt::format("; q/k/v clipped to ±{}", c.clip_qkv) : "");
+  print_experts(c);
+  fmt::print("embeddings   {}\n", c.tie_word_embeddings ? "tied to lm_head" : "separate lm_head");
+  print_sizes(s);
   fmt::print("machine      {}\n", machine_description());
   return 0;
 }

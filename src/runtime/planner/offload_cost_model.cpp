@@ -61,62 +61,89 @@ int64_t gpu_kv_blocks(int64_t kv_blocks, double cpu_attention_share) {
       0, int64_t(std::ceil((1 - cpu_attention_share) * double(kv_blocks) - 1e-9)));
 }
 
-GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
+namespace {
+
+// Multi-head latent attention: q and kv_a_proj_with_mqa on the GPU, kv_b_proj on the host with
+// the attention; its q|k|v rows are q and the latent with the RoPE key (no v), its outputs
+// heads·v_head_dim wide, its q-LoRA rows q_lora_rank.
+size_t q_lora_rank(const ModelConfig& c) {
+  return c.attention == AttentionKind::kLatent ? size_t(c.mla.q_lora_rank) : 0;
+}
+
+size_t qkv_row_values(const ModelConfig& c) {
+  return c.attention == AttentionKind::kLatent
+             ? size_t(c.q_dim()) + size_t(c.kv_cache_values_per_token())
+             : size_t(c.q_dim()) + 2 * size_t(c.kv_dim());
+}
+
+// Q, K, V and O of every layer, each projection in bf16, or with FP8 weights its codes and block
+// scales.
+size_t attention_weight_bytes(const ModelConfig& c) {
   const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
-  const size_t kvd = size_t(c.kv_dim()), E = size_t(c.num_experts), V = size_t(c.vocab_size);
-  const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
-  const bool latent = c.attention == AttentionKind::kLatent;
-  // Multi-head latent attention: q and kv_a_proj_with_mqa on the GPU, kv_b_proj on the host
-  // with the attention; its q|k|v rows are q and the latent with the RoPE key (no v), its
-  // outputs heads·v_head_dim wide, its q-LoRA rows q_lora_rank.
-  const size_t qa = latent ? size_t(c.mla.q_lora_rank) : 0, ad = size_t(c.attn_out_dim());
-  const size_t qkv_row = latent ? qd + size_t(c.kv_cache_values_per_token()) : qd + 2 * kvd;
-  GpuMemoryUse m;
-  // Each projection in bf16, or with FP8 weights its codes and block scales.
+  const size_t kvd = size_t(c.kv_dim()), qa = q_lora_rank(c), ad = size_t(c.attn_out_dim());
   auto projection = [&](size_t rows, size_t cols) {
     return projection_bytes(c, int64_t(rows), int64_t(cols));
   };
   const size_t ckv = size_t(c.kv_cache_values_per_token());
-  m.attention_weights =
-      L * (latent ? (qa > 0 ? projection(qa, H) + projection(qd, qa) : projection(qd, H)) +
+  return L * (c.attention == AttentionKind::kLatent
+                  ? (qa > 0 ? projection(qa, H) + projection(qd, qa) : projection(qd, H)) +
                         projection(ckv, H) + projection(H, ad)
                   : projection(qd, H) + 2 * projection(kvd, H) + projection(H, qd));
-  size_t moe_layers = 0, widest_mlp = 0, per_layer_extra = 0;
+}
+
+// The dense MLPs (shared experts, dense layers) with their gates, and what the executor places
+// for them beside the weights.
+struct DenseMlps {
+  size_t bytes = 0;
+  size_t widest = 0;   // intermediate size of the widest
+  size_t tensors = 0;  // each aligned on its own
+};
+
+DenseMlps dense_mlps(const ModelConfig& c) {
+  const size_t H = size_t(c.hidden_size);
+  DenseMlps d;
   for (int l = 0; l < c.num_layers; ++l) {
     const size_t mlp = size_t(c.dense_mlp_size(l));
     const bool gated = c.is_moe_layer(l) && c.shared_expert_gate && mlp > 0;
-    moe_layers += c.is_moe_layer(l);
-    widest_mlp = std::max(widest_mlp, mlp);
-    m.dense_mlps += (mlp > 0 ? 2 * expert_matrix_bytes(c, int64_t(mlp), int64_t(H)) +
-                                   expert_matrix_bytes(c, int64_t(H), int64_t(mlp))
-                             : 0) +
-                    (gated ? H * 2 : 0);
-    per_layer_extra += (mlp > 0 ? 3 : 0) + (gated ? 1 : 0);
+    d.widest = std::max(d.widest, mlp);
+    d.bytes += (mlp > 0 ? 2 * expert_matrix_bytes(c, int64_t(mlp), int64_t(H)) +
+                              expert_matrix_bytes(c, int64_t(H), int64_t(mlp))
+                        : 0) +
+               (gated ? H * 2 : 0);
+    d.tensors += (mlp > 0 ? 3 : 0) + (gated ? 1 : 0);
   }
+  return d;
+}
+
+// Routers, norms, q/k norms, biases, q-LoRA norms, the final norm and the lm_head.
+size_t router_norm_head_bytes(const ModelConfig& c) {
+  const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
+  const size_t kvd = size_t(c.kv_dim()), E = size_t(c.num_experts), V = size_t(c.vocab_size);
+  size_t moe_layers = 0;
+  for (int l = 0; l < c.num_layers; ++l) moe_layers += c.is_moe_layer(l);
   const size_t biases = (c.qkv_bias ? qd + 2 * kvd : 0) + (c.o_bias ? H : 0);
-  m.router_norms_head = moe_layers * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2 +
-                        L * size_t(c.q_norm_size() + c.k_norm_size()) * 4 + L * biases * 4 +
-                        L * qa * 4 + (c.router_selection_bias ? moe_layers * E * 4 : 0);
-  const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
-  m.resident_experts = size_t(resident) * E * expert_weight_bytes(c);
-  // The GPU share's KV pool (whole blocks, as the executor pages it) and its block tables.
-  const size_t gpu_blocks = size_t(gpu_kv_blocks(p.kv_blocks, o.cpu_attention_share));
-  const bool gpu_attention = gpu_blocks > 0;
-  m.kv_cache = gpu_blocks * (size_t(p.kv_block_size) * kv_bytes_per_token(c) + 4);
-  if (resident < c.num_layers)
-    m.page_slots =
-        size_t(o.prefetch_depth) * size_t(pages_per_expert(c, o.page_bytes)) * o.page_bytes;
-  // The offload executor's step buffers (engine/offload_layout.h, BufferLayout) for the largest
-  // step: a prefill chunk plus a decode token of every other sequence. Per token: residual and
-  // normed rows, q/k/v and attention output (fp32), their bf16 copy, router logits, routing and
-  // per-expert row lists, and with CPU experts the rows' states to the host and their sums back.
-  // Per row of an expert GEMM on the device (Policy::device_expert_rows): its input, gate and up
-  // (fp32), activation (bf16), down (fp32).
-  // With a GPU share of attention, per token the CPU share's gathered q/k/v, the GPU share's
-  // gathered q, both shares' outputs and six row indices.
-  // Per sampled row: its final state and logits (the lm_head runs on the GPU). Plus cuBLASLt's
-  // 32 MiB workspace, which the CUDA math takes from the same budget, and with FP8 weights the
-  // bf16 tile the FP8 GEMMs dequantise row panels into (fp8_tile_elements).
+  return moe_layers * E * H * 2 + L * 2 * H * 4 + H * 4 + V * H * 2 +
+         L * size_t(c.q_norm_size() + c.k_norm_size()) * 4 + L * biases * 4 +
+         L * q_lora_rank(c) * 4 + (c.router_selection_bias ? moe_layers * E * 4 : 0);
+}
+
+// The offload executor's step buffers (engine/offload_layout.h, BufferLayout) for the largest
+// step: a prefill chunk plus a decode token of every other sequence. Per token: residual and
+// normed rows, q/k/v and attention output (fp32), their bf16 copy, router logits, routing and
+// per-expert row lists, and with CPU experts the rows' states to the host and their sums back.
+// Per row of an expert GEMM on the device (Policy::device_expert_rows): its input, gate and up
+// (fp32), activation (bf16), down (fp32).
+// With a GPU share of attention, per token the CPU share's gathered q/k/v, the GPU share's
+// gathered q, both shares' outputs and six row indices.
+// Per sampled row: its final state and logits (the lm_head runs on the GPU). Plus cuBLASLt's
+// 32 MiB workspace, which the CUDA math takes from the same budget, and with FP8 weights the
+// bf16 tile the FP8 GEMMs dequantise row panels into (fp8_tile_elements).
+size_t step_buffer_bytes(const ModelConfig& c, const Policy& p, const OffloadPlan& o,
+                         const DenseMlps& mlps, bool gpu_attention) {
+  const size_t L = size_t(c.num_layers), H = size_t(c.hidden_size), qd = size_t(c.q_dim());
+  const size_t E = size_t(c.num_experts), V = size_t(c.vocab_size);
+  const size_t I = size_t(c.expert_intermediate_size), k = size_t(c.experts_per_token);
+  const size_t qa = q_lora_rank(c), ad = size_t(c.attn_out_dim()), qkv_row = qkv_row_values(c);
   const bool f32 = p.precision == Precision::kF32, cpu_experts = o.cpu_expert_max_tokens > 0;
   const size_t T = size_t(p.prefill_chunk + p.batch), be = size_t(p.device_expert_rows());
   // The experts' and the dense MLPs' GEMMs share the intermediate rows; a dense MLP's gate adds
@@ -124,16 +151,36 @@ GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const Offload
   const size_t per_token =
       H * 4 * 2 + (f32 ? 0 : std::max({H, qd, ad, qa}) * 2) + qkv_row * 4 + qa * 4 + ad * 4 +
       E * 4 + k * 8 * 2 + 4 + (cpu_experts ? H * 4 * 2 + 8 : 0) +
-      (gpu_attention ? qkv_row * 4 + qd * 4 + ad * 4 + 6 * 4 : 0) + (widest_mlp > 0 ? 4 : 0);
-  const size_t wide = std::max(I, widest_mlp);
+      (gpu_attention ? qkv_row * 4 + qd * 4 + ad * 4 + 6 * 4 : 0) + (mlps.widest > 0 ? 4 : 0);
+  const size_t wide = std::max(I, mlps.widest);
   const size_t per_expert_row = H * (f32 ? 4 : 2) + wide * 4 * 2 + (f32 ? 0 : wide * 2) + H * 4;
   // The executor aligns each tensor and buffer to 256 bytes: 7 per layer (9 with q/k norms, and
   // one per bias, dense MLP matrix and gate) and some 30 others.
   const size_t per_layer = (c.qk_norm == QkNorm::kNone ? 7 : 9) + (c.qkv_bias ? 3 : 0) +
-                           (c.o_bias ? 1 : 0) + (qa > 0 ? 3 : 0) + (latent ? 1 : 0);
-  const size_t alignment = (per_layer * L + per_layer_extra + 32 + (gpu_attention ? 6 : 0)) * 256;
-  m.step_buffers = T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 +
-                   (size_t(32) << 20) + size_t(fp8_tile_elements(c)) * 2 + alignment;
+                           (c.o_bias ? 1 : 0) + (qa > 0 ? 3 : 0) +
+                           (c.attention == AttentionKind::kLatent ? 1 : 0);
+  const size_t alignment = (per_layer * L + mlps.tensors + 32 + (gpu_attention ? 6 : 0)) * 256;
+  return T * per_token + be * per_expert_row + size_t(p.batch) * (H + V) * 4 + (size_t(32) << 20) +
+         size_t(fp8_tile_elements(c)) * 2 + alignment;
+}
+
+}  // namespace
+
+GpuMemoryUse gpu_memory_use(const ModelConfig& c, const Policy& p, const OffloadPlan& o) {
+  GpuMemoryUse m;
+  m.attention_weights = attention_weight_bytes(c);
+  const DenseMlps mlps = dense_mlps(c);
+  m.dense_mlps = mlps.bytes;
+  m.router_norms_head = router_norm_head_bytes(c);
+  const int resident = o.resident_expert_layers < 0 ? c.num_layers : o.resident_expert_layers;
+  m.resident_experts = size_t(resident) * size_t(c.num_experts) * expert_weight_bytes(c);
+  // The GPU share's KV pool (whole blocks, as the executor pages it) and its block tables.
+  const size_t gpu_blocks = size_t(gpu_kv_blocks(p.kv_blocks, o.cpu_attention_share));
+  m.kv_cache = gpu_blocks * (size_t(p.kv_block_size) * kv_bytes_per_token(c) + 4);
+  if (resident < c.num_layers)
+    m.page_slots =
+        size_t(o.prefetch_depth) * size_t(pages_per_expert(c, o.page_bytes)) * o.page_bytes;
+  m.step_buffers = step_buffer_bytes(c, p, o, mlps, gpu_blocks > 0);
   return m;
 }
 
@@ -524,8 +571,9 @@ class StepChains {
 
   // Embedding rows gathered on the host, copied to the device as the fp32 residual stream.
   void embed(const CpuCostModel& cpu, int T, int64_t H) {
-    cpu_ = b_.add(cpu.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
-                  {}, {}, name("", "embed"));
+    cpu_ =
+        b_.add(cpu.elementwise_task("", "embedding, lm_head, sampling", double(T) * double(H) * 6),
+               {}, {}, name("", "embed"));
     gpu_ = b_.add(k_.copy(Resource::kHostToDevice, "activation copies", double(T) * double(H) * 4),
                   {cpu_}, {}, name("", "embed_h2d"));
   }
@@ -536,7 +584,9 @@ class StepChains {
   std::vector<int> attention(int l, const std::vector<MicroBatchTasks>& mbs, bool moe, bool gated) {
     const int M = int(mbs.size());
     std::vector<int> in_end(static_cast<size_t>(M)), routing;
-    auto prefix = [&](int i) { return b_.named() ? fmt::format("layer{}.mb{}.", l, i) : std::string(); };
+    auto prefix = [&](int i) {
+      return b_.named() ? fmt::format("layer{}.mb{}.", l, i) : std::string();
+    };
     auto attention_in = [&](int i) {
       const std::string p = prefix(i);
       for (const auto& [what, t] : mbs[size_t(i)].in) gpu_ = b_.add(t, {gpu_}, {}, name(p, what));
@@ -588,8 +638,8 @@ class StepChains {
         if (streamed) {
           const size_t j = streamed_gpu_expert_.size();
           const int slot_free = j >= size_t(depth) ? streamed_gpu_expert_[j - size_t(depth)] : -1;
-          weights_ = b_.add(x.copy, {weights_, slot_free, e == 0 ? reads_ : -1}, {},
-                            name(p, "pages_h2d"));
+          weights_ =
+              b_.add(x.copy, {weights_, slot_free, e == 0 ? reads_ : -1}, {}, name(p, "pages_h2d"));
           copied = weights_;
         }
         gpu_ = b_.add(x.gpu, {gpu_, copied}, after_routing, name(p, "gpu"));
@@ -613,7 +663,8 @@ class StepChains {
   void sample(const CpuCostModel& cpu, int S, int64_t H, int64_t V) {
     gpu_ = b_.add(k_.elementwise("embedding, lm_head, sampling", double(S) * double(H) * 16),
                   {gpu_}, {}, name("", "final_norm"));
-    gpu_ = b_.add(k_.gemm("embedding, lm_head, sampling", S, V, H), {gpu_}, {}, name("", "lm_head"));
+    gpu_ =
+        b_.add(k_.gemm("embedding, lm_head, sampling", S, V, H), {gpu_}, {}, name("", "lm_head"));
     const int logits =
         b_.add(k_.copy(Resource::kDeviceToHost, "activation copies", double(S) * double(V) * 4),
                {gpu_}, {}, name("", "logits_d2h"));
@@ -641,8 +692,7 @@ void build_step(const OffloadCostModel& m, const StepShape& step, Builder& b) {
   const OffloadPlan& o = m.plan();
   const StepTaskCosts k(m);
   std::vector<MicroBatchTasks> mbs;  // computed once for all layers
-  for (const MicroBatchShape& mb : step.micro_batches)
-    mbs.push_back(micro_batch_tasks(m, k, mb));
+  for (const MicroBatchShape& mb : step.micro_batches) mbs.push_back(micro_batch_tasks(m, k, mb));
   const int T = step.tokens();
   const ExpertTasks x = expert_tasks(m, k, T);
   // With the experts on disk: a streamed layer's reads into the host page pool, on the pool's
@@ -658,8 +708,8 @@ void build_step(const OffloadCostModel& m, const StepShape& step, Builder& b) {
         chains.attention(l, mbs, moe, moe && mlp_I > 0 && c.shared_expert_gate);
     if (moe)
       chains.experts(l, c.num_experts, x, routing, reads,
-                     !layer_resident(l, c.num_layers, o.resident_expert_layers),
-                     o.prefetch_depth, o.cpu_expert_max_tokens > 0);
+                     !layer_resident(l, c.num_layers, o.resident_expert_layers), o.prefetch_depth,
+                     o.cpu_expert_max_tokens > 0);
     if (mlp_I > 0) chains.dense_mlp(l, dense_mlp_task(m, k, T, mlp_I));
   }
   if (step.sampled > 0) chains.sample(m.cpu(), step.sampled, c.hidden_size, c.vocab_size);

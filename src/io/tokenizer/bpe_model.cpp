@@ -37,25 +37,21 @@ struct Candidate {
   }
 };
 
-}  // namespace
-
-void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.empty()) return;
-  if (ignore_merges) {
-    if (int32_t id = find(word); id >= 0) {
-      out.push_back(id);
-      return;
-    }
-  }
+// The word's characters (UTF-8 sequences), each its token where it is one.
+std::vector<Symbol> characters(const BpeModel& m, std::string_view word) {
   std::vector<Symbol> symbols;
   for (size_t i = 0; i < word.size();) {
     size_t n = std::min(utf8_sequence_length(static_cast<unsigned char>(word[i])), word.size() - i);
     const int index = static_cast<int>(symbols.size());
-    symbols.push_back({i, n, find(word.substr(i, n)), index - 1, -1});
+    symbols.push_back({i, n, m.find(word.substr(i, n)), index - 1, -1});
     if (index > 0) symbols[index - 1].next = index;
     i += n;
   }
+  return symbols;
+}
 
+// Merges neighbouring symbols, best first by the model's rule, until no pair merges.
+void merge(const BpeModel& m, std::string_view word, std::vector<Symbol>& symbols) {
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto consider = [&](int left, int right) {
     if (left < 0 || right < 0) return;
@@ -63,17 +59,17 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     const Symbol& b = symbols[right];
     double priority;
     int32_t merged;
-    if (rule == MergeRule::kMergeList) {
+    if (m.rule == MergeRule::kMergeList) {
       if (a.id < 0 || b.id < 0) return;
-      auto it = merge_ranks.find(static_cast<uint64_t>(a.id) << 32 | static_cast<uint32_t>(b.id));
-      if (it == merge_ranks.end()) return;
-      merged = find(word.substr(a.begin, a.length + b.length));
+      auto it = m.merge_ranks.find(static_cast<uint64_t>(a.id) << 32 | static_cast<uint32_t>(b.id));
+      if (it == m.merge_ranks.end()) return;
+      merged = m.find(word.substr(a.begin, a.length + b.length));
       if (merged < 0) return;
       priority = it->second;
     } else {
-      merged = find(word.substr(a.begin, a.length + b.length));
+      merged = m.find(word.substr(a.begin, a.length + b.length));
       if (merged < 0) return;
-      priority = rule == MergeRule::kVocabScore ? -static_cast<double>(scores[merged]) : merged;
+      priority = m.rule == MergeRule::kVocabScore ? -static_cast<double>(m.scores[merged]) : merged;
     }
     queue.push({priority, left, right, a.length, b.length, merged});
   };
@@ -94,7 +90,12 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     consider(a.prev, c.left);
     consider(c.left, a.next);
   }
+}
 
+// The ids of the merged symbols; a symbol that is no token as its bytes' tokens (byte fallback)
+// or <unk> (consecutive ones fused where the model says).
+void emit(const BpeModel& m, std::string_view word, const std::vector<Symbol>& symbols,
+          std::vector<int32_t>& out) {
   bool last_was_unk = false;
   for (int i = 0; i >= 0; i = symbols[i].next) {
     const Symbol& s = symbols[i];
@@ -104,17 +105,32 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
       continue;
     }
     const std::string_view text = word.substr(s.begin, s.length);
-    bool all_bytes = byte_fallback;
-    for (unsigned char c : text) all_bytes = all_bytes && byte_ids[c] >= 0;
+    bool all_bytes = m.byte_fallback;
+    for (unsigned char c : text) all_bytes = all_bytes && m.byte_ids[c] >= 0;
     if (all_bytes) {
-      for (unsigned char c : text) out.push_back(byte_ids[c]);
+      for (unsigned char c : text) out.push_back(m.byte_ids[c]);
       last_was_unk = false;
-    } else if (unk_id >= 0) {
-      if (!(fuse_unk && last_was_unk)) out.push_back(unk_id);
+    } else if (m.unk_id >= 0) {
+      if (!(m.fuse_unk && last_was_unk)) out.push_back(m.unk_id);
       last_was_unk = true;
     }
     // Without byte fallback or <unk> the piece has no id; the reference tokenizers drop it too.
   }
+}
+
+}  // namespace
+
+void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges) {
+    if (int32_t id = find(word); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  std::vector<Symbol> symbols = characters(*this, word);
+  merge(*this, word, symbols);
+  emit(*this, word, symbols, out);
 }
 
 }  // namespace sluice::tok

@@ -131,7 +131,9 @@ ExpertPagePool::ExpertPagePool(const ModelConfig& c, std::shared_ptr<const Exper
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].memory = memory_ + i * layout_.bytes;
   stats_.expert_bytes = double(files_->expert_file_bytes());
   loader_ = std::thread([this] { loader_loop(); });
-  if (makes_matrices()) maker_ = std::thread([this] { maker_loop(); });
+  // One maker per core: while the engine waits on the pool, the cores are free to make matrices.
+  const unsigned makers = makes_matrices() ? std::max(1u, std::thread::hardware_concurrency()) : 0;
+  for (unsigned i = 0; i < makers; ++i) makers_.emplace_back([this] { maker_loop(); });
 }
 
 ExpertPagePool::~ExpertPagePool() {
@@ -142,7 +144,7 @@ ExpertPagePool::~ExpertPagePool() {
   work_.notify_all();
   make_work_.notify_all();
   loader_.join();
-  if (maker_.joinable()) maker_.join();
+  for (std::thread& t : makers_) t.join();
   std::free(memory_);
 }
 

@@ -3,8 +3,9 @@
 // O_DIRECT through io_uring (io/direct_reader.h), several reads in flight. A quantized
 // checkpoint's experts are packed into the kernels' layout as they arrive, a matrix stored
 // transposed (DBRX's down) is transposed and a GGUF file's block types are dequantised to bf16,
-// on a maker thread of their own, so that the loader keeps the disk's queue full meanwhile; an
-// FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM dequantises them).
+// on maker threads of their own (one per core), so that the loader keeps the disk's queue full
+// meanwhile; an FP8 checkpoint's codes and block scales stay as read (the FP8 GEMM dequantises
+// them).
 //
 // The engine asks for a layer's experts ahead of use (prefetch, `certain`: the router chose them)
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
@@ -175,7 +176,8 @@ class ExpertPagePool {
   };
   std::deque<Landed> made_queue_;  // read, for the maker to make
   std::condition_variable work_, make_work_, landed_;
-  std::thread loader_, maker_;
+  std::thread loader_;
+  std::vector<std::thread> makers_;
 };
 
 }  // namespace sluice

@@ -26,19 +26,25 @@ inline void prefetch_ahead(const void* p) {
   __asm__ volatile("prefetcht0 (%0)" : : "r"(static_cast<const char*>(p) + kPrefetchAheadBytes));
 }
 
-// acc[i] (16 fp32 in memory) = fma(float(d[i]), sx[i] · sw, acc[i]) for the finished group g.
+// acc[i] (16 fp32 in memory, row stride ldacc) = fma(float(d[i]), sx[i] · sw, acc[i]) for the
+// finished group at c.
 template <int kRows>
-SLUICE_AVX2 inline void fold_group(const Tile& t, int64_t g, const __m256i (&d)[kRows][2]) {
-  const float* sw = block_scales(*t.w, t.x->groups, t.block, g);
-  const __m256 sw0 = _mm256_loadu_ps(sw), sw1 = _mm256_loadu_ps(sw + 8);
-  for (int i = 0; i < kRows; ++i) {
-    const __m256 sx = _mm256_set1_ps(t.x->scale[(t.row + i) * t.x->groups + g]);
-    float* acc = t.acc + i * t.ldacc;
+SLUICE_AVX2 inline void fold_group(const GroupCursor& c, float* acc, int64_t ldacc,
+                                   const __m256i (&d)[kRows][2]) {
+  const __m256 sw0 = _mm256_loadu_ps(c.sw), sw1 = _mm256_loadu_ps(c.sw + 8);
+  for (int i = 0; i < kRows; ++i, acc += ldacc) {
+    const __m256 sx = _mm256_set1_ps(c.sx[i * c.groups]);
     _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(sx, sw0),
                                           _mm256_loadu_ps(acc)));
     _mm256_storeu_ps(acc + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]), _mm256_mul_ps(sx, sw1),
                                               _mm256_loadu_ps(acc + 8)));
   }
+}
+
+// The group's int32 sums start at the row's offset (offset_sum or offset_sum4 at c).
+template <int kRows>
+SLUICE_AVX2 inline void start_group(const GroupCursor& c, __m256i (&d)[kRows][2]) {
+  for (int i = 0; i < kRows; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(c.offset[i * c.groups]);
 }
 
 // vpmaddubsw multiplies unsigned by signed bytes, so the sign trick: |x| (unsigned) times
@@ -57,7 +63,8 @@ template <int kRows>
 SLUICE_AVX2 void tile_maddubs(const Tile& t) {
   const QuantView& w = *t.w;
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t g = t.g0; g < t.g1; ++g) {
+  GroupCursor c(t, t.x->offset_sum, t.g0);
+  for (int64_t g = t.g0; g < t.g1; ++g, c.next_group()) {
     const int8_t* wp = block_group(w, t.block, g);
     const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
     const uint8_t* xa = t.x->abs + t.row * w.k + g * w.group_size;
@@ -76,7 +83,7 @@ SLUICE_AVX2 void tile_maddubs(const Tile& t) {
         d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(p1, ones));
       }
     }
-    fold_group<kRows>(t, g, d);
+    fold_group(c, t.acc, t.ldacc, d);
   }
 }
 
@@ -88,12 +95,12 @@ template <int kRows>
 SLUICE_AVX2_VNNI void tile_avx_vnni(const Tile& t) {
   const QuantView& w = *t.w;
   const __m256i bias = _mm256_set1_epi8(char(0x80));
-  for (int64_t g = t.g0; g < t.g1; ++g) {
+  GroupCursor c(t, t.x->offset_sum, t.g0);
+  for (int64_t g = t.g0; g < t.g1; ++g, c.next_group()) {
     const int8_t* wp = block_group(w, t.block, g);
     const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
     __m256i d[kRows][2];
-    for (int i = 0; i < kRows; ++i)
-      d[i][0] = d[i][1] = _mm256_set1_epi32(t.x->offset_sum[(t.row + i) * t.x->groups + g]);
+    start_group(c, d);
     for (int64_t p = 0; p < w.group_size; p += 4, wp += 4 * kInt8BlockRows) {
       const __m256i w0 =
           _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp)), bias);
@@ -105,7 +112,7 @@ SLUICE_AVX2_VNNI void tile_avx_vnni(const Tile& t) {
         d[i][1] = _mm256_dpbusd_avx_epi32(d[i][1], w1, xs);
       }
     }
-    fold_group<kRows>(t, g, d);
+    fold_group(c, t.acc, t.ldacc, d);
   }
 }
 
@@ -118,18 +125,20 @@ template <int kRows>
 SLUICE_AVX2 void tile4_maddubs(const Tile& t) {
   const QuantView& w = *t.w;
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
-  for (int64_t g = t.g0; g < t.g1; ++g) {
+  GroupCursor c(t, t.x->offset_sum4, t.g0);
+  for (int64_t g = t.g0; g < t.g1; ++g, c.next_group()) {
     const uint8_t* wp = block_group4(w, t.block, g);
     const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
     __m256i d[kRows][2];
-    for (int i = 0; i < kRows; ++i)
-      d[i][0] = d[i][1] = _mm256_set1_epi32(t.x->offset_sum4[(t.row + i) * t.x->groups + g]);
+    start_group(c, d);
     for (int64_t p = 0; p < w.group_size; p += 8, wp += 4 * kInt8BlockRows) {
       prefetch_ahead(wp);
       const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
       const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
-      const __m256i lo0 = _mm256_and_si256(v0, low), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
-      const __m256i lo1 = _mm256_and_si256(v1, low), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
+      const __m256i lo0 = _mm256_and_si256(v0, low),
+                    hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
+      const __m256i lo1 = _mm256_and_si256(v1, low),
+                    hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
       for (int i = 0; i < kRows; ++i) {
         const __m256i xl = broadcast_quad(xq + i * w.k + p);
         const __m256i xh = broadcast_quad(xq + i * w.k + p + 4);
@@ -141,7 +150,7 @@ SLUICE_AVX2 void tile4_maddubs(const Tile& t) {
         d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(p1, ones));
       }
     }
-    fold_group<kRows>(t, g, d);
+    fold_group(c, t.acc, t.ldacc, d);
   }
 }
 
@@ -150,17 +159,19 @@ template <int kRows>
 SLUICE_AVX2_VNNI void tile4_avx_vnni(const Tile& t) {
   const QuantView& w = *t.w;
   const __m256i low = _mm256_set1_epi8(15);
-  for (int64_t g = t.g0; g < t.g1; ++g) {
+  GroupCursor c(t, t.x->offset_sum4, t.g0);
+  for (int64_t g = t.g0; g < t.g1; ++g, c.next_group()) {
     const uint8_t* wp = block_group4(w, t.block, g);
     const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
     __m256i d[kRows][2];
-    for (int i = 0; i < kRows; ++i)
-      d[i][0] = d[i][1] = _mm256_set1_epi32(t.x->offset_sum4[(t.row + i) * t.x->groups + g]);
+    start_group(c, d);
     for (int64_t p = 0; p < w.group_size; p += 8, wp += 4 * kInt8BlockRows) {
       const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
       const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32));
-      const __m256i lo0 = _mm256_and_si256(v0, low), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
-      const __m256i lo1 = _mm256_and_si256(v1, low), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
+      const __m256i lo0 = _mm256_and_si256(v0, low),
+                    hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), low);
+      const __m256i lo1 = _mm256_and_si256(v1, low),
+                    hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), low);
       for (int i = 0; i < kRows; ++i) {
         const __m256i xl = broadcast_quad(xq + i * w.k + p);
         const __m256i xh = broadcast_quad(xq + i * w.k + p + 4);
@@ -168,7 +179,7 @@ SLUICE_AVX2_VNNI void tile4_avx_vnni(const Tile& t) {
         d[i][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(d[i][1], lo1, xl), hi1, xh);
       }
     }
-    fold_group<kRows>(t, g, d);
+    fold_group(c, t.acc, t.ldacc, d);
   }
 }
 

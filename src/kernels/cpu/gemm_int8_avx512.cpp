@@ -17,27 +17,27 @@ SLUICE_AVX512 inline __m512i broadcast_quad(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// acc (fp32 in memory) = fma(float(d), sx · sw, acc) for each row and block of the finished
-// group g: once per group, so the int32 sums stay in registers through the group.
+// acc (fp32 in memory, row stride ldacc) = fma(float(d), sx · sw, acc) for each row and block
+// of the finished group at c: once per group, so the int32 sums stay in registers through it.
 template <int kRows, int kBlocks>
-SLUICE_AVX512 inline void fold_group(const Tile& t, int64_t g, const __m512i (&d)[kRows][kBlocks]) {
+SLUICE_AVX512 inline void fold_group(const GroupCursor& c, float* acc, int64_t ldacc,
+                                     const __m512i (&d)[kRows][kBlocks]) {
   for (int b = 0; b < kBlocks; ++b) {
-    const __m512 sw = _mm512_loadu_ps(block_scales(*t.w, t.x->groups, t.block + b, g));
+    const __m512 sw = _mm512_loadu_ps(c.sw + b * c.sw_stride);
     for (int i = 0; i < kRows; ++i) {
-      const __m512 sx = _mm512_set1_ps(t.x->scale[(t.row + i) * t.x->groups + g]);
-      float* acc = t.acc + i * t.ldacc + b * kInt8BlockRows;
-      _mm512_storeu_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[i][b]), _mm512_mul_ps(sx, sw),
-                                            _mm512_loadu_ps(acc)));
+      const __m512 sx = _mm512_set1_ps(c.sx[i * c.groups]);
+      float* a = acc + i * ldacc + b * kInt8BlockRows;
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[i][b]), _mm512_mul_ps(sx, sw),
+                                          _mm512_loadu_ps(a)));
     }
   }
 }
 
-// The group's int32 sums start at offset[row] (the correction of the unsigned operand below).
+// The group's int32 sums start at the row's offset (the correction of the unsigned operand below).
 template <int kRows, int kBlocks>
-SLUICE_AVX512 inline void start_group(const Tile& t, int64_t g, const int32_t* offset,
-                                      __m512i (&d)[kRows][kBlocks]) {
+SLUICE_AVX512 inline void start_group(const GroupCursor& c, __m512i (&d)[kRows][kBlocks]) {
   for (int i = 0; i < kRows; ++i) {
-    const __m512i o = _mm512_set1_epi32(offset[(t.row + i) * t.x->groups + g]);
+    const __m512i o = _mm512_set1_epi32(c.offset[i * c.groups]);
     for (int b = 0; b < kBlocks; ++b) d[i][b] = o;
   }
 }
@@ -218,29 +218,30 @@ SLUICE_AVX512_VNNI void octets_4x4(__m512i (&d)[4][4], const uint8_t* w, int64_t
 // at 4 × 4: 4 loads and xors of W, 4 broadcasts, 16 vpdpbusd, in 22 of the 32 zmm registers.
 template <int kRows, int kBlocks>
 SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
-  const QuantView& w = *t.w;
   const __m512i bias = _mm512_set1_epi8(char(0x80));
-  const int64_t block_stride = w.k * kInt8BlockRows;
-  for (int64_t g = t.g0; g < t.g1; ++g) {
-    const int8_t* wp = block_group(w, t.block, g);
-    const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
+  const int64_t k = t.w->k, group_size = t.w->group_size, block_stride = k * kInt8BlockRows;
+  const int8_t* wg = block_group(*t.w, t.block, t.g0);
+  const int8_t* xg = t.x->q + t.row * k + t.g0 * group_size;
+  GroupCursor c(t, t.x->offset_sum, t.g0);
+  for (int64_t g = t.g0; g < t.g1;
+       ++g, wg += group_size * kInt8BlockRows, xg += group_size, c.next_group()) {
     alignas(64) __m512i d[kRows][kBlocks];
-    start_group(t, g, t.x->offset_sum, d);
+    start_group(c, d);
     if constexpr (kRows == 4 && kBlocks == 4) {
-      quads_4x4(d, wp, block_stride, xq, w.k, w.group_size / 4);
-      fold_group(t, g, d);
-      continue;
-    }
-    for (int64_t p = 0; p < w.group_size; p += 4, wp += 4 * kInt8BlockRows) {
-      __m512i wv[kBlocks];
-      for (int b = 0; b < kBlocks; ++b)
-        wv[b] = _mm512_xor_si512(_mm512_load_si512(wp + b * block_stride), bias);
-      for (int i = 0; i < kRows; ++i) {
-        const __m512i xv = broadcast_quad(xq + i * w.k + p);
-        for (int b = 0; b < kBlocks; ++b) d[i][b] = _mm512_dpbusd_epi32(d[i][b], wv[b], xv);
+      quads_4x4(d, wg, block_stride, xg, k, group_size / 4);
+    } else {
+      const int8_t* wp = wg;
+      for (int64_t p = 0; p < group_size; p += 4, wp += 4 * kInt8BlockRows) {
+        __m512i wv[kBlocks];
+        for (int b = 0; b < kBlocks; ++b)
+          wv[b] = _mm512_xor_si512(_mm512_load_si512(wp + b * block_stride), bias);
+        for (int i = 0; i < kRows; ++i) {
+          const __m512i xv = broadcast_quad(xg + i * k + p);
+          for (int b = 0; b < kBlocks; ++b) d[i][b] = _mm512_dpbusd_epi32(d[i][b], wv[b], xv);
+        }
       }
     }
-    fold_group(t, g, d);
+    fold_group(c, t.acc, t.ldacc, d);
   }
 }
 
@@ -250,36 +251,37 @@ SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
 // broadcasts and the mask, 27 registers.
 template <int kRows, int kBlocks>
 SLUICE_AVX512_VNNI void tile4_avx512_vnni(const Tile& t) {
-  const QuantView& w = *t.w;
   const __m512i low = _mm512_set1_epi8(15);
-  const int64_t block_stride = w.k * kInt8BlockRows / 2;
-  for (int64_t g = t.g0; g < t.g1; ++g) {
-    const uint8_t* wp = block_group4(w, t.block, g);
-    const int8_t* xq = t.x->q + t.row * w.k + g * w.group_size;
+  const int64_t k = t.w->k, group_size = t.w->group_size, block_stride = k * kInt8BlockRows / 2;
+  const uint8_t* wg = block_group4(*t.w, t.block, t.g0);
+  const int8_t* xg = t.x->q + t.row * k + t.g0 * group_size;
+  GroupCursor c(t, t.x->offset_sum4, t.g0);
+  for (int64_t g = t.g0; g < t.g1;
+       ++g, wg += group_size * kInt8BlockRows / 2, xg += group_size, c.next_group()) {
     alignas(64) __m512i d[kRows][kBlocks];
-    start_group(t, g, t.x->offset_sum4, d);
+    start_group(c, d);
     if constexpr (kRows == 4 && kBlocks == 4) {
-      octets_4x4(d, wp, block_stride, xq, w.k, w.group_size / 8);
-      fold_group(t, g, d);
-      continue;
-    }
-    for (int64_t p = 0; p < w.group_size; p += 8, wp += 4 * kInt8BlockRows) {
-      __m512i lo[kBlocks], hi[kBlocks];
-      for (int b = 0; b < kBlocks; ++b) {
-        const __m512i v = _mm512_load_si512(wp + b * block_stride);
-        lo[b] = _mm512_and_si512(v, low);
-        hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-      }
-      for (int i = 0; i < kRows; ++i) {
-        const __m512i x0 = broadcast_quad(xq + i * w.k + p);
-        const __m512i x1 = broadcast_quad(xq + i * w.k + p + 4);
+      octets_4x4(d, wg, block_stride, xg, k, group_size / 8);
+    } else {
+      const uint8_t* wp = wg;
+      for (int64_t p = 0; p < group_size; p += 8, wp += 4 * kInt8BlockRows) {
+        __m512i lo[kBlocks], hi[kBlocks];
         for (int b = 0; b < kBlocks; ++b) {
-          d[i][b] = _mm512_dpbusd_epi32(d[i][b], lo[b], x0);
-          d[i][b] = _mm512_dpbusd_epi32(d[i][b], hi[b], x1);
+          const __m512i v = _mm512_load_si512(wp + b * block_stride);
+          lo[b] = _mm512_and_si512(v, low);
+          hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+        for (int i = 0; i < kRows; ++i) {
+          const __m512i x0 = broadcast_quad(xg + i * k + p);
+          const __m512i x1 = broadcast_quad(xg + i * k + p + 4);
+          for (int b = 0; b < kBlocks; ++b) {
+            d[i][b] = _mm512_dpbusd_epi32(d[i][b], lo[b], x0);
+            d[i][b] = _mm512_dpbusd_epi32(d[i][b], hi[b], x1);
+          }
         }
       }
     }
-    fold_group(t, g, d);
+    fold_group(c, t.acc, t.ldacc, d);
   }
 }
 
@@ -287,10 +289,14 @@ SLUICE_AVX512_VNNI void tile4_avx512_vnni(const Tile& t) {
 template <int kRows, template <int, int> class Fn>
 SLUICE_AVX512 void tile_for_blocks(const Tile& t) {
   switch (t.blocks) {
-    case 1: return Fn<kRows, 1>::run(t);
-    case 2: return Fn<kRows, 2>::run(t);
-    case 3: return Fn<kRows, 3>::run(t);
-    default: return Fn<kRows, 4>::run(t);
+    case 1:
+      return Fn<kRows, 1>::run(t);
+    case 2:
+      return Fn<kRows, 2>::run(t);
+    case 3:
+      return Fn<kRows, 3>::run(t);
+    default:
+      return Fn<kRows, 4>::run(t);
   }
 }
 template <int kRows, int kBlocks>
@@ -316,13 +322,12 @@ SLUICE_AVX512 void store_avx512(const float* acc, int64_t ldacc, int64_t rows, i
 }  // namespace
 
 Kernels kernels_avx512_vnni() {
-  return {
-      .tile = {tile_for_blocks<1, Int8Tile>, tile_for_blocks<2, Int8Tile>,
-               tile_for_blocks<3, Int8Tile>, tile_for_blocks<4, Int8Tile>},
-      .tile4 = {tile_for_blocks<1, Int4Tile>, tile_for_blocks<2, Int4Tile>,
-                tile_for_blocks<3, Int4Tile>, tile_for_blocks<4, Int4Tile>},
-      .store = store_avx512,
-      .max_blocks = kMaxTileBlocks};
+  return {.tile = {tile_for_blocks<1, Int8Tile>, tile_for_blocks<2, Int8Tile>,
+                   tile_for_blocks<3, Int8Tile>, tile_for_blocks<4, Int8Tile>},
+          .tile4 = {tile_for_blocks<1, Int4Tile>, tile_for_blocks<2, Int4Tile>,
+                    tile_for_blocks<3, Int4Tile>, tile_for_blocks<4, Int4Tile>},
+          .store = store_avx512,
+          .max_blocks = kMaxTileBlocks};
 }
 
 }  // namespace sluice::cpu::int8

@@ -49,6 +49,8 @@ inline void expect_every_level_matches_the_reference(QuantFormat format, int64_t
         shapes.push_back({m, n, k, group});
   shapes.push_back({130, 18, 64, 32});
   shapes.push_back({5, 17, 1088, 32});
+  // Sweeps of many small groups: more than a fused 4 × 4 tile takes in one call.
+  shapes.push_back({9, 64, 40 * smallest_group, smallest_group});
   for (const Shape& s : shapes) {
     const auto seed = uint32_t(s.m * 1000 + s.n * 10 + s.k);
     const auto w = quantize_weights(format, test::random_bf16(size_t(s.n * s.k), seed).data(), s.n,

@@ -2,6 +2,7 @@
 // AVX512-VNNI vpdpbusd on one 64-byte line of a packed block, 4 k of all 16 rows, so each
 // row of X keeps one zmm of int32 lanes per block, one per column; a tile takes up to 4 blocks.
 // Same offset trick and same fp32 fold as the AVX-VNNI tile in gemm_int8_avx2.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -42,172 +43,287 @@ SLUICE_AVX512 inline void start_group(const GroupCursor& c, __m512i (&d)[kRows][
   }
 }
 
-// The hand-laid tiles' 16 int32 sums: loaded from the array `d` into zmm0-15 before the loop,
-// stored back after it.
-#define SLUICE_LOAD_SUMS \
-  "vmovdqa64 0(%[d]), %%zmm0\n\t" \
-  "vmovdqa64 64(%[d]), %%zmm1\n\t" \
-  "vmovdqa64 128(%[d]), %%zmm2\n\t" \
-  "vmovdqa64 192(%[d]), %%zmm3\n\t" \
-  "vmovdqa64 256(%[d]), %%zmm4\n\t" \
-  "vmovdqa64 320(%[d]), %%zmm5\n\t" \
-  "vmovdqa64 384(%[d]), %%zmm6\n\t" \
-  "vmovdqa64 448(%[d]), %%zmm7\n\t" \
-  "vmovdqa64 512(%[d]), %%zmm8\n\t" \
-  "vmovdqa64 576(%[d]), %%zmm9\n\t" \
-  "vmovdqa64 640(%[d]), %%zmm10\n\t" \
-  "vmovdqa64 704(%[d]), %%zmm11\n\t" \
-  "vmovdqa64 768(%[d]), %%zmm12\n\t" \
-  "vmovdqa64 832(%[d]), %%zmm13\n\t" \
-  "vmovdqa64 896(%[d]), %%zmm14\n\t" \
-  "vmovdqa64 960(%[d]), %%zmm15\n\t"
-#define SLUICE_STORE_SUMS \
-  "vmovdqa64 %%zmm0, 0(%[d])\n\t" \
-  "vmovdqa64 %%zmm1, 64(%[d])\n\t" \
-  "vmovdqa64 %%zmm2, 128(%[d])\n\t" \
-  "vmovdqa64 %%zmm3, 192(%[d])\n\t" \
-  "vmovdqa64 %%zmm4, 256(%[d])\n\t" \
-  "vmovdqa64 %%zmm5, 320(%[d])\n\t" \
-  "vmovdqa64 %%zmm6, 384(%[d])\n\t" \
-  "vmovdqa64 %%zmm7, 448(%[d])\n\t" \
-  "vmovdqa64 %%zmm8, 512(%[d])\n\t" \
-  "vmovdqa64 %%zmm9, 576(%[d])\n\t" \
-  "vmovdqa64 %%zmm10, 640(%[d])\n\t" \
-  "vmovdqa64 %%zmm11, 704(%[d])\n\t" \
-  "vmovdqa64 %%zmm12, 768(%[d])\n\t" \
-  "vmovdqa64 %%zmm13, 832(%[d])\n\t" \
-  "vmovdqa64 %%zmm14, 896(%[d])\n\t" \
-  "vmovdqa64 %%zmm15, 960(%[d])\n\t"
+// The hand-laid 4 × 4 tiles below keep their 16 int32 sums in zmm0-15 (row i, block b in
+// zmm(4i + b)) from the start of a group to its fold, so they never leave the registers. GCC,
+// given the same loops as intrinsics, keeps the 4 × 4 array of sums partly on the stack and
+// copies the rest between registers on every step (the tile ran at 35% of the vpdpbusd peak on
+// 2 Zen 5 cores); with the sums stored after each group and folded in C++, the fold took ~25% of
+// the tile's time on 2 Zen 4 cores.
 
-// One group's k-quads for the full 4 × 4 tile, registers laid out by hand: the 16 int32 sums in
-// zmm0-15 (loaded from and stored back to `d`), W's 4 lines in zmm16-19, the broadcast of X in
-// zmm20, the xor bias in zmm21. GCC, given the same loop as intrinsics, keeps the 4 × 4 array of
-// sums partly on the stack and copies the rest between registers on every step, and the tile ran
-// at 35% of the vpdpbusd peak on 2 Zen 5 cores.
-SLUICE_AVX512_VNNI void quads_4x4(__m512i (&d)[4][4], const int8_t* w, int64_t block_bytes,
-                                  const int8_t* x, int64_t ldx, int64_t quads) {
-  const int64_t block3 = 3 * block_bytes, ldx3 = 3 * ldx;
+// X's scales and offset sums of a 4-row tile for one group, side by side for the fused loops.
+struct RowParams {
+  float sx[4];
+  int32_t offset[4];
+};
+// Groups one call of a fused loop takes at most (a sweep is 1024 / (group · 4) groups of a
+// 4-block tile: 2 at group 128).
+constexpr int64_t kFusedGroups = 8;
+
+// The hand-laid loops keep one instruction a line.
+// clang-format off
+// Starts the group's sums at its rows' offsets (RowParams at %[p]).
+#define SLUICE_START_SUMS              \
+  "vpbroadcastd 16(%[p]), %%zmm0\n\t"  \
+  "vpbroadcastd 20(%[p]), %%zmm4\n\t"  \
+  "vpbroadcastd 24(%[p]), %%zmm8\n\t"  \
+  "vpbroadcastd 28(%[p]), %%zmm12\n\t" \
+  "vmovdqa64 %%zmm0, %%zmm1\n\t"       \
+  "vmovdqa64 %%zmm0, %%zmm2\n\t"       \
+  "vmovdqa64 %%zmm0, %%zmm3\n\t"       \
+  "vmovdqa64 %%zmm4, %%zmm5\n\t"       \
+  "vmovdqa64 %%zmm4, %%zmm6\n\t"       \
+  "vmovdqa64 %%zmm4, %%zmm7\n\t"       \
+  "vmovdqa64 %%zmm8, %%zmm9\n\t"       \
+  "vmovdqa64 %%zmm8, %%zmm10\n\t"      \
+  "vmovdqa64 %%zmm8, %%zmm11\n\t"      \
+  "vmovdqa64 %%zmm12, %%zmm13\n\t"     \
+  "vmovdqa64 %%zmm12, %%zmm14\n\t"     \
+  "vmovdqa64 %%zmm12, %%zmm15\n\t"
+
+// acc = fma(float(d), sx · sw, acc) for the sum in zmm`n`, its row's sx in zmm`sx`, its block's
+// sw in zmm`sw`, and acc at byte `off` of %[acc].
+#define SLUICE_FOLD_SUM(n, sx, sw, off)                  \
+  "vmulps %%zmm" sx ", %%zmm" sw ", %%zmm21\n\t"         \
+  "vcvtdq2ps %%zmm" n ", %%zmm" n "\n\t"                 \
+  "vfmadd213ps " off "(%[acc]), %%zmm21, %%zmm" n "\n\t" \
+  "vmovups %%zmm" n ", " off "(%[acc])\n\t"
+
+// Folds the finished group into acc (rows 256 bytes apart: 4 blocks of 16 fp32) with W's scales
+// at %[sw] (block b at %[sw] + b · %[sws] bytes) in zmm16-19 and the rows' sx in zmm20, 22-24,
+// then steps %[sw] and %[p] to the next group. zmm21 is scratch.
+#define SLUICE_FOLD_SUMS                                                                    \
+  "vmovups (%[sw]), %%zmm16\n\t"                                                            \
+  "vmovups (%[sw],%[sws],1), %%zmm17\n\t"                                                   \
+  "vmovups (%[sw],%[sws],2), %%zmm18\n\t"                                                   \
+  "vmovups (%[sw],%[sws3],1), %%zmm19\n\t"                                                  \
+  "vbroadcastss 0(%[p]), %%zmm20\n\t"                                                       \
+  "vbroadcastss 4(%[p]), %%zmm22\n\t"                                                       \
+  "vbroadcastss 8(%[p]), %%zmm23\n\t"                                                       \
+  "vbroadcastss 12(%[p]), %%zmm24\n\t"                                                      \
+  SLUICE_FOLD_SUM("0", "20", "16", "0") SLUICE_FOLD_SUM("1", "20", "17", "64")             \
+  SLUICE_FOLD_SUM("2", "20", "18", "128") SLUICE_FOLD_SUM("3", "20", "19", "192")          \
+  SLUICE_FOLD_SUM("4", "22", "16", "256") SLUICE_FOLD_SUM("5", "22", "17", "320")          \
+  SLUICE_FOLD_SUM("6", "22", "18", "384") SLUICE_FOLD_SUM("7", "22", "19", "448")          \
+  SLUICE_FOLD_SUM("8", "23", "16", "512") SLUICE_FOLD_SUM("9", "23", "17", "576")          \
+  SLUICE_FOLD_SUM("10", "23", "18", "640") SLUICE_FOLD_SUM("11", "23", "19", "704")        \
+  SLUICE_FOLD_SUM("12", "24", "16", "768") SLUICE_FOLD_SUM("13", "24", "17", "832")        \
+  SLUICE_FOLD_SUM("14", "24", "18", "896") SLUICE_FOLD_SUM("15", "24", "19", "960")        \
+  "add $64, %[sw]\n\t"                                                                      \
+  "add $32, %[p]\n\t"
+
+// One group's k-quads (%[n] of them) of int8 W: W's 4 lines xor-biased into zmm16-19 (bias in
+// zmm25), each broadcast of X (zmm20) against all 4.
+#define SLUICE_INT8_QUADS                          \
+  "1:\n\t"                                         \
+  "vpxord (%[w]), %%zmm25, %%zmm16\n\t"            \
+  "vpxord (%[w],%[bb],1), %%zmm25, %%zmm17\n\t"    \
+  "vpxord (%[w],%[bb],2), %%zmm25, %%zmm18\n\t"    \
+  "vpxord (%[w],%[bb3],1), %%zmm25, %%zmm19\n\t"   \
+  "vpbroadcastd (%[x]), %%zmm20\n\t"               \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm0\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm1\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm2\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm3\n\t"          \
+  "vpbroadcastd (%[x],%[ldx],1), %%zmm20\n\t"      \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm4\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm5\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm6\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm7\n\t"          \
+  "vpbroadcastd (%[x],%[ldx],2), %%zmm20\n\t"      \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm8\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm9\n\t"          \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm10\n\t"         \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm11\n\t"         \
+  "vpbroadcastd (%[x],%[ldx3],1), %%zmm20\n\t"     \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm12\n\t"         \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm13\n\t"         \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm14\n\t"         \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm15\n\t"         \
+  "add $64, %[w]\n\t"                              \
+  "add $4, %[x]\n\t"                               \
+  "dec %[n]\n\t"                                   \
+  "jnz 1b\n\t"
+
+// One group's k-octets (%[n] of them) of int4 W: each line unpacked into its low nibbles
+// (zmm16-19) and high nibbles (zmm22-25, mask in zmm26), two broadcasts of X (zmm20 at p, zmm21
+// at p + 4).
+#define SLUICE_INT4_OCTETS                           \
+  "1:\n\t"                                           \
+  "vmovdqa64 (%[w]), %%zmm16\n\t"                    \
+  "vmovdqa64 (%[w],%[bb],1), %%zmm17\n\t"            \
+  "vmovdqa64 (%[w],%[bb],2), %%zmm18\n\t"            \
+  "vmovdqa64 (%[w],%[bb3],1), %%zmm19\n\t"           \
+  "vpsrlw $4, %%zmm16, %%zmm22\n\t"                  \
+  "vpsrlw $4, %%zmm17, %%zmm23\n\t"                  \
+  "vpsrlw $4, %%zmm18, %%zmm24\n\t"                  \
+  "vpsrlw $4, %%zmm19, %%zmm25\n\t"                  \
+  "vpandd %%zmm26, %%zmm16, %%zmm16\n\t"             \
+  "vpandd %%zmm26, %%zmm17, %%zmm17\n\t"             \
+  "vpandd %%zmm26, %%zmm18, %%zmm18\n\t"             \
+  "vpandd %%zmm26, %%zmm19, %%zmm19\n\t"             \
+  "vpandd %%zmm26, %%zmm22, %%zmm22\n\t"             \
+  "vpandd %%zmm26, %%zmm23, %%zmm23\n\t"             \
+  "vpandd %%zmm26, %%zmm24, %%zmm24\n\t"             \
+  "vpandd %%zmm26, %%zmm25, %%zmm25\n\t"             \
+  "vpbroadcastd (%[x]), %%zmm20\n\t"                 \
+  "vpbroadcastd 4(%[x]), %%zmm21\n\t"                \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm0\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm1\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm2\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm3\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm22, %%zmm0\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm23, %%zmm1\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm24, %%zmm2\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm25, %%zmm3\n\t"            \
+  "vpbroadcastd (%[x],%[ldx],1), %%zmm20\n\t"        \
+  "vpbroadcastd 4(%[x],%[ldx],1), %%zmm21\n\t"       \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm4\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm5\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm6\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm7\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm22, %%zmm4\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm23, %%zmm5\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm24, %%zmm6\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm25, %%zmm7\n\t"            \
+  "vpbroadcastd (%[x],%[ldx],2), %%zmm20\n\t"        \
+  "vpbroadcastd 4(%[x],%[ldx],2), %%zmm21\n\t"       \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm8\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm9\n\t"            \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm10\n\t"           \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm11\n\t"           \
+  "vpdpbusd %%zmm21, %%zmm22, %%zmm8\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm23, %%zmm9\n\t"            \
+  "vpdpbusd %%zmm21, %%zmm24, %%zmm10\n\t"           \
+  "vpdpbusd %%zmm21, %%zmm25, %%zmm11\n\t"           \
+  "vpbroadcastd (%[x],%[ldx3],1), %%zmm20\n\t"       \
+  "vpbroadcastd 4(%[x],%[ldx3],1), %%zmm21\n\t"      \
+  "vpdpbusd %%zmm20, %%zmm16, %%zmm12\n\t"           \
+  "vpdpbusd %%zmm20, %%zmm17, %%zmm13\n\t"           \
+  "vpdpbusd %%zmm20, %%zmm18, %%zmm14\n\t"           \
+  "vpdpbusd %%zmm20, %%zmm19, %%zmm15\n\t"           \
+  "vpdpbusd %%zmm21, %%zmm22, %%zmm12\n\t"           \
+  "vpdpbusd %%zmm21, %%zmm23, %%zmm13\n\t"           \
+  "vpdpbusd %%zmm21, %%zmm24, %%zmm14\n\t"           \
+  "vpdpbusd %%zmm21, %%zmm25, %%zmm15\n\t"           \
+  "add $64, %[w]\n\t"                                \
+  "add $8, %[x]\n\t"                                 \
+  "dec %[n]\n\t"                                     \
+  "jnz 1b\n\t"
+
+// What a fused loop is given: W at the first group of the tile's first block (blocks
+// block_bytes apart), X at the rows' first group (rows ldx apart), steps (quads or octets) per
+// group, W's scales of the first group (blocks sw_stride bytes apart), the groups' RowParams and
+// the accumulators (rows 256 bytes apart).
+struct FusedArgs {
+  const void* w;
+  int64_t block_bytes;
+  const int8_t* x;
+  int64_t ldx, steps;
+  const float* sw;
+  int64_t sw_stride;
+  const RowParams* params;
+  int64_t groups;
+  float* acc;
+};
+
+// The operands every fused loop names (each loop's own constants come before them).
+#define SLUICE_FUSED_OPERANDS(a, w, x, sw, p, g, n)                                         \
+  : [w] "+r"(w), [x] "+r"(x), [sw] "+r"(sw), [p] "+r"(p), [g] "+r"(g), [n] "=&r"(n)         \
+  : [steps] "m"(a.steps), [bb] "r"(a.block_bytes), [bb3] "r"(3 * a.block_bytes),            \
+    [ldx] "r"(a.ldx), [ldx3] "r"(3 * a.ldx), [sws] "r"(a.sw_stride),                         \
+    [sws3] "r"(3 * a.sw_stride), [acc] "r"(a.acc)                                            \
+  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+    "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",         \
+    "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "memory", "cc"
+
+// The int8 4 × 4 tile over a.groups whole groups: start, quads, fold, per group.
+SLUICE_AVX512_VNNI void int8_groups_4x4(const FusedArgs& a) {
+  const void* w = a.w;
+  const int8_t* x = a.x;
+  const float* sw = a.sw;
+  const RowParams* p = a.params;
+  int64_t g = a.groups, n;
   __asm__ volatile(
-      SLUICE_LOAD_SUMS
-      "mov $0x80808080, %%eax\n\t"
-      "vpbroadcastd %%eax, %%zmm21\n\t"
-      "1:\n\t"
-      "vpxord (%[w]), %%zmm21, %%zmm16\n\t"
-      "vpxord (%[w],%[bb],1), %%zmm21, %%zmm17\n\t"
-      "vpxord (%[w],%[bb],2), %%zmm21, %%zmm18\n\t"
-      "vpxord (%[w],%[bb3],1), %%zmm21, %%zmm19\n\t"
-      "vpbroadcastd (%[x]), %%zmm20\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm0\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm1\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm2\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm3\n\t"
-      "vpbroadcastd (%[x],%[ldx],1), %%zmm20\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm4\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm5\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm6\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm7\n\t"
-      "vpbroadcastd (%[x],%[ldx],2), %%zmm20\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm8\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm9\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm10\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm11\n\t"
-      "vpbroadcastd (%[x],%[ldx3],1), %%zmm20\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm12\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm13\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm14\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm15\n\t"
-      "add $64, %[w]\n\t"
-      "add $4, %[x]\n\t"
-      "dec %[n]\n\t"
-      "jnz 1b\n\t"
-      SLUICE_STORE_SUMS
-      : [w] "+r"(w), [x] "+r"(x), [n] "+r"(quads)
-      : [d] "r"(&d[0][0]), [bb] "r"(block_bytes), [bb3] "r"(block3), [ldx] "r"(ldx),
-        [ldx3] "r"(ldx3)
-      : "rax", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",
-        "xmm20", "xmm21", "memory", "cc");
+      "mov $0x80808080, %k[n]\n\t"
+      "vpbroadcastd %k[n], %%zmm25\n\t"
+      "2:\n\t"
+      SLUICE_START_SUMS
+      "mov %[steps], %[n]\n\t"
+      SLUICE_INT8_QUADS
+      SLUICE_FOLD_SUMS
+      "dec %[g]\n\t"
+      "jnz 2b\n\t"
+      SLUICE_FUSED_OPERANDS(a, w, x, sw, p, g, n));
 }
 
-// The same for int4 octets: each W line unpacked into its low nibbles (zmm16-19) and high
-// nibbles (zmm22-25), two broadcasts of X (zmm20 at p, zmm21 at p + 4), the nibble mask in
-// zmm26.
-SLUICE_AVX512_VNNI void octets_4x4(__m512i (&d)[4][4], const uint8_t* w, int64_t block_bytes,
-                                   const int8_t* x, int64_t ldx, int64_t octets) {
-  const int64_t block3 = 3 * block_bytes, ldx3 = 3 * ldx;
+// The int4 4 × 4 tile over a.groups whole groups.
+SLUICE_AVX512_VNNI void int4_groups_4x4(const FusedArgs& a) {
+  const void* w = a.w;
+  const int8_t* x = a.x;
+  const float* sw = a.sw;
+  const RowParams* p = a.params;
+  int64_t g = a.groups, n;
   __asm__ volatile(
-      SLUICE_LOAD_SUMS
-      "mov $0x0f0f0f0f, %%eax\n\t"
-      "vpbroadcastd %%eax, %%zmm26\n\t"
-      "1:\n\t"
-      "vmovdqa64 (%[w]), %%zmm16\n\t"
-      "vmovdqa64 (%[w],%[bb],1), %%zmm17\n\t"
-      "vmovdqa64 (%[w],%[bb],2), %%zmm18\n\t"
-      "vmovdqa64 (%[w],%[bb3],1), %%zmm19\n\t"
-      "vpsrlw $4, %%zmm16, %%zmm22\n\t"
-      "vpsrlw $4, %%zmm17, %%zmm23\n\t"
-      "vpsrlw $4, %%zmm18, %%zmm24\n\t"
-      "vpsrlw $4, %%zmm19, %%zmm25\n\t"
-      "vpandd %%zmm26, %%zmm16, %%zmm16\n\t"
-      "vpandd %%zmm26, %%zmm17, %%zmm17\n\t"
-      "vpandd %%zmm26, %%zmm18, %%zmm18\n\t"
-      "vpandd %%zmm26, %%zmm19, %%zmm19\n\t"
-      "vpandd %%zmm26, %%zmm22, %%zmm22\n\t"
-      "vpandd %%zmm26, %%zmm23, %%zmm23\n\t"
-      "vpandd %%zmm26, %%zmm24, %%zmm24\n\t"
-      "vpandd %%zmm26, %%zmm25, %%zmm25\n\t"
-      "vpbroadcastd (%[x]), %%zmm20\n\t"
-      "vpbroadcastd 4(%[x]), %%zmm21\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm0\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm1\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm2\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm3\n\t"
-      "vpdpbusd %%zmm21, %%zmm22, %%zmm0\n\t"
-      "vpdpbusd %%zmm21, %%zmm23, %%zmm1\n\t"
-      "vpdpbusd %%zmm21, %%zmm24, %%zmm2\n\t"
-      "vpdpbusd %%zmm21, %%zmm25, %%zmm3\n\t"
-      "vpbroadcastd (%[x],%[ldx],1), %%zmm20\n\t"
-      "vpbroadcastd 4(%[x],%[ldx],1), %%zmm21\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm4\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm5\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm6\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm7\n\t"
-      "vpdpbusd %%zmm21, %%zmm22, %%zmm4\n\t"
-      "vpdpbusd %%zmm21, %%zmm23, %%zmm5\n\t"
-      "vpdpbusd %%zmm21, %%zmm24, %%zmm6\n\t"
-      "vpdpbusd %%zmm21, %%zmm25, %%zmm7\n\t"
-      "vpbroadcastd (%[x],%[ldx],2), %%zmm20\n\t"
-      "vpbroadcastd 4(%[x],%[ldx],2), %%zmm21\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm8\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm9\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm10\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm11\n\t"
-      "vpdpbusd %%zmm21, %%zmm22, %%zmm8\n\t"
-      "vpdpbusd %%zmm21, %%zmm23, %%zmm9\n\t"
-      "vpdpbusd %%zmm21, %%zmm24, %%zmm10\n\t"
-      "vpdpbusd %%zmm21, %%zmm25, %%zmm11\n\t"
-      "vpbroadcastd (%[x],%[ldx3],1), %%zmm20\n\t"
-      "vpbroadcastd 4(%[x],%[ldx3],1), %%zmm21\n\t"
-      "vpdpbusd %%zmm20, %%zmm16, %%zmm12\n\t"
-      "vpdpbusd %%zmm20, %%zmm17, %%zmm13\n\t"
-      "vpdpbusd %%zmm20, %%zmm18, %%zmm14\n\t"
-      "vpdpbusd %%zmm20, %%zmm19, %%zmm15\n\t"
-      "vpdpbusd %%zmm21, %%zmm22, %%zmm12\n\t"
-      "vpdpbusd %%zmm21, %%zmm23, %%zmm13\n\t"
-      "vpdpbusd %%zmm21, %%zmm24, %%zmm14\n\t"
-      "vpdpbusd %%zmm21, %%zmm25, %%zmm15\n\t"
-      "add $64, %[w]\n\t"
-      "add $8, %[x]\n\t"
-      "dec %[n]\n\t"
-      "jnz 1b\n\t"
-      SLUICE_STORE_SUMS
-      : [w] "+r"(w), [x] "+r"(x), [n] "+r"(octets)
-      : [d] "r"(&d[0][0]), [bb] "r"(block_bytes), [bb3] "r"(block3), [ldx] "r"(ldx),
-        [ldx3] "r"(ldx3)
-      : "rax", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",
-        "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "memory", "cc");
+      "mov $0x0f0f0f0f, %k[n]\n\t"
+      "vpbroadcastd %k[n], %%zmm26\n\t"
+      "2:\n\t"
+      SLUICE_START_SUMS
+      "mov %[steps], %[n]\n\t"
+      SLUICE_INT4_OCTETS
+      SLUICE_FOLD_SUMS
+      "dec %[g]\n\t"
+      "jnz 2b\n\t"
+      SLUICE_FUSED_OPERANDS(a, w, x, sw, p, g, n));
 }
+
+// clang-format on
+
+// The full 4 × 4 tile with its accumulators 4 blocks wide (ldacc 64), int8 or int4 (kInt4):
+// the fused loop over the tile's groups, kFusedGroups at a time.
+template <bool kInt4>
+SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
+  const int64_t k = t.w->k, group_size = t.w->group_size, groups = t.x->groups;
+  // Bytes of W per k (per block row): 1 for int8, 1/2 for int4, kept as bytes per group.
+  const int64_t group_bytes = group_size * kInt8BlockRows / (kInt4 ? 2 : 1);
+  const uint8_t* w = t.w->values() + t.block * (k / group_size) * group_bytes + t.g0 * group_bytes;
+  const int32_t* offsets = kInt4 ? t.x->offset_sum4 : t.x->offset_sum;
+  FusedArgs a{.w = nullptr,
+              .block_bytes = groups * group_bytes,
+              .x = t.x->q + t.row * k + t.g0 * group_size,
+              .ldx = k,
+              .steps = group_size / (kInt4 ? 8 : 4),
+              .sw = block_scales(*t.w, groups, t.block, t.g0),
+              .sw_stride = groups * kInt8BlockRows * int64_t(sizeof(float)),
+              .params = nullptr,
+              .groups = 0,
+              .acc = t.acc};
+  for (int64_t g = t.g0; g < t.g1; g += kFusedGroups) {
+    const int64_t count = std::min(kFusedGroups, t.g1 - g);
+    RowParams params[kFusedGroups];
+    for (int64_t j = 0; j < count; ++j)
+      for (int i = 0; i < 4; ++i) {
+        params[j].sx[i] = t.x->scale[(t.row + i) * groups + g + j];
+        params[j].offset[i] = offsets[(t.row + i) * groups + g + j];
+      }
+    a.w = w;
+    a.params = params;
+    a.groups = count;
+    if constexpr (kInt4)
+      int4_groups_4x4(a);
+    else
+      int8_groups_4x4(a);
+    w += count * group_bytes;
+    a.x += count * group_size;
+    a.sw += count * kInt8BlockRows;
+  }
+}
+
+#undef SLUICE_START_SUMS
+#undef SLUICE_FOLD_SUM
+#undef SLUICE_FOLD_SUMS
+#undef SLUICE_INT8_QUADS
+#undef SLUICE_INT4_OCTETS
+#undef SLUICE_FUSED_OPERANDS
 
 // w xor 0x80 is w + 128 as an unsigned byte; the accumulator starts at -128·Σx of the row's
 // group (offset_sum), so after the group it holds Σw·x exactly (|Σ| < 2²⁵, no overflow).
@@ -218,6 +334,8 @@ SLUICE_AVX512_VNNI void octets_4x4(__m512i (&d)[4][4], const uint8_t* w, int64_t
 // at 4 × 4: 4 loads and xors of W, 4 broadcasts, 16 vpdpbusd, in 22 of the 32 zmm registers.
 template <int kRows, int kBlocks>
 SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
+  if constexpr (kRows == 4 && kBlocks == 4)
+    if (t.ldacc == 4 * kInt8BlockRows) return tile_4x4_fused<false>(t);
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   const int64_t k = t.w->k, group_size = t.w->group_size, block_stride = k * kInt8BlockRows;
   const int8_t* wg = block_group(*t.w, t.block, t.g0);
@@ -227,18 +345,14 @@ SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
        ++g, wg += group_size * kInt8BlockRows, xg += group_size, c.next_group()) {
     alignas(64) __m512i d[kRows][kBlocks];
     start_group(c, d);
-    if constexpr (kRows == 4 && kBlocks == 4) {
-      quads_4x4(d, wg, block_stride, xg, k, group_size / 4);
-    } else {
-      const int8_t* wp = wg;
-      for (int64_t p = 0; p < group_size; p += 4, wp += 4 * kInt8BlockRows) {
-        __m512i wv[kBlocks];
-        for (int b = 0; b < kBlocks; ++b)
-          wv[b] = _mm512_xor_si512(_mm512_load_si512(wp + b * block_stride), bias);
-        for (int i = 0; i < kRows; ++i) {
-          const __m512i xv = broadcast_quad(xg + i * k + p);
-          for (int b = 0; b < kBlocks; ++b) d[i][b] = _mm512_dpbusd_epi32(d[i][b], wv[b], xv);
-        }
+    const int8_t* wp = wg;
+    for (int64_t p = 0; p < group_size; p += 4, wp += 4 * kInt8BlockRows) {
+      __m512i wv[kBlocks];
+      for (int b = 0; b < kBlocks; ++b)
+        wv[b] = _mm512_xor_si512(_mm512_load_si512(wp + b * block_stride), bias);
+      for (int i = 0; i < kRows; ++i) {
+        const __m512i xv = broadcast_quad(xg + i * k + p);
+        for (int b = 0; b < kBlocks; ++b) d[i][b] = _mm512_dpbusd_epi32(d[i][b], wv[b], xv);
       }
     }
     fold_group(c, t.acc, t.ldacc, d);
@@ -251,6 +365,8 @@ SLUICE_AVX512_VNNI void tile_avx512_vnni(const Tile& t) {
 // broadcasts and the mask, 27 registers.
 template <int kRows, int kBlocks>
 SLUICE_AVX512_VNNI void tile4_avx512_vnni(const Tile& t) {
+  if constexpr (kRows == 4 && kBlocks == 4)
+    if (t.ldacc == 4 * kInt8BlockRows) return tile_4x4_fused<true>(t);
   const __m512i low = _mm512_set1_epi8(15);
   const int64_t k = t.w->k, group_size = t.w->group_size, block_stride = k * kInt8BlockRows / 2;
   const uint8_t* wg = block_group4(*t.w, t.block, t.g0);
@@ -260,24 +376,20 @@ SLUICE_AVX512_VNNI void tile4_avx512_vnni(const Tile& t) {
        ++g, wg += group_size * kInt8BlockRows / 2, xg += group_size, c.next_group()) {
     alignas(64) __m512i d[kRows][kBlocks];
     start_group(c, d);
-    if constexpr (kRows == 4 && kBlocks == 4) {
-      octets_4x4(d, wg, block_stride, xg, k, group_size / 8);
-    } else {
-      const uint8_t* wp = wg;
-      for (int64_t p = 0; p < group_size; p += 8, wp += 4 * kInt8BlockRows) {
-        __m512i lo[kBlocks], hi[kBlocks];
+    const uint8_t* wp = wg;
+    for (int64_t p = 0; p < group_size; p += 8, wp += 4 * kInt8BlockRows) {
+      __m512i lo[kBlocks], hi[kBlocks];
+      for (int b = 0; b < kBlocks; ++b) {
+        const __m512i v = _mm512_load_si512(wp + b * block_stride);
+        lo[b] = _mm512_and_si512(v, low);
+        hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+      for (int i = 0; i < kRows; ++i) {
+        const __m512i x0 = broadcast_quad(xg + i * k + p);
+        const __m512i x1 = broadcast_quad(xg + i * k + p + 4);
         for (int b = 0; b < kBlocks; ++b) {
-          const __m512i v = _mm512_load_si512(wp + b * block_stride);
-          lo[b] = _mm512_and_si512(v, low);
-          hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        }
-        for (int i = 0; i < kRows; ++i) {
-          const __m512i x0 = broadcast_quad(xg + i * k + p);
-          const __m512i x1 = broadcast_quad(xg + i * k + p + 4);
-          for (int b = 0; b < kBlocks; ++b) {
-            d[i][b] = _mm512_dpbusd_epi32(d[i][b], lo[b], x0);
-            d[i][b] = _mm512_dpbusd_epi32(d[i][b], hi[b], x1);
-          }
+          d[i][b] = _mm512_dpbusd_epi32(d[i][b], lo[b], x0);
+          d[i][b] = _mm512_dpbusd_epi32(d[i][b], hi[b], x1);
         }
       }
     }

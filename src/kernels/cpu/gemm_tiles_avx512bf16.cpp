@@ -6,8 +6,6 @@
 // `vdpbf16ps` (6 cycles on two pipes), and 12 accumulators cover the instruction's latency.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_avx512.h"  // also silences GCC 12's false warning in the intrinsics

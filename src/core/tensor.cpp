@@ -30,7 +30,7 @@ Tensor Tensor::slice0(int64_t i) const {
   return t;
 }
 
-Tensor Tensor::allocate(DType dtype, Shape shape) {
+Tensor Tensor::allocate_for_overwrite(DType dtype, Shape shape) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -38,9 +38,14 @@ Tensor Tensor::allocate(DType dtype, Shape shape) {
   void* p = allocate_large(bytes, 64);
   if (!p)
     fail("out of memory allocating {} bytes for a tensor of shape {}", bytes, shape_str(t.shape));
-  std::memset(p, 0, bytes);
   t.data = p;
   t.owner = std::shared_ptr<void>(p, std::free);
+  return t;
+}
+
+Tensor Tensor::allocate(DType dtype, Shape shape) {
+  Tensor t = allocate_for_overwrite(dtype, std::move(shape));
+  std::memset(t.data, 0, (t.nbytes() + 63) / 64 * 64);
   return t;
 }
 

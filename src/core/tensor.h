@@ -38,6 +38,9 @@ struct Tensor {
   Tensor slice0(int64_t i) const;
 
   static Tensor allocate(DType dtype, Shape shape);  // zero-filled, 64-byte aligned
+  // 64-byte aligned, contents undefined: for a caller that writes every byte itself, so that the
+  // pages are first touched (and zeroed by the OS) once, by the threads that fill them.
+  static Tensor allocate_for_overwrite(DType dtype, Shape shape);
 };
 
 }  // namespace sluice

@@ -74,25 +74,27 @@ void QuantizedCheckpointReader::pack() {
     const cpu::QuantFormat f = quant_format(q.dtype);
     const size_t bytes = cpu::quant_bytes(f, first.n, first.k, q.group_size);
     const int64_t count = int64_t(slot.experts.size());
-    Tensor out = Tensor::allocate(
+    // pack_weights_into writes every byte of each matrix.
+    Tensor out = Tensor::allocate_for_overwrite(
         DType::U8, slot.stacked ? Shape{count, int64_t(bytes)} : Shape{int64_t(bytes)});
-    std::vector<int8_t> values(size_t(first.n * first.k));
+    std::vector<int8_t> unpacked;  // int4's values, one per byte
     std::vector<float> scales(size_t(first.n * (first.k / q.group_size)));
     for (int64_t e = 0; e < count; ++e) {
       const Matrix& m = slot.experts[size_t(e)];
       m.values->read_in();
       m.scales->read_in();
-      const uint8_t* src =
-          reinterpret_cast<const uint8_t*>(m.values->file->data() + m.values->offset);
-      if (f == cpu::QuantFormat::kInt8)
-        std::memcpy(values.data(), src, values.size());
-      else
+      const auto* src = reinterpret_cast<const int8_t*>(m.values->file->data() + m.values->offset);
+      const int8_t* values = src;
+      if (f == cpu::QuantFormat::kInt4) {
+        unpacked.resize(size_t(m.n * m.k));
         cpu::nibbles_to_int4(
-            src, int64_t(values.size()), values.data(),
+            reinterpret_cast<const uint8_t*>(src), int64_t(unpacked.size()), unpacked.data(),
             (m.values->file->path().string() + ": tensor '" + m.values->name + "'").c_str());
+        values = unpacked.data();
+      }
       std::memcpy(scales.data(), m.scales->file->data() + m.scales->offset, scales.size() * 4);
       try {
-        cpu::pack_weights_into(f, values.data(), scales.data(), m.n, m.k, q.group_size,
+        cpu::pack_weights_into(f, values, scales.data(), m.n, m.k, q.group_size,
                                out.as<uint8_t>() + size_t(e) * bytes);
       } catch (const Error& err) {
         fail("{}: tensor '{}': {}", m.values->file->path().string(), m.values->name, err.what());

@@ -21,6 +21,11 @@
 // W's lines copied to a contiguous buffer before use (W rows k apart share L1 sets; it cost more
 // than it saved at m ≤ 64), 3 blocks × 8 columns (68%), the broadcast folded into `vdpbf16ps`
 // as an {1to16} memory operand (30%: slow on this core), prefetcht0 of the tile's own W (38%).
+// On 2 Zen 4 cores (2026-12-06) the loop reaches ~71% at m = 64 and 256; packing each column
+// block's W over a range into [tile][pair][12] first (an AVX-512 16 × 16 transpose, so a tile reads
+// one stream and its 12 rows no longer share L1 sets) took m = 256 from 89.7–89.8 to 85.2–86.0 ms
+// but m = 64 from 22.4–23.9 to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not
+// kept.
 #pragma once
 
 #include <cstdint>

@@ -25,9 +25,11 @@ constexpr int64_t kDepth = 1024;
 constexpr int64_t kColBlock = 32 * kMaxCols;
 // The avx512bf16 tiles' ranges: twice as deep over half as many W rows (the same 192 KB of W),
 // so each tile's 12 horizontal sums and its call are spread over twice the k. On 2 AMD EPYC Zen 4
-// cores (n = 14336, k = 4096, 2026-12-06): m = 8 4.6–4.7 → 3.8–4.0 ms, m = 12 6.3 → 5.2, m = 16
-// 7.4–7.8 → 6.3–6.5; 2048 × 24 and 2048 × 96 about the same, 4096 × 24 and 4096 × 48 slower at
-// m = 8 (5.3–5.4 ms).
+// cores (n = 14336, k = 4096, 2026-12-06), in a quarter hour when the paired plain read ran at
+// ~37 GB/s: m = 8 4.6–4.7 → 3.8–4.0 ms, m = 12 6.3 → 5.2, m = 16 7.4–7.8 → 6.3–6.5 (2048 × 24
+// and 2048 × 96 about the same, 4096 × 24 and 4096 × 48 slower at m = 8: 5.3–5.4 ms); half an
+// hour later, with the read at ~62 GB/s, both forms gave m = 8 4.6 and m = 16 7.3–7.6 ms in three
+// interleaved runs each.
 constexpr int64_t kBf16Depth = 2048;
 constexpr int64_t kBf16ColBlock = 16 * kMaxCols;
 

@@ -4,6 +4,7 @@
 // Same offset trick and same fp32 fold as the AVX-VNNI tile in gemm_int8_avx2.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/cpu/gemm_int8_kernels.h"
@@ -50,23 +51,28 @@ SLUICE_AVX512 inline void start_group(const GroupCursor& c, __m512i (&d)[kRows][
 // 2 Zen 5 cores); with the sums stored after each group and folded in C++, the fold took ~25% of
 // the tile's time on 2 Zen 4 cores.
 
-// X's scales and offset sums of a 4-row tile for one group, side by side for the fused loops.
-struct RowParams {
+// What the fused loops read for one group besides W and X, side by side: W's scales of the 4
+// blocks, and X's scales and offset sums of the 4 rows.
+struct alignas(64) GroupParams {
+  float sw[4][kInt8BlockRows];
   float sx[4];
   int32_t offset[4];
 };
+// The loops address its fields by these offsets.
+static_assert(offsetof(GroupParams, sx) == 256 && offsetof(GroupParams, offset) == 272 &&
+              sizeof(GroupParams) == 320);
 // Groups one call of a fused loop takes at most (a sweep is 1024 / (group · 4) groups of a
 // 4-block tile: 2 at group 128).
 constexpr int64_t kFusedGroups = 8;
 
 // The hand-laid loops keep one instruction a line.
 // clang-format off
-// Starts the group's sums at its rows' offsets (RowParams at %[p]).
+// Starts the group's sums at its rows' offsets (GroupParams at %[p]).
 #define SLUICE_START_SUMS              \
-  "vpbroadcastd 16(%[p]), %%zmm0\n\t"  \
-  "vpbroadcastd 20(%[p]), %%zmm4\n\t"  \
-  "vpbroadcastd 24(%[p]), %%zmm8\n\t"  \
-  "vpbroadcastd 28(%[p]), %%zmm12\n\t" \
+  "vpbroadcastd 272(%[p]), %%zmm0\n\t" \
+  "vpbroadcastd 276(%[p]), %%zmm4\n\t" \
+  "vpbroadcastd 280(%[p]), %%zmm8\n\t" \
+  "vpbroadcastd 284(%[p]), %%zmm12\n\t"\
   "vmovdqa64 %%zmm0, %%zmm1\n\t"       \
   "vmovdqa64 %%zmm0, %%zmm2\n\t"       \
   "vmovdqa64 %%zmm0, %%zmm3\n\t"       \
@@ -89,32 +95,41 @@ constexpr int64_t kFusedGroups = 8;
   "vmovups %%zmm" n ", " off "(%[acc])\n\t"
 
 // Folds the finished group into acc (rows 256 bytes apart: 4 blocks of 16 fp32) with W's scales
-// at %[sw] (block b at %[sw] + b · %[sws] bytes) in zmm16-19 and the rows' sx in zmm20, 22-24,
-// then steps %[sw] and %[p] to the next group. zmm21 is scratch.
-#define SLUICE_FOLD_SUMS                                                                    \
-  "vmovups (%[sw]), %%zmm16\n\t"                                                            \
-  "vmovups (%[sw],%[sws],1), %%zmm17\n\t"                                                   \
-  "vmovups (%[sw],%[sws],2), %%zmm18\n\t"                                                   \
-  "vmovups (%[sw],%[sws3],1), %%zmm19\n\t"                                                  \
-  "vbroadcastss 0(%[p]), %%zmm20\n\t"                                                       \
-  "vbroadcastss 4(%[p]), %%zmm22\n\t"                                                       \
-  "vbroadcastss 8(%[p]), %%zmm23\n\t"                                                       \
-  "vbroadcastss 12(%[p]), %%zmm24\n\t"                                                      \
-  SLUICE_FOLD_SUM("0", "20", "16", "0") SLUICE_FOLD_SUM("1", "20", "17", "64")             \
-  SLUICE_FOLD_SUM("2", "20", "18", "128") SLUICE_FOLD_SUM("3", "20", "19", "192")          \
-  SLUICE_FOLD_SUM("4", "22", "16", "256") SLUICE_FOLD_SUM("5", "22", "17", "320")          \
-  SLUICE_FOLD_SUM("6", "22", "18", "384") SLUICE_FOLD_SUM("7", "22", "19", "448")          \
-  SLUICE_FOLD_SUM("8", "23", "16", "512") SLUICE_FOLD_SUM("9", "23", "17", "576")          \
-  SLUICE_FOLD_SUM("10", "23", "18", "640") SLUICE_FOLD_SUM("11", "23", "19", "704")        \
-  SLUICE_FOLD_SUM("12", "24", "16", "768") SLUICE_FOLD_SUM("13", "24", "17", "832")        \
-  SLUICE_FOLD_SUM("14", "24", "18", "896") SLUICE_FOLD_SUM("15", "24", "19", "960")        \
-  "add $64, %[sw]\n\t"                                                                      \
-  "add $32, %[p]\n\t"
+// (GroupParams at %[p]) in zmm16-19 and the rows' sx in zmm20, 22-24, then steps %[p] to the next
+// group. zmm21 is scratch.
+#define SLUICE_FOLD_SUMS                                                             \
+  "vmovaps 0(%[p]), %%zmm16\n\t"                                                    \
+  "vmovaps 64(%[p]), %%zmm17\n\t"                                                   \
+  "vmovaps 128(%[p]), %%zmm18\n\t"                                                  \
+  "vmovaps 192(%[p]), %%zmm19\n\t"                                                  \
+  "vbroadcastss 256(%[p]), %%zmm20\n\t"                                             \
+  "vbroadcastss 260(%[p]), %%zmm22\n\t"                                             \
+  "vbroadcastss 264(%[p]), %%zmm23\n\t"                                             \
+  "vbroadcastss 268(%[p]), %%zmm24\n\t"                                             \
+  SLUICE_FOLD_SUM("0", "20", "16", "0") SLUICE_FOLD_SUM("1", "20", "17", "64")      \
+  SLUICE_FOLD_SUM("2", "20", "18", "128") SLUICE_FOLD_SUM("3", "20", "19", "192")   \
+  SLUICE_FOLD_SUM("4", "22", "16", "256") SLUICE_FOLD_SUM("5", "22", "17", "320")   \
+  SLUICE_FOLD_SUM("6", "22", "18", "384") SLUICE_FOLD_SUM("7", "22", "19", "448")   \
+  SLUICE_FOLD_SUM("8", "23", "16", "512") SLUICE_FOLD_SUM("9", "23", "17", "576")   \
+  SLUICE_FOLD_SUM("10", "23", "18", "640") SLUICE_FOLD_SUM("11", "23", "19", "704") \
+  SLUICE_FOLD_SUM("12", "24", "16", "768") SLUICE_FOLD_SUM("13", "24", "17", "832") \
+  SLUICE_FOLD_SUM("14", "24", "18", "896") SLUICE_FOLD_SUM("15", "24", "19", "960") \
+  "add $320, %[p]\n\t"
+
+// The lines of the 4 blocks at %[pf] into L2, and %[pf] one line on: the same place in the next
+// sweep, while this one's W is read from L1.
+#define SLUICE_PREFETCH_NEXT_SWEEP          \
+  "prefetcht1 (%[pf])\n\t"                \
+  "prefetcht1 (%[pf],%[bb],1)\n\t"        \
+  "prefetcht1 (%[pf],%[bb],2)\n\t"        \
+  "prefetcht1 (%[pf],%[bb3],1)\n\t"       \
+  "add $64, %[pf]\n\t"
 
 // One group's k-quads (%[n] of them) of int8 W: W's 4 lines xor-biased into zmm16-19 (bias in
 // zmm25), each broadcast of X (zmm20) against all 4.
 #define SLUICE_INT8_QUADS                          \
   "1:\n\t"                                         \
+  SLUICE_PREFETCH_NEXT_SWEEP                       \
   "vpxord (%[w]), %%zmm25, %%zmm16\n\t"            \
   "vpxord (%[w],%[bb],1), %%zmm25, %%zmm17\n\t"    \
   "vpxord (%[w],%[bb],2), %%zmm25, %%zmm18\n\t"    \
@@ -149,6 +164,7 @@ constexpr int64_t kFusedGroups = 8;
 // at p + 4).
 #define SLUICE_INT4_OCTETS                           \
   "1:\n\t"                                           \
+  SLUICE_PREFETCH_NEXT_SWEEP                         \
   "vmovdqa64 (%[w]), %%zmm16\n\t"                    \
   "vmovdqa64 (%[w],%[bb],1), %%zmm17\n\t"            \
   "vmovdqa64 (%[w],%[bb],2), %%zmm18\n\t"            \
@@ -211,37 +227,34 @@ constexpr int64_t kFusedGroups = 8;
   "jnz 1b\n\t"
 
 // What a fused loop is given: W at the first group of the tile's first block (blocks
-// block_bytes apart), X at the rows' first group (rows ldx apart), steps (quads or octets) per
-// group, W's scales of the first group (blocks sw_stride bytes apart), the groups' RowParams and
-// the accumulators (rows 256 bytes apart).
+// block_bytes apart), how far ahead it prefetches W (one sweep), X at the rows' first group (rows
+// ldx apart), steps (quads or octets) per group, the groups' GroupParams and the accumulators
+// (rows 256 bytes apart).
 struct FusedArgs {
   const void* w;
-  int64_t block_bytes;
+  int64_t block_bytes, prefetch_ahead;
   const int8_t* x;
   int64_t ldx, steps;
-  const float* sw;
-  int64_t sw_stride;
-  const RowParams* params;
+  const GroupParams* params;
   int64_t groups;
   float* acc;
 };
 
-// The operands every fused loop names (each loop's own constants come before them).
-#define SLUICE_FUSED_OPERANDS(a, w, x, sw, p, g, n)                                         \
-  : [w] "+r"(w), [x] "+r"(x), [sw] "+r"(sw), [p] "+r"(p), [g] "+r"(g), [n] "=&r"(n)         \
+// The operands every fused loop names.
+#define SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n)                                         \
+  : [w] "+r"(w), [pf] "+r"(pf), [x] "+r"(x), [p] "+r"(p), [g] "+r"(g), [n] "=&r"(n)        \
   : [steps] "m"(a.steps), [bb] "r"(a.block_bytes), [bb3] "r"(3 * a.block_bytes),            \
-    [ldx] "r"(a.ldx), [ldx3] "r"(3 * a.ldx), [sws] "r"(a.sw_stride),                         \
-    [sws3] "r"(3 * a.sw_stride), [acc] "r"(a.acc)                                            \
+    [ldx] "r"(a.ldx), [ldx3] "r"(3 * a.ldx), [acc] "r"(a.acc)                                \
   : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
     "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",         \
     "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "memory", "cc"
 
 // The int8 4 × 4 tile over a.groups whole groups: start, quads, fold, per group.
 SLUICE_AVX512_VNNI void int8_groups_4x4(const FusedArgs& a) {
-  const void* w = a.w;
+  const char* w = static_cast<const char*>(a.w);
+  const char* pf = w + a.prefetch_ahead;
   const int8_t* x = a.x;
-  const float* sw = a.sw;
-  const RowParams* p = a.params;
+  const GroupParams* p = a.params;
   int64_t g = a.groups, n;
   __asm__ volatile(
       "mov $0x80808080, %k[n]\n\t"
@@ -253,15 +266,15 @@ SLUICE_AVX512_VNNI void int8_groups_4x4(const FusedArgs& a) {
       SLUICE_FOLD_SUMS
       "dec %[g]\n\t"
       "jnz 2b\n\t"
-      SLUICE_FUSED_OPERANDS(a, w, x, sw, p, g, n));
+      SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n));
 }
 
 // The int4 4 × 4 tile over a.groups whole groups.
 SLUICE_AVX512_VNNI void int4_groups_4x4(const FusedArgs& a) {
-  const void* w = a.w;
+  const char* w = static_cast<const char*>(a.w);
+  const char* pf = w + a.prefetch_ahead;
   const int8_t* x = a.x;
-  const float* sw = a.sw;
-  const RowParams* p = a.params;
+  const GroupParams* p = a.params;
   int64_t g = a.groups, n;
   __asm__ volatile(
       "mov $0x0f0f0f0f, %k[n]\n\t"
@@ -273,7 +286,7 @@ SLUICE_AVX512_VNNI void int4_groups_4x4(const FusedArgs& a) {
       SLUICE_FOLD_SUMS
       "dec %[g]\n\t"
       "jnz 2b\n\t"
-      SLUICE_FUSED_OPERANDS(a, w, x, sw, p, g, n));
+      SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n));
 }
 
 // clang-format on
@@ -283,28 +296,31 @@ SLUICE_AVX512_VNNI void int4_groups_4x4(const FusedArgs& a) {
 template <bool kInt4>
 SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
   const int64_t k = t.w->k, group_size = t.w->group_size, groups = t.x->groups;
-  // Bytes of W per k (per block row): 1 for int8, 1/2 for int4, kept as bytes per group.
+  // Bytes of W per group and block: 16 rows of 1 byte per k (int8) or half a byte (int4).
   const int64_t group_bytes = group_size * kInt8BlockRows / (kInt4 ? 2 : 1);
-  const uint8_t* w = t.w->values() + t.block * (k / group_size) * group_bytes + t.g0 * group_bytes;
+  const uint8_t* w = t.w->values() + t.block * groups * group_bytes + t.g0 * group_bytes;
+  const float* sw = block_scales(*t.w, groups, t.block, t.g0);
   const int32_t* offsets = kInt4 ? t.x->offset_sum4 : t.x->offset_sum;
   FusedArgs a{.w = nullptr,
               .block_bytes = groups * group_bytes,
+              .prefetch_ahead = (t.g1 - t.g0) * group_bytes,
               .x = t.x->q + t.row * k + t.g0 * group_size,
               .ldx = k,
               .steps = group_size / (kInt4 ? 8 : 4),
-              .sw = block_scales(*t.w, groups, t.block, t.g0),
-              .sw_stride = groups * kInt8BlockRows * int64_t(sizeof(float)),
               .params = nullptr,
               .groups = 0,
               .acc = t.acc};
   for (int64_t g = t.g0; g < t.g1; g += kFusedGroups) {
     const int64_t count = std::min(kFusedGroups, t.g1 - g);
-    RowParams params[kFusedGroups];
-    for (int64_t j = 0; j < count; ++j)
+    GroupParams params[kFusedGroups];
+    for (int64_t j = 0; j < count; ++j, sw += kInt8BlockRows) {
+      for (int b = 0; b < 4; ++b)
+        std::memcpy(params[j].sw[b], sw + b * groups * kInt8BlockRows, sizeof(params[j].sw[b]));
       for (int i = 0; i < 4; ++i) {
         params[j].sx[i] = t.x->scale[(t.row + i) * groups + g + j];
         params[j].offset[i] = offsets[(t.row + i) * groups + g + j];
       }
+    }
     a.w = w;
     a.params = params;
     a.groups = count;
@@ -314,7 +330,6 @@ SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
       int8_groups_4x4(a);
     w += count * group_bytes;
     a.x += count * group_size;
-    a.sw += count * kInt8BlockRows;
   }
 }
 
@@ -323,6 +338,7 @@ SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
 #undef SLUICE_FOLD_SUMS
 #undef SLUICE_INT8_QUADS
 #undef SLUICE_INT4_OCTETS
+#undef SLUICE_PREFETCH_NEXT_SWEEP
 #undef SLUICE_FUSED_OPERANDS
 
 // w xor 0x80 is w + 128 as an unsigned byte; the accumulator starts at -128·Σx of the row's

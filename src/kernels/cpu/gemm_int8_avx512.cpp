@@ -249,46 +249,35 @@ struct FusedArgs {
     "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",         \
     "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "memory", "cc"
 
-// The int8 4 × 4 tile over a.groups whole groups: start, quads, fold, per group.
-SLUICE_AVX512_VNNI void int8_groups_4x4(const FusedArgs& a) {
+// Per group: the sums started, the group's k-steps (STEPS), the fold; the constant of the steps
+// (`value`, a 32-bit pattern) broadcast into `reg` first.
+#define SLUICE_GROUPS_LOOP(value, reg, STEPS) \
+  "mov $" value ", %k[n]\n\t"                \
+  "vpbroadcastd %k[n], %%" reg "\n\t"        \
+  "2:\n\t"                                   \
+  SLUICE_START_SUMS                           \
+  "mov %[steps], %[n]\n\t"                   \
+  STEPS                                       \
+  SLUICE_FOLD_SUMS                            \
+  "dec %[g]\n\t"                             \
+  "jnz 2b\n\t"
+
+// The 4 × 4 tile over a.groups whole groups: int8 quads (the xor bias in zmm25) or int4 octets
+// (the nibble mask in zmm26).
+template <bool kInt4>
+SLUICE_AVX512_VNNI void groups_4x4(const FusedArgs& a) {
   const char* w = static_cast<const char*>(a.w);
   const char* pf = w + a.prefetch_ahead;
   const int8_t* x = a.x;
   const GroupParams* p = a.params;
   int64_t g = a.groups, n;
-  __asm__ volatile(
-      "mov $0x80808080, %k[n]\n\t"
-      "vpbroadcastd %k[n], %%zmm25\n\t"
-      "2:\n\t"
-      SLUICE_START_SUMS
-      "mov %[steps], %[n]\n\t"
-      SLUICE_INT8_QUADS
-      SLUICE_FOLD_SUMS
-      "dec %[g]\n\t"
-      "jnz 2b\n\t"
-      SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n));
+  if constexpr (kInt4)
+    __asm__ volatile(SLUICE_GROUPS_LOOP("0x0f0f0f0f", "zmm26", SLUICE_INT4_OCTETS)
+                     SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n));
+  else
+    __asm__ volatile(SLUICE_GROUPS_LOOP("0x80808080", "zmm25", SLUICE_INT8_QUADS)
+                     SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n));
 }
-
-// The int4 4 × 4 tile over a.groups whole groups.
-SLUICE_AVX512_VNNI void int4_groups_4x4(const FusedArgs& a) {
-  const char* w = static_cast<const char*>(a.w);
-  const char* pf = w + a.prefetch_ahead;
-  const int8_t* x = a.x;
-  const GroupParams* p = a.params;
-  int64_t g = a.groups, n;
-  __asm__ volatile(
-      "mov $0x0f0f0f0f, %k[n]\n\t"
-      "vpbroadcastd %k[n], %%zmm26\n\t"
-      "2:\n\t"
-      SLUICE_START_SUMS
-      "mov %[steps], %[n]\n\t"
-      SLUICE_INT4_OCTETS
-      SLUICE_FOLD_SUMS
-      "dec %[g]\n\t"
-      "jnz 2b\n\t"
-      SLUICE_FUSED_OPERANDS(a, w, pf, x, p, g, n));
-}
-
 // clang-format on
 
 // The full 4 × 4 tile with its accumulators 4 blocks wide (ldacc 64), int8 or int4 (kInt4):
@@ -324,10 +313,7 @@ SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
     a.w = w;
     a.params = params;
     a.groups = count;
-    if constexpr (kInt4)
-      int4_groups_4x4(a);
-    else
-      int8_groups_4x4(a);
+    groups_4x4<kInt4>(a);
     w += count * group_bytes;
     a.x += count * group_size;
   }
@@ -340,6 +326,7 @@ SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
 #undef SLUICE_INT4_OCTETS
 #undef SLUICE_PREFETCH_NEXT_SWEEP
 #undef SLUICE_FUSED_OPERANDS
+#undef SLUICE_GROUPS_LOOP
 
 // w xor 0x80 is w + 128 as an unsigned byte; the accumulator starts at -128·Σx of the row's
 // group (offset_sum), so after the group it holds Σw·x exactly (|Σ| < 2²⁵, no overflow).

@@ -95,7 +95,7 @@ void QuantizedCheckpointReader::pack() {
       std::memcpy(scales.data(), m.scales->file->data() + m.scales->offset, scales.size() * 4);
       try {
         cpu::pack_weights_into(f, values, scales.data(), m.n, m.k, q.group_size,
-                               out.as<uint8_t>() + size_t(e) * bytes);
+                               out.as<uint8_t>() + size_t(e) * bytes, /*parallel=*/true);
       } catch (const Error& err) {
         fail("{}: tensor '{}': {}", m.values->file->path().string(), m.values->name, err.what());
       }

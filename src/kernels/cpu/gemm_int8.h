@@ -101,17 +101,19 @@ struct QuantWeights : QuantView {
 void quantize_rows(QuantFormat f, const uint16_t* w, int64_t n, int64_t k, int64_t group_size,
                    int8_t* q, float* scales);
 // Packs plain q [n, k] and scales [n, k / group_size] into `out` (quant_bytes of them, 64-byte
-// aligned). Fails naming field 'q' for a value outside [-quant_max, quant_max] (-128 would
-// break the AVX2 kernel's negation; -8 has no int4 nibble).
+// aligned), every byte written. Fails naming field 'q' for a value outside [-quant_max,
+// quant_max] (-128 would break the AVX2 kernel's negation; -8 has no int4 nibble). `parallel`:
+// over OpenMP's threads (a loader on the main thread); false on threads of one's own, one per
+// core (the disk tier's makers), which would otherwise each start a team.
 void pack_weights_into(QuantFormat f, const int8_t* q, const float* scales, int64_t n, int64_t k,
-                       int64_t group_size, uint8_t* out);
+                       int64_t group_size, uint8_t* out, bool parallel);
 // quantize_rows then pack_weights_into, into `out` or a new buffer.
 void quantize_weights_into(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
                            int64_t group_size, uint8_t* out);
 QuantWeights quantize_weights(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
                               int64_t group_size);
-QuantWeights pack_weights(QuantFormat f, const int8_t* q, const float* scales, int64_t n,
-                          int64_t k, int64_t group_size);
+QuantWeights pack_weights(QuantFormat f, const int8_t* q, const float* scales, int64_t n, int64_t k,
+                          int64_t group_size);
 // The int8 forms, kept for the int8-only callers.
 QuantWeights quantize_weights_int8(const uint16_t* w, int64_t n, int64_t k, int64_t group_size);
 QuantWeights pack_weights_int8(const int8_t* q, const float* scales, int64_t n, int64_t k,
@@ -125,13 +127,13 @@ void nibbles_to_int4(const uint8_t* nibbles, int64_t count, int8_t* q, const cha
 
 struct GemmInt8Args {
   int64_t m = 0;
-  const void* x = nullptr;     // [m, k], row stride ldx elements
-  DType x_dtype = DType::F32;  // F32 or BF16
-  int64_t ldx = 0;             // 0 means k
+  const void* x = nullptr;       // [m, k], row stride ldx elements
+  DType x_dtype = DType::F32;    // F32 or BF16
+  int64_t ldx = 0;               // 0 means k
   const QuantView* w = nullptr;  // int8 or int4
-  float* y = nullptr;  // fp32 [m, n], row stride ldy elements
-  int64_t ldy = 0;     // 0 means n
-  float beta = 0.0f;   // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y
+  float* y = nullptr;            // fp32 [m, n], row stride ldy elements
+  int64_t ldy = 0;               // 0 means n
+  float beta = 0.0f;             // 0: overwrite Y; otherwise Y = X·Wᵀ + beta·Y
 };
 
 // Parallel over blocks of 16 output columns (OpenMP), with the instruction gemm_int8_dot().

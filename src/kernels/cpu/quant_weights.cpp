@@ -184,7 +184,7 @@ void pack_block_values(QuantFormat f, const int8_t* q, int64_t n, int64_t k, int
 // the 4-layer Mixtral-8x7B shape took 16 s with a per-value layout call and a memset of each
 // matrix, on one thread (2 Zen 4 cores).
 void pack_weights_into(QuantFormat f, const int8_t* q, const float* scales, int64_t n, int64_t k,
-                       int64_t group_size, uint8_t* out) {
+                       int64_t group_size, uint8_t* out, bool parallel) {
   check_quant_shape("pack_weights", f, n, k, group_size);
   check_value_range(f, q, n, k);
   const int64_t groups = k / group_size;
@@ -192,7 +192,7 @@ void pack_weights_into(QuantFormat f, const int8_t* q, const float* scales, int6
   const size_t block_bytes = size_t(kInt8BlockRows * k / (f == QuantFormat::kInt4 ? 2 : 1));
   float* s = const_cast<float*>(v.scales());
   const int64_t blocks = v.blocks();
-#pragma omp parallel for schedule(static) if (n * k >= kParallelWeights)
+#pragma omp parallel for schedule(static) if (parallel && n * k >= kParallelWeights)
   for (int64_t b = 0; b < blocks; ++b) {
     pack_block_values(f, q, n, k, b, out + size_t(b) * block_bytes);
     for (int64_t g = 0; g < groups; ++g)
@@ -214,7 +214,7 @@ void quantize_weights_into(QuantFormat f, const uint16_t* w, int64_t n, int64_t 
   std::vector<int8_t> q(size_t(n * k));
   std::vector<float> scales(size_t(n * (k / group_size)));
   quantize_rows(f, w, n, k, group_size, q.data(), scales.data());
-  pack_weights_into(f, q.data(), scales.data(), n, k, group_size, out);
+  pack_weights_into(f, q.data(), scales.data(), n, k, group_size, out, true);
 }
 
 QuantWeights quantize_weights(QuantFormat f, const uint16_t* w, int64_t n, int64_t k,
@@ -229,7 +229,7 @@ QuantWeights pack_weights(QuantFormat f, const int8_t* q, const float* scales, i
                           int64_t group_size) {
   check_quant_shape("pack_weights", f, n, k, group_size);
   QuantWeights out = allocate(f, n, k, group_size);
-  pack_weights_into(f, q, scales, n, k, group_size, out.storage.get());
+  pack_weights_into(f, q, scales, n, k, group_size, out.storage.get(), true);
   return out;
 }
 

@@ -514,7 +514,8 @@ void ExpertPagePool::pack(const Slot& s) {
     try {
       cpu::pack_weights_into(f, q8, reinterpret_cast<const float*>(direct_data(scales)),
                              shapes[j].n, shapes[j].k, q.group_size,
-                             reinterpret_cast<uint8_t*>(s.memory + layout_.made[j]));
+                             reinterpret_cast<uint8_t*>(s.memory + layout_.made[j]),
+                             /*parallel=*/false);  // one maker per core already
     } catch (const Error& e) {
       fail("{}: {}", what, e.what());
     }

@@ -19,6 +19,7 @@
 #include "engine/throughput_report.h"
 #include "io/direct_reader.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kernels_revision.h"
 #include "runtime/hardware_probe.h"
 #include "runtime/planner/planner.h"
 #include "runtime/planner/profiler.h"
@@ -69,6 +70,7 @@ std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::
   if (!in) return std::nullopt;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("kernels_revision", 0) != cpu::kKernelsRevision) return std::nullopt;
     const QuickMeasurements q{
         {j.at("dram_bytes_per_s").get<double>(), j.at("gemm_flops").get<double>(),
          j.at("call_seconds").get<double>(),
@@ -81,7 +83,7 @@ std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::
       return q;
   } catch (const std::exception&) {  // a JSON error, or the Error of a bad field
   }
-  return std::nullopt;  // unreadable, or written before a field existed: measured again
+  return std::nullopt;  // unreadable, incomplete or measured by older kernels: measured again
 }
 
 // Where a quick measurement named `prefix` is cached: beside this machine's profile.
@@ -106,7 +108,8 @@ QuickMeasurements cached_quick_measurements(int threads) {
                              measure_quant_gemm_speedups()};
   });
   const Ceilings& c = measured.ceilings;
-  write_cache_file(path, nlohmann::json{{"dram_bytes_per_s", c.dram_bytes_per_s},
+  write_cache_file(path, nlohmann::json{{"kernels_revision", cpu::kKernelsRevision},
+                                        {"dram_bytes_per_s", c.dram_bytes_per_s},
                                         {"gemm_flops", c.gemm_flops},
                                         {"call_seconds", c.call_seconds},
                                         {"instruction_ceilings", to_json(c.instructions)},
@@ -178,6 +181,7 @@ HardwareProfile planner_profile(int threads) {
     p.memory_bytes = machine.memory_bytes;
     p.instructions = c.instructions;
     p.quant_gemm = q.quant_gemm;
+    p.kernels_revision = cpu::kKernelsRevision;
   }
   if (!p.gpu) p.gpu = cached_quick_gpu_profile();
   return p;

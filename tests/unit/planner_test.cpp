@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kernels_revision.h"
 #include "model/presets.h"
 #include "runtime/kv_cache.h"
 #include "runtime/planner/cost_model.h"
@@ -21,6 +22,7 @@
 #include "runtime/planner/workload_file.h"
 #include "runtime/planner/workload_sim.h"
 #include "runtime/scheduler.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -247,6 +249,30 @@ TEST(ProfileCache, PathNamesTheIsaLevel) {
               "profile-" + this_machine().key() + "-" + cpu::isa_name(level) + "-t" +
                   std::to_string(threads) + ".json");
   }
+}
+
+// A profile cached by a build whose kernels had another revision is not used (`bench` and
+// `plan` would predict from the old kernels' speed); one of this build's is.
+TEST(ProfileCache, AProfileOfOtherKernelsIsNotUsed) {
+  testing::TempDir dir;
+  const char* before = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = before ? before : "";
+  setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  HardwareProfile p;
+  p.dram_bytes_per_s = 2e10, p.gemm_peak_flops = 3e11;
+  for (int revision : {0, cpu::kKernelsRevision - 1, cpu::kKernelsRevision}) {
+    p.kernels_revision = revision;
+    std::ofstream(profile_cache_path(this_machine(), 0)) << to_json(p).dump();
+    const std::optional<HardwareProfile> loaded = load_cached_profile(0);
+    EXPECT_EQ(loaded.has_value(), revision == cpu::kKernelsRevision) << "revision " << revision;
+    if (loaded) {
+      EXPECT_EQ(loaded->dram_bytes_per_s, 2e10);
+    }
+  }
+  if (before)
+    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
 }
 
 TEST(CostModel, OneLayerBytesAndFlopsByHand) {

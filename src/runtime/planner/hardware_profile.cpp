@@ -142,6 +142,7 @@ nlohmann::json to_json(const HardwareProfile& p) {
                       {"threads", p.threads},
                       {"memory_bytes", p.memory_bytes},
                       {"source", p.source},
+                      {"kernels_revision", p.kernels_revision},
                       {"dram_bytes_per_s", p.dram_bytes_per_s},
                       {"gemm_peak_flops", p.gemm_peak_flops},
                       {"disk_bytes_per_s", p.disk_bytes_per_s},
@@ -189,6 +190,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.threads = j.value("threads", p.cores);
   p.memory_bytes = j.value("memory_bytes", size_t(0));
   p.source = j.value("source", "measured");
+  p.kernels_revision = j.value("kernels_revision", 0);  // absent in older profiles
   p.dram_bytes_per_s = number("dram_bytes_per_s");
   p.gemm_peak_flops = number("gemm_peak_flops");
   p.disk_bytes_per_s = number("disk_bytes_per_s");

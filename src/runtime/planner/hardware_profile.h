@@ -67,7 +67,8 @@ struct HardwareProfile {
   int cores = 0;
   int threads = 0;  // OpenMP threads the measurements used (the engine's policy.threads)
   size_t memory_bytes = 0;
-  std::string source;  // "measured" (sluice profile) or "quick" (built from measure_ceilings)
+  std::string source;        // "measured" (sluice profile) or "quick" (built from measure_ceilings)
+  int kernels_revision = 0;  // cpu::kKernelsRevision of the build that measured it (0: older)
 
   double dram_bytes_per_s = 0;         // streaming read, all threads
   double gemm_peak_flops = 0;          // large bf16 GEMM through cpu::gemm: sluice's own best

@@ -25,6 +25,7 @@
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kernels_revision.h"
 #include "runtime/hardware_probe.h"
 
 namespace sluice {
@@ -263,6 +264,7 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.threads = omp_get_max_threads();
   p.memory_bytes = machine.memory_bytes;
   p.source = "measured";
+  p.kernels_revision = cpu::kKernelsRevision;
   say("DRAM read bandwidth");
   p.dram_bytes_per_s = measure_dram_bandwidth();
   say(fmt::format("instruction peaks at ISA level {} (fp32 FMA, bf16, int8)", p.isa_level));
@@ -326,7 +328,15 @@ std::optional<HardwareProfile> load_cached_profile(int threads) {
         "run `sluice profile --refresh`",
         path.string(), e.what());
   }
-  return profile_from_json(j, path.string());
+  HardwareProfile p = profile_from_json(j, path.string());
+  if (p.kernels_revision != cpu::kKernelsRevision) {
+    fmt::print(stderr,
+               "planner: {} was measured with an older build's kernels; it is not used (`sluice "
+               "profile` measures this one's)\n",
+               path.string());
+    return std::nullopt;
+  }
+  return p;
 }
 
 void write_cache_file(const std::filesystem::path& path, const std::string& text) {

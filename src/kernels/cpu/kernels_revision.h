@@ -1,0 +1,14 @@
+// Which generation of the CPU kernels this build runs, as far as the planner's measurements care.
+#pragma once
+
+namespace sluice::cpu {
+
+// Bumped whenever a CPU kernel's speed changes enough to move what `sluice profile` and the
+// quick measurements record (its ceilings, GEMM curves, int8/int4 speedups). Both cache files
+// under ~/.cache/sluice carry the revision they were measured with, and one measured with
+// another (or before the field existed) is measured again: on 2 Zen 4 cores, a quick profile
+// cached before the int8 tiles' rework had `bench` predict int8 decode 1.3× too low.
+//   1: the fused int8/int4 AVX512-VNNI tiles and the avx512bf16 streaming prefetch (2026-12-06).
+constexpr int kKernelsRevision = 1;
+
+}  // namespace sluice::cpu

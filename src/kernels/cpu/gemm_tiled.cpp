@@ -25,11 +25,10 @@ constexpr int64_t kDepth = 1024;
 constexpr int64_t kColBlock = 32 * kMaxCols;
 // The avx512bf16 tiles' ranges: twice as deep over half as many W rows (the same 192 KB of W),
 // so each tile's 12 horizontal sums and its call are spread over twice the k. On 2 AMD EPYC Zen 4
-// cores (n = 14336, k = 4096, 2026-12-06), in a quarter hour when the paired plain read ran at
-// ~37 GB/s: m = 8 4.6–4.7 → 3.8–4.0 ms, m = 12 6.3 → 5.2, m = 16 7.4–7.8 → 6.3–6.5 (2048 × 24
-// and 2048 × 96 about the same, 4096 × 24 and 4096 × 48 slower at m = 8: 5.3–5.4 ms); half an
-// hour later, with the read at ~62 GB/s, both forms gave m = 8 4.6 and m = 16 7.3–7.6 ms in three
-// interleaved runs each.
+// cores (n = 14336, k = 4096, 2026-12-06, three interleaved runs against 1024 × 96): m = 8
+// 4.65–4.68 → 3.85–3.92 ms (43% → 52% of the vdpbf16ps peak), m = 16 7.44–8.76 → 6.23–6.36 ms
+// (46–54% → 63–64%); 2048 × 24 and 2048 × 96 about the same, 4096 × 24 and 4096 × 48 slower at
+// m = 8 (5.3–5.4 ms).
 constexpr int64_t kBf16Depth = 2048;
 constexpr int64_t kBf16ColBlock = 16 * kMaxCols;
 
@@ -202,8 +201,8 @@ void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream)
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
   const bool stream = b.rows <= kMaxRows;
   const int64_t k_padded = round_up(b.a->k, b.set.group);
-  const int64_t depth = stream ? k_padded : (b.set.bf16 ? 1024 : kDepth);
-  const int64_t col_block = stream ? c1 - c0 : (b.set.bf16 ? 96 : kColBlock);
+  const int64_t depth = stream ? k_padded : (b.set.bf16 ? kBf16Depth : kDepth);
+  const int64_t col_block = stream ? c1 - c0 : (b.set.bf16 ? kBf16ColBlock : kColBlock);
   for (int64_t cb = c0; cb < c1; cb += col_block) {
     const int64_t cb_end = std::min(c1, cb + col_block);
     for (int64_t k0 = 0; k0 < k_padded; k0 += depth) {

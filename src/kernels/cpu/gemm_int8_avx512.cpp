@@ -287,7 +287,8 @@ SLUICE_AVX512_VNNI void tile_4x4_fused(const Tile& t) {
   const int64_t k = t.w->k, group_size = t.w->group_size, groups = t.x->groups;
   // Bytes of W per group and block: 16 rows of 1 byte per k (int8) or half a byte (int4).
   const int64_t group_bytes = group_size * kInt8BlockRows / (kInt4 ? 2 : 1);
-  const uint8_t* w = t.w->values() + t.block * groups * group_bytes + t.g0 * group_bytes;
+  const auto* w = kInt4 ? block_group4(*t.w, t.block, t.g0)
+                        : reinterpret_cast<const uint8_t*>(block_group(*t.w, t.block, t.g0));
   const float* sw = block_scales(*t.w, groups, t.block, t.g0);
   const int32_t* offsets = kInt4 ? t.x->offset_sum4 : t.x->offset_sum;
   FusedArgs a{.w = nullptr,

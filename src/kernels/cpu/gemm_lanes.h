@@ -9,23 +9,26 @@
 //
 //     acc[block b][column j] += X pairs of the block's 16 rows · broadcast(W[j] pair p)
 //
-// A tile of 2 blocks × 12 columns keeps 24 accumulators (of 32 registers) and issues 2 loads of X
-// and 12 broadcasts of W per 24 `vdpbf16ps`. k is walked in ranges: over one range, a tile of rows
-// (16 KB of packed X) stays in L1 while it meets a block of 96 columns, tile after tile, and that
-// block's W is reused by every tile of rows from L2; the first tile of rows prefetches the next
-// range's W into L2. Sums over a range are kept transposed ([column][row]) in a per-thread
-// scratch between ranges and written to Y once, after the last.
+// A tile of 4 blocks × 6 columns (3 × 8, or 2 × 12 where fewer rows remain) keeps 24 accumulators
+// (of 32 registers); at 4 × 6 it issues 4 loads of X and 6 broadcasts of W per 24 `vdpbf16ps`.
+// k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
+// stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
+// prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in
+// a per-thread scratch between ranges and written to Y once, after the last.
 //
-// Measured on 2 Zen 5 cores (n = 14336, k = 4096): 70–77% of the `vdpbf16ps` peak from m = 32
-// up, where a loop of the same instructions on L1-resident data reaches ~95%. Tried and not kept:
-// W's lines copied to a contiguous buffer before use (W rows k apart share L1 sets; it cost more
-// than it saved at m ≤ 64), 3 blocks × 8 columns (68%), the broadcast folded into `vdpbf16ps`
-// as an {1to16} memory operand (30%: slow on this core), prefetcht0 of the tile's own W (38%).
-// On 2 Zen 4 cores (2026-12-06) the loop reaches ~71% at m = 64 and 256; packing each column
-// block's W over a range into [tile][pair][12] first (an AVX-512 16 × 16 transpose, so a tile reads
-// one stream and its 12 rows no longer share L1 sets) took m = 256 from 89.7–89.8 to 85.2–86.0 ms
-// but m = 64 from 22.4–23.9 to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not
-// kept.
+// Measured on 2 Zen 5 cores (n = 14336, k = 4096, 2 × 12 tiles over 128-pair ranges): 70–77% of
+// the `vdpbf16ps` peak from m = 32 up, where a loop of the same instructions on L1-resident data
+// reaches ~95%. Tried and not kept there: W's lines copied to a contiguous buffer before use (W
+// rows k apart share L1 sets; it cost more than it saved at m ≤ 64), 3 blocks × 8 columns (68%),
+// the broadcast folded into `vdpbf16ps` as an {1to16} memory operand (30%: slow on this core),
+// prefetcht0 of the tile's own W (38%).
+// On 2 Zen 4 cores (2026-12-06) the 2 × 12 tiles over 128-pair ranges reached ~71% at m = 64
+// and 256, and 50–54% at n = 4096, k = 14336. Packing each column block's W over a range into
+// [tile][pair][12] first (an AVX-512 16 × 16 transpose, so a tile reads one stream and its 12 rows
+// no longer share L1 sets) took m = 256 from 89.7–89.8 to 85.2–86.0 ms but m = 64 from 22.4–23.9
+// to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not kept. The 4 × 6 tiles over
+// 2048-pair ranges reach 80–84% at n = 14336, k = 4096 and 87–92% at n = 4096, k = 14336 from
+// m = 64 up (gemm_lanes_avx512bf16.cpp has the range measurements).
 #pragma once
 
 #include <cstdint>

@@ -76,10 +76,11 @@ std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::
          j.at("call_seconds").get<double>(),
          instruction_ceilings_from_json(j.at("instruction_ceilings"), path.string())},
         gemm_curve_from_json(j.at("small_m_gemm"), path.string()),
-        {j.at("int8_gemm_speedup").get<double>(), j.at("int4_gemm_speedup").get<double>()}};
+        quant_gemm_speedups_from_json(j.at("quant_gemm_speedups"))};
     const Ceilings& c = q.ceilings;
     if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0 &&
-        c.instructions.measured() && q.quant_gemm.int8 > 0 && q.quant_gemm.int4 > 0)
+        c.instructions.measured() && q.quant_gemm.int8 > 0 && q.quant_gemm.int4 > 0 &&
+        q.quant_gemm.int8_small_m > 0 && q.quant_gemm.int4_small_m > 0)
       return q;
   } catch (const std::exception&) {  // a JSON error, or the Error of a bad field
   }
@@ -114,8 +115,7 @@ QuickMeasurements cached_quick_measurements(int threads) {
                                         {"call_seconds", c.call_seconds},
                                         {"instruction_ceilings", to_json(c.instructions)},
                                         {"small_m_gemm", to_json(measured.small_m)},
-                                        {"int8_gemm_speedup", measured.quant_gemm.int8},
-                                        {"int4_gemm_speedup", measured.quant_gemm.int4}}
+                                        {"quant_gemm_speedups", to_json(measured.quant_gemm)}}
                                  .dump() +
                              "\n");
   return measured;

@@ -87,13 +87,15 @@ TEST(HardwareProfile, CurveInterpolatesAndExtrapolatesProportionally) {
 TEST(HardwareProfile, JsonRoundTripAndNamedErrors) {
   HardwareProfile p = round_profile();
   p.disk_bytes_per_s = 1.5e9;
-  p.quant_gemm = {1.3, 2.1};
+  p.quant_gemm = {1.3, 2.1, 1.9, 3.2};
   const nlohmann::json j = to_json(p);
   EXPECT_TRUE(j["gpu"].is_null());
   const HardwareProfile q = profile_from_json(j, "p.json");
   EXPECT_DOUBLE_EQ(q.disk_bytes_per_s, 1.5e9);
   EXPECT_DOUBLE_EQ(q.quant_gemm.int8, 1.3);
   EXPECT_DOUBLE_EQ(q.quant_gemm.int4, 2.1);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.int8_small_m, 1.9);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.int4_small_m, 3.2);
   ASSERT_EQ(q.cpu_gemm.size(), p.cpu_gemm.size());
   EXPECT_DOUBLE_EQ(q.gemm_seconds(int64_t(64), 4096, 4096, "bf16"),
                    p.gemm_seconds(int64_t(64), 4096, 4096, "bf16"));
@@ -236,6 +238,25 @@ TEST(CostModel, Int8ExpertGemmsReadTheirBytesAtTheInt8Peak) {
   const Task measured4 = CpuCostModel(hw, q4, p).mlp_gemm_task("e", "g", 400, I, H);
   EXPECT_NEAR(measured8.seconds - overhead, (bf16.seconds - overhead) / 1.25, 1e-12);
   EXPECT_NEAR(measured4.seconds - overhead, (bf16.seconds - overhead) / 1.6, 1e-12);
+
+  // With the m = 16 figures too: those up to 16 rows, the m = 128 ones from 128, and between
+  // them in log m (m = 45.25 lies halfway).
+  hw.quant_gemm = {1.25, 1.6, 2.0, 3.0};
+  const CpuCostModel per_m(hw, q, p);
+  auto int8_at = [&](double m) { return per_m.mlp_gemm_task("e", "g", m, I, H).seconds; };
+  auto bf16_at = [&](double m) { return bf16_model.mlp_gemm_task("e", "g", m, I, H).seconds; };
+  EXPECT_NEAR(int8_at(400) - overhead, (bf16_at(400) - overhead) / 1.25, 1e-12);
+  EXPECT_DOUBLE_EQ(hw.quant_gemm.at(false, 16), 2.0);
+  EXPECT_DOUBLE_EQ(hw.quant_gemm.at(false, 8), 2.0);
+  EXPECT_DOUBLE_EQ(hw.quant_gemm.at(true, 4), 3.0);
+  EXPECT_DOUBLE_EQ(hw.quant_gemm.at(true, 128), 1.6);
+  EXPECT_NEAR(hw.quant_gemm.at(false, std::sqrt(16.0 * 128.0)), 1.625, 1e-12);
+  const Task decode = per_m.mlp_gemm_task("e", "g", 16, I, H);
+  EXPECT_NEAR(decode.seconds - overhead,
+              std::max({hw.gemm_seconds(16.0, I, H, "bf16") / 2.0,
+                        decode.flops / (hw.gemm_peak_flops * 2.0),
+                        decode.bytes / hw.dram_bytes_per_s}),
+              1e-12);
 }
 
 // SLUICE_ISA=avx2 on an AVX-512 machine never reads the avx512 profile: the path names the level.

@@ -66,7 +66,7 @@ class CpuCostModel {
                  bool exact_f32 = false) const;
   // A GEMM of an expert or a dense MLP (shared experts): gemm_task's, or with int8 / int4 experts
   // the int8 GEMM's: their weight bytes, and the bf16 curve's time divided by the profile's
-  // measured speedup of the int8 (int4) GEMM over the bf16 one (HardwareProfile::quant_gemm;
+  // measured speedup of the int8 (int4) GEMM over the bf16 one at m (QuantGemmSpeedups::at;
   // from older profiles the ratio of the instruction peaks, which held on an AVX512-VNNI Zen 5
   // but overstated int8 by 1.3x at the avx2 level, where each product needs a vpsignb more).
   Task mlp_gemm_task(const std::string& name, const std::string& group, double m, int64_t n,

@@ -150,8 +150,7 @@ nlohmann::json to_json(const HardwareProfile& p) {
                       {"attention_flops", p.attention_flops},
                       {"elementwise_bytes_per_s", p.elementwise_bytes_per_s},
                       {"call_overhead_seconds", p.call_overhead_seconds},
-                      {"int8_gemm_speedup", p.quant_gemm.int8},
-                      {"int4_gemm_speedup", p.quant_gemm.int4}};
+                      {"quant_gemm_speedups", to_json(p.quant_gemm)}};
   j["cpu_gemm"] = nlohmann::json::array();
   for (const auto& c : p.cpu_gemm) j["cpu_gemm"].push_back(to_json(c));
   if (!p.gpu) {
@@ -170,6 +169,29 @@ nlohmann::json to_json(const HardwareProfile& p) {
                 {"gemm", gemm}};
   }
   return j;
+}
+
+double QuantGemmSpeedups::at(bool int4_weights, double m) const {
+  const double large = int4_weights ? int4 : int8;
+  const double small = int4_weights ? int4_small_m : int8_small_m;
+  constexpr double kSmallM = 16, kLargeM = 128;
+  if (small <= 0 || m >= kLargeM) return large;
+  if (m <= kSmallM) return small;
+  const double t = std::log(m / kSmallM) / std::log(kLargeM / kSmallM);
+  return small + t * (large - small);
+}
+
+nlohmann::json to_json(const QuantGemmSpeedups& s) {
+  return {{"int8", s.int8},
+          {"int4", s.int4},
+          {"int8_small_m", s.int8_small_m},
+          {"int4_small_m", s.int4_small_m}};
+}
+
+QuantGemmSpeedups quant_gemm_speedups_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return {};
+  return {j.value("int8", 0.0), j.value("int4", 0.0), j.value("int8_small_m", 0.0),
+          j.value("int4_small_m", 0.0)};
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& source) {
@@ -198,7 +220,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.attention_flops = number("attention_flops");
   p.elementwise_bytes_per_s = number("elementwise_bytes_per_s");
   p.call_overhead_seconds = j.value("call_overhead_seconds", 0.0);  // absent in older profiles
-  p.quant_gemm = {j.value("int8_gemm_speedup", 0.0), j.value("int4_gemm_speedup", 0.0)};
+  p.quant_gemm = quant_gemm_speedups_from_json(j.value("quant_gemm_speedups", nlohmann::json()));
   if (!j.contains("cpu_gemm") || !j["cpu_gemm"].is_array())
     fail("{}: field 'cpu_gemm': expected an array of GEMM curves", source);
   for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(gemm_curve_from_json(c, source));

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -105,8 +106,11 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
   return curve;
 }
 
-QuantGemmSpeedups measure_quant_gemm_speedups() {
-  constexpr int64_t m = 128, n = 1024, k = 4096, group = 128;
+namespace {
+
+// The int8 and int4 GEMMs' speedups over the bf16 one at m rows of one n × k weight.
+std::pair<double, double> quant_gemm_speedups_at(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t group = 128;
   std::vector<uint16_t> w(size_t(n * k)), x(size_t(m * k));
   for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(float(int(i % 251) - 125) / 128.0f);
@@ -133,6 +137,14 @@ QuantGemmSpeedups measure_quant_gemm_speedups() {
     int4 = std::min(int4, best_seconds([&] { quant(q4); }, 0.02));
   }
   return {bf16 / int8, bf16 / int4};
+}
+
+}  // namespace
+
+QuantGemmSpeedups measure_quant_gemm_speedups() {
+  const auto [int8, int4] = quant_gemm_speedups_at(128, 1024, 4096);
+  const auto [int8_small, int4_small] = quant_gemm_speedups_at(16, 14336, 4096);
+  return {int8, int4, int8_small, int4_small};
 }
 
 namespace {
@@ -271,7 +283,7 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.instructions = measure_instruction_ceilings();
   say("bf16 GEMM peak");
   p.gemm_peak_flops = measure_gemm_peak();
-  say("int8 and int4 GEMMs against the bf16 one (m = 128)");
+  say("int8 and int4 GEMMs against the bf16 one (m = 128 and 16)");
   p.quant_gemm = measure_quant_gemm_speedups();
   say("kernel call overhead");
   p.call_overhead_seconds = measure_call_overhead();

@@ -9,8 +9,9 @@
 //
 //     acc[block b][column j] += X pairs of the block's 16 rows · broadcast(W[j] pair p)
 //
-// A tile of 4 blocks × 6 columns (3 × 8, or 2 × 12 where fewer rows remain) keeps 24 accumulators
-// (of 32 registers); at 4 × 6 it issues 4 loads of X and 6 broadcasts of W per 24 `vdpbf16ps`.
+// A tile of 4 blocks × 6 columns keeps 24 accumulators (of 32 registers) and issues 4 loads of X
+// and 6 broadcasts of W per 24 `vdpbf16ps` (3 or 2 blocks × 6 where fewer rows remain, and one
+// lone block × 12).
 // k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
 // stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
 // prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in
@@ -26,9 +27,9 @@
 // and 256, and 50–54% at n = 4096, k = 14336. Packing each column block's W over a range into
 // [tile][pair][12] first (an AVX-512 16 × 16 transpose, so a tile reads one stream and its 12 rows
 // no longer share L1 sets) took m = 256 from 89.7–89.8 to 85.2–86.0 ms but m = 64 from 22.4–23.9
-// to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not kept. The 4 × 6 tiles over
+// to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not kept. The 6-column tiles over
 // 2048-pair ranges reach 80–84% at n = 14336, k = 4096 and 87–92% at n = 4096, k = 14336 from
-// m = 64 up (gemm_lanes_avx512bf16.cpp has the range measurements).
+// m = 64 up, ~80% at m = 32 (gemm_lanes_avx512bf16.cpp has the measurements).
 #pragma once
 
 #include <cstdint>

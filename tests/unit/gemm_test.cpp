@@ -81,15 +81,15 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
 // Sizes that leave partial tiles in every direction: m around the 4-row tile and past the
 // 256-row block, n around the 3-column tile and past the 96-row column block (48 for the
 // avx512bf16 tiles), k short of a 16-value group, and past the 1024-value depth of one pass
-// (2048 for the avx512bf16 tiles, hence 4200 at m = 6); the token lanes' tiles of 4, 3 and 2
-// blocks of 16 rows, across their 2048-pair ranges with a lone odd value last (65 × 4099); and
-// oneDNN's own blockings.
+// (2048 for the avx512bf16 tiles, hence 4200 at m = 6); the token lanes' tiles of 4, 3, 2 and 1
+// blocks of 16 rows (one part-filled block from m = 13), across their 2048-pair ranges with a lone
+// odd value last (65 × 4099); and oneDNN's own blockings.
 const Case kAwkwardCases[] = {{1, 33, 96},     {3, 130, 33}, {17, 96, 130},   {100, 33, 130},
                               {1, 1, 1},       {2, 2, 15},   {17, 257, 4100}, {5, 97, 1040},
                               {300, 7, 40},    {4, 3, 16},   {8, 13, 1100},   {9, 7, 517},
                               {24, 12, 3},     {33, 25, 64}, {7, 40, 1030},   {70, 29, 1031},
                               {48, 100, 2049}, {32, 1, 1},   {6, 50, 4200},
-                              {65, 19, 4099}};
+                              {65, 19, 4099}, {14, 37, 301}};
 
 // Every case at every ISA level up to the one in force (scalar, avx2, and oneDNN's at avx512+).
 void expect_all_match(DType x_dtype, float beta, int64_t pad) {

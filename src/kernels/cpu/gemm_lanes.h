@@ -10,8 +10,7 @@
 //     acc[block b][column j] += X pairs of the block's 16 rows · broadcast(W[j] pair p)
 //
 // A tile of 4 blocks × 6 columns keeps 24 accumulators (of 32 registers) and issues 4 loads of X
-// and 6 broadcasts of W per 24 `vdpbf16ps` (3 or 2 blocks × 6 where fewer rows remain, and one
-// lone block × 12).
+// and 6 broadcasts of W per 24 `vdpbf16ps` (fewer blocks × 6 where fewer rows remain).
 // k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
 // stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
 // prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in
@@ -39,9 +38,10 @@
 namespace sluice::cpu {
 
 // From this many rows of X up, tiled_gemm takes the token-lane kernel at avx512bf16; below, the
-// 4 × 3 tiles, which waste no lanes on a few rows (at m = 17 the lanes are half empty, and both
-// take about the time of m = 16 to 32 rows).
-constexpr int64_t kLaneMinRows = 17;
+// 4 × 3 tiles, which waste no lanes on a few rows. On 2 Zen 4 cores (n = 14336, k = 4096,
+// 2026-12-06) the lanes took 5.1–5.5 ms from m = 13 to 16 and the tiles 5.4–6.6 ms (m = 16
+// 6.1–7.2); at m = 12 the tiles 4.9 ms, the lanes 5.2–6.9, and at m = 9 4.2 against 5.0–6.4.
+constexpr int64_t kLaneMinRows = 13;
 
 // Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).
 void lane_gemm_avx512bf16(const TiledGemmArgs& args);

@@ -18,7 +18,13 @@ namespace {
 
 constexpr int kLanes = 16;                   // rows of X per block: the fp32 lanes of one register
 constexpr int kMaxBlocks = 4;                // blocks of rows per tile
-constexpr int kMaxCols = 12;                 // columns (rows of W) per tile
+// Columns (rows of W) per tile: 6 W rows k apart fit the 8 ways of an L1 set, where 12 thrashed
+// them. Measured on 2 Zen 4 cores (n = 14336, k = 4096, 2026-12-06), against the former tiles of
+// 2 blocks × 12 columns: with 4 blocks (4 loads of X and 6 broadcasts of W per 24 `vdpbf16ps`)
+// 80–84% of the peak where 2 × 12 gave ~71%; with 2 blocks (m = 17 to 32) m = 24 10.5 → 9.7 ms
+// and m = 32 11.3 → 9.9–10.6 ms; with 1 block, m = 16 8.0 → 5.4 ms, where the 4 × 3 tiles of
+// gemm_tiles.h take 6.1–6.2 ms. 8 columns measured the same as 6.
+constexpr int kMaxCols = 6;
 constexpr int64_t kPairValues = 2 * kLanes;  // packed elements per k pair of one block
 // k pairs per range: a tile's X (4 blocks × 2048 pairs × 64 B = 512 KB) stays in L2 while it
 // meets the block's columns one tile after another. Measured on 2 Zen 4 cores (2026-12-06, 4 × 6
@@ -30,7 +36,7 @@ constexpr int64_t kDepthPairs = 2048;
 // Columns whose partial sums a thread keeps between k ranges (96 × 256 rows × 4 B = 96 KB), and
 // whose W over one range every tile of rows walks (from L2 where it fits). 24 and 48 columns
 // measured the same as 96 on Zen 4.
-constexpr int64_t kColBlock = 8 * kMaxCols;
+constexpr int64_t kColBlock = 16 * kMaxCols;
 constexpr int64_t kRowBlock = 256;     // rows of X packed at a time
 constexpr int64_t kPairsPerLine = 16;  // pairs of one W row in a 64-byte line
 
@@ -39,7 +45,6 @@ struct LaneJob {
   int64_t x_block_stride = 0;   // elements from one block of rows to the next
   const uint16_t* w = nullptr;  // W row of the tile's first column, at the range's first value
   int64_t ldw = 0;
-  int64_t next_rows = 0;  // W rows of next_w to prefetch
   int64_t pairs = 0;                 // whole pairs of W values in the range
   bool odd_tail = false;             // then a lone last value w[2 · pairs] (k odd, the last range)
   const uint16_t* next_w = nullptr;  // the W the loops visit after this tile (into L2), or null
@@ -59,7 +64,7 @@ SLUICE_AVX512_BF16 inline void pair_step(__m512 (&acc)[MB][NR], const LaneJob& j
 #pragma GCC unroll 4
   for (int b = 0; b < MB; ++b)
     xv[b] = (__m512bh)_mm512_load_si512(job.x + b * job.x_block_stride + p * kPairValues);
-#pragma GCC unroll 12
+#pragma GCC unroll 6
   for (int j = 0; j < NR; ++j) {
     uint32_t pair;
     std::memcpy(&pair, w[j] + 2 * p, sizeof(pair));
@@ -116,7 +121,7 @@ SLUICE_AVX512_BF16 void lane_tile(const LaneJob& job) {
   while (p < job.pairs) {
     const int64_t end = std::min(job.pairs, p + kPairsPerLine);
     if (job.next_w) {
-      for (int64_t j = 0; j < job.next_rows; ++j) {
+      for (int j = 0; j < kMaxCols; ++j) {
         // prefetcht1 (into L2): GCC drops __builtin_prefetch from some loops (gemm_tiles.h).
         __asm__ volatile("prefetcht1 (%0)" : : "r"(job.next_w + j * job.ldw + 2 * p));
       }
@@ -129,16 +134,6 @@ SLUICE_AVX512_BF16 void lane_tile(const LaneJob& job) {
 
 using LaneTileFn = void (*)(const LaneJob&);
 
-// Columns per tile for a tile of this many blocks: 6 W rows k apart fit the 8 ways of an L1 set,
-// where 12 thrashed them. Measured on 2 Zen 4 cores (n = 14336, k = 4096): with 4 blocks, 4 × 6
-// (4 loads of X and 6 broadcasts of W per 24 `vdpbf16ps`) 80–84% of the peak where 2 × 12 gave
-// ~71%; with 2 blocks (m = 17 to 32), 2 × 6 took m = 24 from 10.5 to 9.7 ms and m = 32 from 11.3
-// to 9.9–10.6 ms (2 × 8 about the same). One block (a remainder of 16 rows) keeps 12 columns.
-constexpr int64_t tile_cols(int64_t blocks) {
-  return blocks >= 2 ? 6 : kMaxCols;
-}
-
-// Tiles of MB blocks and 1 to tile_cols(MB) columns (the rest of the row null).
 template <int MB, int... NR>
 constexpr std::array<LaneTileFn, kMaxCols> row_of_tiles(std::integer_sequence<int, NR...>) {
   return {&lane_tile<MB, NR + 1>...};
@@ -147,7 +142,7 @@ constexpr std::array<LaneTileFn, kMaxCols> row_of_tiles(std::integer_sequence<in
 template <int... MB>
 constexpr std::array<std::array<LaneTileFn, kMaxCols>, kMaxBlocks> tile_table(
     std::integer_sequence<int, MB...>) {
-  return {row_of_tiles<MB + 1>(std::make_integer_sequence<int, tile_cols(MB + 1)>{})...};
+  return {row_of_tiles<MB + 1>(std::make_integer_sequence<int, kMaxCols>{})...};
 }
 
 LaneTileFn tile_for(int64_t blocks, int64_t cols) {
@@ -226,19 +221,16 @@ void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
       job.ldy = a.ldy;
       job.beta = a.beta;
       for (int64_t b = 0; b < blocks; b += kMaxBlocks) {
-        const int64_t tile_blocks = std::min<int64_t>(kMaxBlocks, blocks - b);
-        const int64_t width = tile_cols(tile_blocks);
         job.x = rb.packed + b * job.x_block_stride + p0 * kPairValues;
         job.y = a.y + (rb.r0 + b * kLanes) * a.ldy + cb;
         job.rows = rb.rows - b * kLanes;
-        job.next_rows = width;
-        for (int64_t j = cb; j < cb_end; j += width) {
-          const int64_t cols = std::min<int64_t>(width, cb_end - j);
+        for (int64_t j = cb; j < cb_end; j += kMaxCols) {
+          const int64_t cols = std::min<int64_t>(kMaxCols, cb_end - j);
           job.w = a.w + j * a.ldw + 2 * p0;
           job.next_w = b == 0 ? next_block_w(a, j, cb, cb_end, c1, p1) : nullptr;
           job.partial = partial + (j - cb) * rows_padded + b * kLanes;
-          tile_for(tile_blocks, cols)(job);
-          job.y += width;
+          tile_for(std::min<int64_t>(kMaxBlocks, blocks - b), cols)(job);
+          job.y += kMaxCols;
         }
       }
     }

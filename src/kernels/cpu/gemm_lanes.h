@@ -28,7 +28,9 @@
 // no longer share L1 sets) took m = 256 from 89.7–89.8 to 85.2–86.0 ms but m = 64 from 22.4–23.9
 // to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not kept. The 6-column tiles over
 // 2048-pair ranges reach 80–84% at n = 14336, k = 4096 and 87–92% at n = 4096, k = 14336 from
-// m = 64 up, ~80% at m = 32 (gemm_lanes_avx512bf16.cpp has the measurements).
+// m = 64 up, ~80% at m = 32 (gemm_lanes_avx512bf16.cpp has the measurements). Tried and not
+// kept there: the last block as a half block of 8 rows in 256-bit registers (m = 17 to 24 took
+// 10.8–11.2 ms against 9.1–9.5 with a whole block: a 256-bit `vdpbf16ps` is no cheaper on Zen 4).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,9 @@
 //
 // Per group of 32 k-values a 4 × 3 tile issues 3 weight loads, 4 activation loads and 12
 // `vdpbf16ps` (6 cycles on two pipes), and 12 accumulators cover the instruction's latency.
+// Tried and not kept (2 Zen 4 cores, n = 14336, k = 4096, 2026-12-07): tiles of up to 8 rows × 3
+// (24 accumulators, W reused by twice the rows): m = 6 and 8 slower (3.2–3.7 → 4.7–5.2 ms), m = 12
+// and 16 the same. From m = 13 the token lanes of gemm_lanes.h take over.
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_tiles.h"

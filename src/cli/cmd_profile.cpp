@@ -29,12 +29,9 @@ void print_table(const HardwareProfile& p) {
   fmt::print("{:<36} {:>11.1f} GB/s\n", "DRAM read", p.dram_bytes_per_s / 1e9);
   fmt::print("{:<36} {:>8.1f} GFLOP/s\n", "sluice bf16 GEMM (2048x4096x4096)",
              p.gemm_peak_flops / 1e9);
-  if (p.quant_gemm.int8 > 0)
-    fmt::print("{:<36} {:>11.2f}x / {:.2f}x\n", "int8 / int4 GEMM against bf16 (m=128)",
-               p.quant_gemm.int8, p.quant_gemm.int4);
-  if (p.quant_gemm.int8_small_m > 0)
-    fmt::print("{:<36} {:>11.2f}x / {:.2f}x\n", "int8 / int4 GEMM against bf16 (m=16)",
-               p.quant_gemm.int8_small_m, p.quant_gemm.int4_small_m);
+  for (const QuantGemmSpeedups::Point& q : p.quant_gemm.points)
+    fmt::print("{:<36} {:>11.2f}x / {:.2f}x\n",
+               fmt::format("int8 / int4 GEMM against bf16 (m={})", q.m), q.int8, q.int4);
   fmt::print("{:<36} {:>11.1f} us\n", "kernel call (1x64x64 GEMM + OpenMP)",
              p.call_overhead_seconds * 1e6);
   if (p.disk_bytes_per_s > 0)

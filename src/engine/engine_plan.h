@@ -20,7 +20,7 @@ namespace sluice {
 
 // The profile the planner uses, for `threads` OpenMP threads (0: all cores): the cached `sluice
 // profile` of this machine when there is one; else a quick profile (DRAM bandwidth, bf16 GEMM
-// peak, the instruction peaks, and the expert GEMM at m = 1, 4 and 16, where GEMMs fall
+// peak, the instruction peaks, and the expert GEMM at m = 1, 4, 16, 17 and 32, where GEMMs fall
 // furthest below the roofline), measured once per machine, ISA level and thread count and
 // cached beside it, so that every later run plans with the same numbers (and so picks the same
 // policy for the same input).

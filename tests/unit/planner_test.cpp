@@ -87,15 +87,18 @@ TEST(HardwareProfile, CurveInterpolatesAndExtrapolatesProportionally) {
 TEST(HardwareProfile, JsonRoundTripAndNamedErrors) {
   HardwareProfile p = round_profile();
   p.disk_bytes_per_s = 1.5e9;
-  p.quant_gemm = {1.3, 2.1, 1.9, 3.2};
+  p.quant_gemm.points = {{16, 1.9, 3.2}, {128, 1.3, 2.1}};
   const nlohmann::json j = to_json(p);
   EXPECT_TRUE(j["gpu"].is_null());
   const HardwareProfile q = profile_from_json(j, "p.json");
   EXPECT_DOUBLE_EQ(q.disk_bytes_per_s, 1.5e9);
-  EXPECT_DOUBLE_EQ(q.quant_gemm.int8, 1.3);
-  EXPECT_DOUBLE_EQ(q.quant_gemm.int4, 2.1);
-  EXPECT_DOUBLE_EQ(q.quant_gemm.int8_small_m, 1.9);
-  EXPECT_DOUBLE_EQ(q.quant_gemm.int4_small_m, 3.2);
+  ASSERT_EQ(q.quant_gemm.points.size(), 2u);
+  EXPECT_EQ(q.quant_gemm.points[0].m, 16);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.points[0].int8, 1.9);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.points[0].int4, 3.2);
+  EXPECT_EQ(q.quant_gemm.points[1].m, 128);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.points[1].int8, 1.3);
+  EXPECT_DOUBLE_EQ(q.quant_gemm.points[1].int4, 2.1);
   ASSERT_EQ(q.cpu_gemm.size(), p.cpu_gemm.size());
   EXPECT_DOUBLE_EQ(q.gemm_seconds(int64_t(64), 4096, 4096, "bf16"),
                    p.gemm_seconds(int64_t(64), 4096, 4096, "bf16"));
@@ -107,6 +110,20 @@ TEST(HardwareProfile, JsonRoundTripAndNamedErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("p.json: field 'dram_bytes_per_s'"), std::string::npos)
         << e.what();
+  }
+  for (const char* bad : {R"([{"m": 128, "int8": 1.3, "int4": 2.1}, {"m": 16, "int8": 1.9,
+                              "int4": 3.2}])",
+                          R"([{"m": 16, "int8": 1.9}])", R"({"int8": 1.3})"}) {
+    nlohmann::json unordered = j;
+    unordered["quant_gemm_speedups"] = nlohmann::json::parse(bad);
+    try {
+      profile_from_json(unordered, "p.json");
+      FAIL() << "expected an error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("p.json: field 'quant_gemm_speedups'"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
@@ -231,7 +248,7 @@ TEST(CostModel, Int8ExpertGemmsReadTheirBytesAtTheInt8Peak) {
                    bf16_model.gemm_task("q", "g", 400, 4096, H).seconds);
 
   // Where the profile measured the quantized GEMMs, their speedups replace the peaks' ratio.
-  hw.quant_gemm = {1.25, 1.6};
+  hw.quant_gemm.points = {{128, 1.25, 1.6}};
   ModelConfig q4 = c;
   q4.expert_quant = {ExpertDtype::kInt4, 128};
   const Task measured8 = CpuCostModel(hw, q, p).mlp_gemm_task("e", "g", 400, I, H);
@@ -239,9 +256,9 @@ TEST(CostModel, Int8ExpertGemmsReadTheirBytesAtTheInt8Peak) {
   EXPECT_NEAR(measured8.seconds - overhead, (bf16.seconds - overhead) / 1.25, 1e-12);
   EXPECT_NEAR(measured4.seconds - overhead, (bf16.seconds - overhead) / 1.6, 1e-12);
 
-  // With the m = 16 figures too: those up to 16 rows, the m = 128 ones from 128, and between
-  // them in log m (m = 45.25 lies halfway).
-  hw.quant_gemm = {1.25, 1.6, 2.0, 3.0};
+  // With points at m = 16 and 128: the first below 16, the last above 128, and between them in
+  // log m (m = 45.25 lies halfway).
+  hw.quant_gemm.points = {{16, 2.0, 3.0}, {128, 1.25, 1.6}};
   const CpuCostModel per_m(hw, q, p);
   auto int8_at = [&](double m) { return per_m.mlp_gemm_task("e", "g", m, I, H).seconds; };
   auto bf16_at = [&](double m) { return bf16_model.mlp_gemm_task("e", "g", m, I, H).seconds; };

@@ -172,26 +172,46 @@ nlohmann::json to_json(const HardwareProfile& p) {
 }
 
 double QuantGemmSpeedups::at(bool int4_weights, double m) const {
-  const double large = int4_weights ? int4 : int8;
-  const double small = int4_weights ? int4_small_m : int8_small_m;
-  constexpr double kSmallM = 16, kLargeM = 128;
-  if (small <= 0 || m >= kLargeM) return large;
-  if (m <= kSmallM) return small;
-  const double t = std::log(m / kSmallM) / std::log(kLargeM / kSmallM);
-  return small + t * (large - small);
+  auto value = [&](const Point& p) { return int4_weights ? p.int4 : p.int8; };
+  if (points.empty()) return 0;
+  if (m <= double(points.front().m)) return value(points.front());
+  for (size_t i = 1; i < points.size(); ++i) {
+    const Point &a = points[i - 1], &b = points[i];
+    if (m <= double(b.m)) {
+      const double t = std::log(m / double(a.m)) / std::log(double(b.m) / double(a.m));
+      return value(a) + t * (value(b) - value(a));
+    }
+  }
+  return value(points.back());
 }
 
 nlohmann::json to_json(const QuantGemmSpeedups& s) {
-  return {{"int8", s.int8},
-          {"int4", s.int4},
-          {"int8_small_m", s.int8_small_m},
-          {"int4_small_m", s.int4_small_m}};
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& p : s.points) points.push_back({{"m", p.m}, {"int8", p.int8}, {"int4", p.int4}});
+  return points;
 }
 
-QuantGemmSpeedups quant_gemm_speedups_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return {};
-  return {j.value("int8", 0.0), j.value("int4", 0.0), j.value("int8_small_m", 0.0),
-          j.value("int4_small_m", 0.0)};
+QuantGemmSpeedups quant_gemm_speedups_from_json(const nlohmann::json& j, const std::string& source) {
+  QuantGemmSpeedups s;
+  if (j.is_null()) return s;
+  if (!j.is_array())
+    fail("{}: field 'quant_gemm_speedups': expected an array of {{m, int8, int4}}, got {}", source,
+         j.dump());
+  for (const auto& p : j) {
+    if (!p.is_object() || !p.contains("m") || !p["m"].is_number_integer() ||
+        !p.contains("int8") || !p["int8"].is_number() || !p.contains("int4") ||
+        !p["int4"].is_number())
+      fail("{}: field 'quant_gemm_speedups': expected {{\"m\": integer, \"int8\": number, "
+           "\"int4\": number}}, got {}",
+           source, p.dump());
+    const QuantGemmSpeedups::Point point{p["m"].get<int64_t>(), p["int8"].get<double>(),
+                                         p["int4"].get<double>()};
+    if (point.m <= 0 || (!s.points.empty() && point.m <= s.points.back().m))
+      fail("{}: field 'quant_gemm_speedups': expected m > 0 and increasing, got {}", source,
+           j.dump());
+    s.points.push_back(point);
+  }
+  return s;
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& source) {
@@ -220,7 +240,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const std::string& so
   p.attention_flops = number("attention_flops");
   p.elementwise_bytes_per_s = number("elementwise_bytes_per_s");
   p.call_overhead_seconds = j.value("call_overhead_seconds", 0.0);  // absent in older profiles
-  p.quant_gemm = quant_gemm_speedups_from_json(j.value("quant_gemm_speedups", nlohmann::json()));
+  p.quant_gemm =
+      quant_gemm_speedups_from_json(j.value("quant_gemm_speedups", nlohmann::json()), source);
   if (!j.contains("cpu_gemm") || !j["cpu_gemm"].is_array())
     fail("{}: field 'cpu_gemm': expected an array of GEMM curves", source);
   for (const auto& c : j["cpu_gemm"]) p.cpu_gemm.push_back(gemm_curve_from_json(c, source));

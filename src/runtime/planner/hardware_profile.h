@@ -35,24 +35,28 @@ struct GemmCurve {
 const GemmCurve& nearest_curve(const std::vector<GemmCurve>& curves, int64_t n, int64_t k,
                                const std::string& activations, const char* what);
 
-// How much faster than the bf16 GEMM the int8 and int4 GEMMs of quantized experts run, at two
-// points: m = 128 on one 1024 × 4096 weight, where all three are compute bound (the rates of the
-// kernels as written, which at the avx2 level need an instruction more per int8 product than the
-// peak loop has), and decode's m = 16 on a 14336 × 4096 expert weight streamed from DRAM, where
-// int8 also reads half the bytes. On 2 Zen 4 cores (2026-12-06) int8 decode ran 2.19× bf16's
-// where the m = 128 figure said 1.73×, and the planner predicted int8 decode 25% low with it.
-// 0: not measured (older profiles); the planner then takes the large-m figure for every m, or
-// without one the ratio of the instruction peaks.
+// How much faster than the bf16 GEMM the int8 and int4 GEMMs of quantized experts run, at a few
+// m: at decode's m = 16, 17 and 32 on a 14336 × 4096 expert weight streamed from DRAM, where
+// int8 also reads half the bytes, and the bf16 GEMM takes a new block of 16 rows at 17
+// (gemm_lanes.h) where the int8 tiles do not; and at m = 128 on one 1024 × 4096 weight, where all
+// three are compute bound (the rates of the kernels as written, which at the avx2 level need an
+// instruction more per int8 product than the peak loop has). On 2 Zen 4 cores (2026-12-06) int8
+// decode ran 2.19× bf16's where the m = 128 figure said 1.73×, and the plan predicted int8 decode
+// 25% low with that one figure.
 struct QuantGemmSpeedups {
-  double int8 = 0, int4 = 0;                  // m = 128
-  double int8_small_m = 0, int4_small_m = 0;  // m = 16
-  // At m rows: the m = 16 figure up to 16 rows, the m = 128 one from 128, between them
-  // interpolated in log m; 0 where the large-m figure was not measured.
+  struct Point {
+    int64_t m = 0;
+    double int8 = 0, int4 = 0;
+  };
+  std::vector<Point> points;  // increasing m; none: not measured (older profiles)
+  // At m rows, interpolated in log m between the points (the first one's below them, the last
+  // one's above); 0 when none were measured, and the planner then takes the ratio of the
+  // instruction peaks.
   double at(bool int4, double m) const;
 };
 nlohmann::json to_json(const QuantGemmSpeedups& s);
-// Fields absent (older profiles) read 0.
-QuantGemmSpeedups quant_gemm_speedups_from_json(const nlohmann::json& j);
+// Absent or null (older profiles): no points.
+QuantGemmSpeedups quant_gemm_speedups_from_json(const nlohmann::json& j, const std::string& source);
 
 // Measured by the CUDA backend when there is a GPU; absent (JSON null) otherwise.
 struct GpuProfile {

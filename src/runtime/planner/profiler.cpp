@@ -12,7 +12,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -108,43 +107,48 @@ GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool
 
 namespace {
 
-// The int8 and int4 GEMMs' speedups over the bf16 one at m rows of one n × k weight.
-std::pair<double, double> quant_gemm_speedups_at(int64_t m, int64_t n, int64_t k) {
+// The int8 and int4 GEMMs' speedups over the bf16 one at each of `ms` rows of one n × k weight.
+void add_quant_gemm_speedups(const std::vector<int64_t>& ms, int64_t n, int64_t k,
+                             QuantGemmSpeedups& out) {
   constexpr int64_t group = 128;
-  std::vector<uint16_t> w(size_t(n * k)), x(size_t(m * k));
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  std::vector<uint16_t> w(size_t(n * k)), x(size_t(max_m * k));
   for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(float(int(i % 241) - 120) / 128.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(float(int(i % 251) - 125) / 128.0f);
-  std::vector<float> y(size_t(m * n));
-  cpu::GemmArgs a;
-  a.m = m, a.n = n, a.k = k, a.x = x.data(), a.x_dtype = DType::BF16, a.w = w.data();
-  a.y = y.data();
+  std::vector<float> y(size_t(max_m * n));
   const cpu::QuantWeights q8 =
       cpu::quantize_weights(cpu::QuantFormat::kInt8, w.data(), n, k, group);
   const cpu::QuantWeights q4 =
       cpu::quantize_weights(cpu::QuantFormat::kInt4, w.data(), n, k, group);
-  auto quant = [&](const cpu::QuantWeights& q) {
-    cpu::gemm_int8({.m = m, .x = x.data(), .x_dtype = DType::BF16, .w = &q, .y = y.data()});
-  };
-  // The three GEMMs in turn, the best time of each over the rounds: the speedups are ratios, and
-  // timed one after the other, whatever else ran during one of them skews its ratio. On a 2-core
-  // Milan VM (2026-12-06), timed apart at the start of a run right after an 11 GB model had been
-  // written, they read int8 2.52× and int4 4.07×, where quiet runs give 1.11× and 1.84×; the
-  // planner, cached with them, predicted int8 decode at 78.8 tokens/s against 53.6 measured.
-  double bf16 = 1e30, int8 = 1e30, int4 = 1e30;
-  for (int round = 0; round < 5; ++round) {
-    bf16 = std::min(bf16, best_seconds([&] { cpu::gemm(a); }, 0.02));
-    int8 = std::min(int8, best_seconds([&] { quant(q8); }, 0.02));
-    int4 = std::min(int4, best_seconds([&] { quant(q4); }, 0.02));
+  for (const int64_t m : ms) {
+    cpu::GemmArgs a;
+    a.m = m, a.n = n, a.k = k, a.x = x.data(), a.x_dtype = DType::BF16, a.w = w.data();
+    a.y = y.data();
+    auto quant = [&](const cpu::QuantWeights& q) {
+      cpu::gemm_int8({.m = m, .x = x.data(), .x_dtype = DType::BF16, .w = &q, .y = y.data()});
+    };
+    // The three GEMMs in turn, the best time of each over the rounds: the speedups are ratios,
+    // and timed one after the other, whatever else ran during one of them skews its ratio. On a
+    // 2-core Milan VM (2026-12-06), timed apart at the start of a run right after an 11 GB model
+    // had been written, they read int8 2.52× and int4 4.07×, where quiet runs give 1.11× and
+    // 1.84×; the planner, cached with them, predicted int8 decode at 78.8 tokens/s against 53.6.
+    double bf16 = 1e30, int8 = 1e30, int4 = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      bf16 = std::min(bf16, best_seconds([&] { cpu::gemm(a); }, 0.02));
+      int8 = std::min(int8, best_seconds([&] { quant(q8); }, 0.02));
+      int4 = std::min(int4, best_seconds([&] { quant(q4); }, 0.02));
+    }
+    out.points.push_back({m, bf16 / int8, bf16 / int4});
   }
-  return {bf16 / int8, bf16 / int4};
 }
 
 }  // namespace
 
 QuantGemmSpeedups measure_quant_gemm_speedups() {
-  const auto [int8, int4] = quant_gemm_speedups_at(128, 1024, 4096);
-  const auto [int8_small, int4_small] = quant_gemm_speedups_at(16, 14336, 4096);
-  return {int8, int4, int8_small, int4_small};
+  QuantGemmSpeedups s;
+  add_quant_gemm_speedups({16, 17, 32}, 14336, 4096, s);
+  add_quant_gemm_speedups({128}, 1024, 4096, s);
+  return s;
 }
 
 namespace {
@@ -283,7 +287,7 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   p.instructions = measure_instruction_ceilings();
   say("bf16 GEMM peak");
   p.gemm_peak_flops = measure_gemm_peak();
-  say("int8 and int4 GEMMs against the bf16 one (m = 128 and 16)");
+  say("int8 and int4 GEMMs against the bf16 one (m = 16, 17, 32 and 128)");
   p.quant_gemm = measure_quant_gemm_speedups();
   say("kernel call overhead");
   p.call_overhead_seconds = measure_call_overhead();
@@ -294,7 +298,9 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   if (p.disk_bytes_per_s == 0) say("  disk not measured: " + why);
   // m up to 1024: past ~128 rows the GEMM is compute bound and its rate nearly flat, but not
   // quite (5% lower at 1024 than at 256 here), and that difference decides the prefill chunk.
-  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024};
+  // 17 and 33: the first rows of a new block of 16 in the avx512bf16 GEMM (engine_plan.cpp's
+  // kQuickSmallM says why that matters to decode).
+  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 17, 32, 33, 64, 128, 256, 1024};
   const std::vector<int64_t> ms_f32 = {1, 4, 16, 64};  // gemm_f32 is slow: ~5 GFLOP/s
   say("GEMM time versus m, expert shape 14336x4096, bf16 activations");
   p.cpu_gemm.push_back(measure_gemm_curve("expert", 14336, 4096, false, ms));

@@ -40,9 +40,9 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
 GemmCurve measure_gemm_curve(const std::string& name, int64_t n, int64_t k, bool f32_activations,
                              const std::vector<int64_t>& ms);
 
-// The int8 and int4 GEMMs' speed against the bf16 GEMM's: all three at m = 128 on one 1024 × 4096
-// weight (compute bound at every level), and at m = 16 on a 14336 × 4096 one streamed from DRAM
-// (about a second in all).
+// The int8 and int4 GEMMs' speed against the bf16 GEMM's: at m = 16, 17 and 32 on a 14336 × 4096
+// weight streamed from DRAM, and at m = 128 on one 1024 × 4096 weight (compute bound at every
+// level); a second or two in all.
 QuantGemmSpeedups measure_quant_gemm_speedups();
 
 // Read bandwidth with O_DIRECT (so the page cache does not answer), 4 MiB reads in order with 16

@@ -312,6 +312,17 @@ TEST(ChatTemplateLanguage, RuntimeErrors) {
   EXPECT_EQ(error_of("{% set x = 1 %}{% set x.a = 2 %}"),
             "test.jinja:1:16: cannot assign attribute 'a' on 'x': only namespace() objects can be "
             "modified");
+  // A namespace that held itself would never be freed (found by fuzz_jinja as a leak).
+  EXPECT_EQ(error_of("{% set ns = namespace(n=0) %}{% set ns.n = ns %}"),
+            "test.jinja:1:30: cannot assign attribute 'n' on 'ns': the value holds 'ns' itself, "
+            "and a namespace cannot contain itself");
+  EXPECT_EQ(error_of("{% set a = namespace() %}{% set b = namespace(x=[{'k': a}]) %}"
+                     "{% set a.y = [1, b] %}"),
+            "test.jinja:1:63: cannot assign attribute 'y' on 'a': the value holds 'a' itself, and "
+            "a namespace cannot contain itself");
+  EXPECT_EQ(render("{% set a = namespace() %}{% set b = namespace(v=1) %}{% set a.b = [b, b] %}"
+                   "{% set b.v = 2 %}{{ a.b[1].v }}"),
+            "2");
   EXPECT_EQ(error_of("{{ [1].append(2) }}"),
             "test.jinja:1:7: access to attribute 'append' of 'list' object is unsafe: templates "
             "cannot modify data");

@@ -1,6 +1,7 @@
 #include "io/jinja/evaluator.h"
 
 #include <memory>
+#include <unordered_set>
 
 #include "io/jinja/builtins.h"
 
@@ -112,7 +113,40 @@ class Evaluator {
       raise("cannot assign attribute '{}' on '{}': only namespace() objects can be modified",
             s.text, s.targets[0]);
     }
+    // Namespaces are the only values a template can change, and they are held by reference
+    // count: one that came to hold itself, directly or through lists, dicts and other
+    // namespaces, would never be freed (Python's collector frees such cycles; we refuse them).
+    std::unordered_set<const void*> seen;
+    if (reaches(value, &target.as_namespace(), seen)) {
+      raise("cannot assign attribute '{}' on '{}': the value holds '{}' itself, and a namespace "
+            "cannot contain itself",
+            s.text, s.targets[0], s.targets[0]);
+    }
     target.as_namespace().attrs.set(s.text, value);
+  }
+
+  // Whether `ns` is `v` or lies inside it; `seen` keeps shared parts from being walked twice.
+  static bool reaches(const Value& v, const Namespace* ns, std::unordered_set<const void*>& seen) {
+    auto walk = [&](const void* at, auto&& items) {
+      if (!seen.insert(at).second) return false;
+      for (const auto& item : items)
+        if (reaches(item, ns, seen)) return true;
+      return false;
+    };
+    if (v.is_namespace()) {
+      const Namespace& inner = v.as_namespace();
+      if (&inner == ns) return true;
+      return walk(&inner, values_of(inner.attrs));
+    }
+    if (v.is_dict()) return walk(&v.as_dict(), values_of(v.as_dict()));
+    if (v.is_list()) return walk(&v.as_list(), v.as_list());
+    return false;
+  }
+
+  static List values_of(const Dict& d) {
+    List values;
+    for (const auto& [key, value] : d.items) values.push_back(value);
+    return values;
   }
 
   void exec_for(const Stmt& s, Frame& frame, std::string& out) {

@@ -42,7 +42,8 @@ namespace sluice::cpu {
 // From this many rows of X up, tiled_gemm takes the token-lane kernel at avx512bf16; below, the
 // 4 × 3 tiles, which waste no lanes on a few rows. On 2 Zen 4 cores (n = 14336, k = 4096,
 // 2026-12-06) the lanes took 5.1–5.5 ms from m = 13 to 16 and the tiles 5.4–6.6 ms (m = 16
-// 6.1–7.2); at m = 12 the tiles 4.9 ms, the lanes 5.2–6.9, and at m = 9 4.2 against 5.0–6.4.
+// 6.1–7.2); at m = 12 the tiles 4.9 ms, the lanes 5.2–6.9, and at m = 9 4.2 against 5.0–6.4
+// (the lanes at 12 and 9 measured with 8 columns, which matched 6 at m = 13 to 16).
 constexpr int64_t kLaneMinRows = 13;
 
 // Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).

@@ -46,6 +46,19 @@ namespace sluice::cpu {
 // (the lanes at 12 and 9 measured with 8 columns, which matched 6 at m = 13 to 16).
 constexpr int64_t kLaneMinRows = 13;
 
+// Up to this many rows of X, tiled_gemm also takes this kernel at avx512bf16: no whole block, only
+// its leftover tiles (k in the lanes, up to 4 rows × 6 W rows), which read W from DRAM faster than
+// the 4 × 3 tiles. On 2 Zen 4 cores (n = 14336, k = 4096, three interleaved runs, 2026-12-07), as
+// a share of the paired plain read: m = 1 88–92% against 84–86%, m = 2 63–95% against 80–82%,
+// m = 4 79–88% against 70–78%; at m = 8 to 12 the 4 × 3 tiles were faster (m = 8 3.8 against
+// 5.3 ms, m = 12 5.2–6.7 against 6.3–7.0).
+constexpr int64_t kLaneMaxStreamRows = 4;
+
+// Whether tiled_gemm takes this kernel for m rows (at avx512bf16, X bf16 or rounded to it).
+constexpr bool lanes_take(int64_t m) {
+  return m >= kLaneMinRows || m <= kLaneMaxStreamRows;
+}
+
 // Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).
 void lane_gemm_avx512bf16(const TiledGemmArgs& args);
 

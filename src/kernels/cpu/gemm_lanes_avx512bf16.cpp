@@ -16,8 +16,8 @@
 namespace sluice::cpu {
 namespace {
 
-constexpr int kLanes = 16;                   // rows of X per block: the fp32 lanes of one register
-constexpr int kMaxBlocks = 4;                // blocks of rows per tile
+constexpr int kLanes = 16;     // rows of X per block: the fp32 lanes of one register
+constexpr int kMaxBlocks = 4;  // blocks of rows per tile
 // Columns (rows of W) per tile: 6 W rows k apart fit the 8 ways of an L1 set, where 12 thrashed
 // them. Measured on 2 Zen 4 cores (n = 14336, k = 4096, 2026-12-06), against the former tiles of
 // 2 blocks × 12 columns: with 4 blocks (4 loads of X and 6 broadcasts of W per 24 `vdpbf16ps`)
@@ -39,6 +39,15 @@ constexpr int64_t kDepthPairs = 2048;
 constexpr int64_t kColBlock = 16 * kMaxCols;
 constexpr int64_t kRowBlock = 256;     // rows of X packed at a time
 constexpr int64_t kPairsPerLine = 16;  // pairs of one W row in a 64-byte line
+// Rows past the last whole block of 16, when there are at most this many, stay out of the lanes
+// (where they would cost a whole block) and meet each tile's W right after it, with k in the
+// vector lanes instead: leftover tiles of up to 4 rows × the tile's columns, whose cost grows
+// with their rows (gemm_lanes.h). Measured on 2 Zen 4 cores (n = 14336, k = 4096, 2026-12-07):
+// 12 against 8 took m = 25–28 from 9.4–9.7 to 8.5–9.1 ms and m = 44 from 14.7 to 13.6–13.7; at
+// m = 30 and 31 (14 and 15 rows past) a whole block and the leftover tiles measured the same.
+constexpr int64_t kMaxLeftoverRows = 12;
+constexpr int kLeftoverTileRows = 4;
+constexpr int64_t kValuesPerLine = 2 * kPairsPerLine;
 
 struct LaneJob {
   const uint16_t* x = nullptr;  // packed X: the tile's first block, at the range's first pair
@@ -132,6 +141,85 @@ SLUICE_AVX512_BF16 void lane_tile(const LaneJob& job) {
   finish<MB, NR>(acc, job);
 }
 
+// The leftover rows against one lane tile's columns over the same k range: X bf16 in its natural
+// order (row stride ldx, zero past k), W read where it lies (its last line masked at k).
+struct LeftoverJob {
+  const uint16_t* x = nullptr;  // the tile's first leftover row, at k = 0
+  int64_t ldx = 0;
+  const uint16_t* w = nullptr;  // W row of the tile's first column, at k = 0
+  int64_t ldw = 0;
+  int64_t k = 0;
+  int64_t v0 = 0, v1 = 0;  // k-values of the range, v0 a multiple of kValuesPerLine, v1 ≤ k
+  float* y = nullptr;      // Y at the tile's first row and column
+  int64_t ldy = 0;
+  bool first = true;  // the first range: Y = sum + beta · Y; later ones: Y += sum
+  float beta = 0.0f;
+};
+
+template <int MR, int NR>
+SLUICE_AVX512_BF16 inline void leftover_line(__m512 (&acc)[MR][NR], const LeftoverJob& job,
+                                             int64_t v, __mmask32 valid) {
+  __m512i wv[NR];
+#pragma GCC unroll 6
+  for (int j = 0; j < NR; ++j) wv[j] = _mm512_maskz_loadu_epi16(valid, job.w + j * job.ldw + v);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m512i xv = _mm512_load_si512(job.x + i * job.ldx + v);
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; ++j)
+      acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv, (__m512bh)wv[j]);
+  }
+}
+
+template <int MR, int NR>
+SLUICE_AVX512_BF16 void leftover_tile(const LeftoverJob& job) {
+  __m512 acc[MR][NR];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm512_setzero_ps();
+  // One loop with the last line's mask computed in it: with a second call for the last line,
+  // GCC 12 kept the accumulators in memory too and stored all of them at every line.
+  for (int64_t v = job.v0; v < job.v1; v += kValuesPerLine) {
+    const int64_t valid = job.v1 - v;
+    leftover_line<MR, NR>(acc, job, v,
+                          valid >= kValuesPerLine ? ~__mmask32(0) : __mmask32((1u << valid) - 1));
+  }
+  // Unrolled, so the accumulators stay registers (indexed at run time, GCC stored them to memory
+  // at every line).
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; ++j) {
+      const float sum = _mm512_reduce_add_ps(acc[i][j]);
+      float& y = job.y[i * job.ldy + j];
+      if (!job.first) {
+        y += sum;
+      } else {
+        y = job.beta != 0.0f ? sum + job.beta * y : sum;
+      }
+    }
+  }
+}
+
+using LeftoverTileFn = void (*)(const LeftoverJob&);
+
+template <int MR, int... NR>
+constexpr std::array<LeftoverTileFn, kMaxCols> row_of_leftover_tiles(
+    std::integer_sequence<int, NR...>) {
+  return {&leftover_tile<MR, NR + 1>...};
+}
+
+template <int... MR>
+constexpr std::array<std::array<LeftoverTileFn, kMaxCols>, kLeftoverTileRows> leftover_table(
+    std::integer_sequence<int, MR...>) {
+  return {row_of_leftover_tiles<MR + 1>(std::make_integer_sequence<int, kMaxCols>{})...};
+}
+
+LeftoverTileFn leftover_tile_for(int64_t rows, int64_t cols) {
+  static constexpr auto table =
+      leftover_table(std::make_integer_sequence<int, kLeftoverTileRows>{});
+  return table[rows - 1][cols - 1];
+}
+
 using LaneTileFn = void (*)(const LaneJob&);
 
 template <int MB, int... NR>
@@ -184,11 +272,58 @@ void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, uint16_t* out) 
   }
 }
 
+// The leftover rows in X's natural order as bf16, zero past k up to the row stride `ld`.
+void pack_leftover_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, uint16_t* out,
+                        int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* dst = out + r * ld;
+    if (a.x_dtype == DType::BF16) {
+      const uint16_t* x = static_cast<const uint16_t*>(a.x) + (r0 + r) * a.ldx;
+      std::copy(x, x + a.k, dst);
+    } else {
+      const float* x = static_cast<const float*>(a.x) + (r0 + r) * a.ldx;
+      for (int64_t q = 0; q < a.k; ++q) dst[q] = f32_to_bf16(x[q]);
+    }
+    std::fill(dst + a.k, dst + ld, uint16_t(0));
+  }
+}
+
+// Rows [r0, r0 + rows) of X: the first `lane_rows` packed in blocks for the lanes, the rest
+// (at most kMaxLeftoverRows) packed in order for the leftover tiles.
 struct RowBlock {
   const TiledGemmArgs* a;
   const uint16_t* packed;
-  int64_t r0, rows;
+  int64_t r0, rows, lane_rows;
+  const uint16_t* leftover;
+  int64_t ld_leftover;
 };
+
+// The rows of a row block that go to the lanes: all, unless those past the last whole block are
+// few enough for the leftover tiles.
+int64_t lane_rows_of(int64_t rows) {
+  const int64_t past = rows % kLanes;
+  return past <= kMaxLeftoverRows ? rows - past : rows;
+}
+
+// The leftover rows of `rb` against W rows [j, j + cols) over k-values [v0, v1).
+void run_leftover(const RowBlock& rb, int64_t j, int64_t cols, int64_t v0, int64_t v1) {
+  const TiledGemmArgs& a = *rb.a;
+  LeftoverJob job{.ldx = rb.ld_leftover,
+                  .w = a.w + j * a.ldw,
+                  .ldw = a.ldw,
+                  .k = a.k,
+                  .v0 = v0,
+                  .v1 = v1,
+                  .ldy = a.ldy,
+                  .first = v0 == 0,
+                  .beta = a.beta};
+  for (int64_t i = rb.lane_rows; i < rb.rows; i += kLeftoverTileRows) {
+    const int64_t rows = std::min<int64_t>(kLeftoverTileRows, rb.rows - i);
+    job.x = rb.leftover + (i - rb.lane_rows) * rb.ld_leftover;
+    job.y = a.y + (rb.r0 + i) * a.ldy + j;
+    leftover_tile_for(rows, cols)(job);
+  }
+}
 
 // Where the tile of columns [j, j + kMaxCols) lies in the block of W the loops visit next: the
 // same columns at the next k range, or the next column block's at the first.
@@ -199,13 +334,17 @@ const uint16_t* next_block_w(const TiledGemmArgs& a, int64_t j, int64_t cb, int6
   return nullptr;
 }
 
-// W rows [c0, c1) against every packed row of the block.
+// W rows [c0, c1) against every row of the block: the lane tiles of rows, and after the last of
+// them on each tile of columns the leftover rows on the same columns (W still in cache).
 void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
   const TiledGemmArgs& a = *rb.a;
-  const int64_t pairs = pair_count(a.k), blocks = (rb.rows + kLanes - 1) / kLanes;
+  const int64_t pairs = pair_count(a.k),
+                blocks = rb.lane_rows / kLanes + (rb.lane_rows % kLanes != 0);
   const int64_t rows_padded = blocks * kLanes;
   const bool odd = a.k % 2 != 0;
-  float* partial = thread_scratch<1, float>(size_t(kColBlock * rows_padded));
+  float* partial = thread_scratch<1, float>(size_t(kColBlock * std::max<int64_t>(1, rows_padded)));
+  // At least one tile of rows, to carry the leftover rows when no block remains.
+  const int64_t row_tiles = std::max<int64_t>(1, (blocks + kMaxBlocks - 1) / kMaxBlocks);
   for (int64_t cb = c0; cb < c1; cb += kColBlock) {
     const int64_t cb_end = std::min(c1, cb + kColBlock);
     for (int64_t p0 = 0; p0 < pairs; p0 += kDepthPairs) {
@@ -220,16 +359,21 @@ void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
       job.last = p1 == pairs;
       job.ldy = a.ldy;
       job.beta = a.beta;
-      for (int64_t b = 0; b < blocks; b += kMaxBlocks) {
+      for (int64_t t = 0; t < row_tiles; ++t) {
+        const int64_t b = t * kMaxBlocks;
         job.x = rb.packed + b * job.x_block_stride + p0 * kPairValues;
         job.y = a.y + (rb.r0 + b * kLanes) * a.ldy + cb;
-        job.rows = rb.rows - b * kLanes;
+        job.rows = rb.lane_rows - b * kLanes;
         for (int64_t j = cb; j < cb_end; j += kMaxCols) {
           const int64_t cols = std::min<int64_t>(kMaxCols, cb_end - j);
-          job.w = a.w + j * a.ldw + 2 * p0;
-          job.next_w = b == 0 ? next_block_w(a, j, cb, cb_end, c1, p1) : nullptr;
-          job.partial = partial + (j - cb) * rows_padded + b * kLanes;
-          tile_for(std::min<int64_t>(kMaxBlocks, blocks - b), cols)(job);
+          if (b < blocks) {
+            job.w = a.w + j * a.ldw + 2 * p0;
+            job.next_w = b == 0 ? next_block_w(a, j, cb, cb_end, c1, p1) : nullptr;
+            job.partial = partial + (j - cb) * rows_padded + b * kLanes;
+            tile_for(std::min<int64_t>(kMaxBlocks, blocks - b), cols)(job);
+          }
+          if (t == row_tiles - 1 && rb.lane_rows < rb.rows)
+            run_leftover(rb, j, cols, 2 * p0, std::min(a.k, 2 * p1));
           job.y += kMaxCols;
         }
       }
@@ -241,12 +385,21 @@ void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
 
 void lane_gemm_avx512bf16(const TiledGemmArgs& a) {
   const int64_t pairs = pair_count(a.k);
-  for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
-    const int64_t rows = std::min(kRowBlock, a.m - r0);
-    const int64_t blocks = (rows + kLanes - 1) / kLanes;
-    uint16_t* packed = thread_scratch<0, uint16_t>(size_t(blocks * pairs * kPairValues));
-    pack_rows(a, r0, rows, packed);
-    const RowBlock rb{&a, packed, r0, rows};
+  for (int64_t r0 = 0, rows = 0; r0 < a.m; r0 += rows) {
+    // A last few rows join the block before them as its leftover rows, which meet W in cache,
+    // instead of making a block of their own that reads all of W again.
+    rows = a.m - r0 <= kRowBlock + kMaxLeftoverRows ? a.m - r0 : kRowBlock;
+    const int64_t lane_rows = lane_rows_of(rows);
+    const int64_t blocks = (lane_rows + kLanes - 1) / kLanes;
+    uint16_t* packed =
+        thread_scratch<0, uint16_t>(size_t(std::max<int64_t>(1, blocks) * pairs * kPairValues));
+    pack_rows(a, r0, lane_rows, packed);
+    // One spare line per row, so rows k apart do not share L1 sets (gemm_tiled.cpp).
+    const int64_t ld_leftover =
+        (a.k + kValuesPerLine - 1) / kValuesPerLine * kValuesPerLine + kValuesPerLine;
+    uint16_t* leftover = thread_scratch<2, uint16_t>(size_t((rows - lane_rows) * ld_leftover + 1));
+    pack_leftover_rows(a, r0 + lane_rows, rows - lane_rows, leftover, ld_leftover);
+    const RowBlock rb{&a, packed, r0, rows, lane_rows, leftover, ld_leftover};
     for_each_thread_columns(a.n, kMaxCols,
                             [&](int64_t c0, int64_t c1) { run_columns(rb, c0, c1); });
   }

@@ -219,7 +219,7 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
   const TileSet set = tile_set(a, level);
-  if (set.bf16 && a.m >= kLaneMinRows) return lane_gemm_avx512bf16(a);
+  if (set.bf16 && lanes_take(a.m)) return lane_gemm_avx512bf16(a);
   // One spare group per packed row: with k a multiple of 1024 (every real model), rows exactly
   // k apart would all fall into the same L1 sets as each other and as W's rows.
   const int64_t ldp = round_up(a.k, set.group) + set.group;
@@ -235,7 +235,7 @@ void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
 
 const char* tiled_gemm_name(IsaLevel level, int64_t m) {
   if (level >= IsaLevel::kAvx512Bf16)
-    return m >= kLaneMinRows ? "sluice:avx512bf16 lanes" : "sluice:avx512bf16";
+    return lanes_take(m) ? "sluice:avx512bf16 lanes" : "sluice:avx512bf16";
   return level >= IsaLevel::kAvx2 ? "sluice:avx2" : "sluice:scalar";
 }
 

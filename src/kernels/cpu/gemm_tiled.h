@@ -25,11 +25,11 @@ struct TiledGemmArgs {
 
 // Shapes and strides already checked by the caller; every stride is explicit (non-zero). Runs on
 // the OpenMP pool at `level`'s tiles: scalar, avx2 (also at avx512), and at avx512bf16 and above,
-// where X is bf16 or rounded to it (fp32 X keeps the avx2 tiles), the `vdpbf16ps` tiles for a
-// few rows and the token-lane kernel of gemm_lanes.h from kLaneMinRows rows up.
+// where X is bf16 or rounded to it (fp32 X keeps the avx2 tiles), the token-lane kernel of
+// gemm_lanes.h up to kLaneMaxStreamRows and from kLaneMinRows rows, the `vdpbf16ps` tiles between.
 void tiled_gemm(const TiledGemmArgs& args, IsaLevel level);
 
-// "sluice:avx512bf16 lanes" (m ≥ kLaneMinRows), "sluice:avx512bf16", "sluice:avx2" or
+// "sluice:avx512bf16 lanes" (lanes_take(m)), "sluice:avx512bf16", "sluice:avx2" or
 // "sluice:scalar": the kernel tiled_gemm uses for m rows at `level`, bf16 (or rounded) activations.
 const char* tiled_gemm_name(IsaLevel level, int64_t m);
 

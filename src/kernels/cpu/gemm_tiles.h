@@ -55,8 +55,8 @@ struct TileJob {
 // Rounds of 256 values 1024 ahead beat 512 values 2048 ahead (three runs of each, interleaved,
 // 2026-12-02: m = 4 33.6–36.2 GB/s against 30.1–32.6, m = 1 46.6–48.2 against 44.9–45.7; 4096 and
 // 8192 ahead, and prefetcht2, were no better than 2048). The AVX2 4 × 3 tile spreads its
-// prefetches through its loop instead of issuing rounds (groups_4x3 in gemm_tiles_avx2.cpp), as
-// the avx512bf16 tiles do.
+// prefetches through its loop instead of issuing rounds (groups_4x3 in gemm_tiles_avx2.cpp). At
+// avx512bf16 a few rows go to the token-lane kernel (gemm_lanes.h), which needs no prefetches.
 constexpr int64_t kPrefetchAhead = 1024;
 constexpr int64_t kPrefetchChunk = 256;
 

@@ -6,7 +6,10 @@
 // `vdpbf16ps` (6 cycles on two pipes), and 12 accumulators cover the instruction's latency.
 // Tried and not kept (2 Zen 4 cores, n = 14336, k = 4096, 2026-12-07): tiles of up to 8 rows × 3
 // (24 accumulators, W reused by twice the rows): m = 6 and 8 slower (3.2–3.7 → 4.7–5.2 ms), m = 12
-// and 16 the same. From m = 13 the token lanes of gemm_lanes.h take over.
+// and 16 the same. From m = 13 the token lanes of gemm_lanes.h take over, and up to m = 4 their
+// leftover tiles, which stream W from DRAM faster than these did with prefetches spread through
+// the loop (73–78% of the paired read at m = 4 on 2 Zen 4 cores, against 79–88%): these tiles see
+// 5 to 12 rows, and a block of W in L2.
 #include <immintrin.h>
 
 #include "kernels/cpu/gemm_tiles.h"
@@ -31,21 +34,6 @@ SLUICE_AVX512_BF16 inline void group(__m512 (&acc)[MR][NR], const uint16_t* x, i
   }
 }
 
-// How far ahead of its loads a streaming tile prefetches W, in k-values: one line of each W row
-// per group of 32 values, spread through the loop rather than in prefetch_w's rounds. Measured on
-// 2 AMD EPYC Zen 4 cores (n = 14336, k = 4096, three interleaved runs of each, 2026-12-06): W read
-// at 80–83% of the paired plain read at m = 1 and 73–78% at m = 4, against 72–74% and 66–69% with
-// the rounds (one run of the new form had m = 1 at 61%, on a VM whose DRAM rate swings 2× within
-// minutes); 1024, 1536 and 4096 values ahead were no better than 2048.
-constexpr int64_t kPrefetchAheadValues = 2048;
-
-// One line of each of the tile's NR W rows at k-value `at` (a group of 32 values is one line);
-// past k, the same row of the next tile (prefetch_w's rule).
-inline void prefetch_group(const TileJob& job, int rows, int64_t at) {
-  const uint16_t* base = at < job.k ? job.w + at : job.w + rows * job.ldw + (at - job.k);
-  for (int j = 0; j < rows; ++j) __asm__ volatile("prefetcht0 (%0)" : : "r"(base + j * job.ldw));
-}
-
 template <int MR, int NR>
 SLUICE_AVX512_BF16 void tile(const TileJob& job) {
   __m512 acc[MR][NR];
@@ -56,7 +44,6 @@ SLUICE_AVX512_BF16 void tile(const TileJob& job) {
   for (; p < full_end; p += kBf16Group) {
     const uint16_t* w[NR];
     for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw + p;
-    if (job.stream) prefetch_group(job, NR, p + kPrefetchAheadValues);
     group<MR, NR>(acc, job.xb + p, job.ldx, w);
   }
   if (p < job.k1) {  // the last group runs past k

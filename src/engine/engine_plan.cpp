@@ -63,12 +63,14 @@ struct QuickMeasurements {
   GemmCurve small_m;
   QuantGemmSpeedups quant_gemm;
 };
-// 17 and 32: the avx512bf16 GEMM takes rows in blocks of 16 from m = 13 (gemm_lanes.h), so 17
-// rows cost about what 32 do; decode spreads its tokens over the experts binomially around its
-// mean (16 at B = 64 on Mixtral), and the experts past 16 fall on the far side of that step. With
-// {1, 4, 16} alone, the plan read the step as a straight line and, on 2 Zen 4 cores
-// (2026-12-07), predicted bf16 decode at 87–101 tokens/s against 73.6–78.5 measured.
-const std::vector<int64_t> kQuickSmallM = {1, 4, 16, 17, 32};
+// Decode spreads its tokens over the experts binomially around its mean (16 at B = 64 on
+// Mixtral, most experts between 8 and 24), and the avx512bf16 GEMM's cost is not a straight line
+// there: the 4 × 3 tiles from 5 to 12 rows, the lanes' blocks of 16 from 13, with leftover tiles
+// for up to 12 rows past the last block (gemm_lanes.h). 17 and 32: with {1, 4, 16} alone, when
+// 17 rows cost what 32 did, the plan read that step as a straight line and, on 2 Zen 4 cores
+// (2026-12-07), predicted bf16 decode at 87–101 tokens/s against 73.6–78.5 measured. 8, 12 and 24:
+// with the leftover tiles and {1, 4, 16, 17, 32}, it predicted 96.7 against 85.2.
+const std::vector<int64_t> kQuickSmallM = {1, 4, 8, 12, 16, 17, 24, 32};
 
 std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -83,8 +85,11 @@ std::optional<QuickMeasurements> read_quick_measurements(const std::filesystem::
         gemm_curve_from_json(j.at("small_m_gemm"), path.string()),
         quant_gemm_speedups_from_json(j.at("quant_gemm_speedups"), path.string())};
     const Ceilings& c = q.ceilings;
+    // Sampled at other m (by an older sluice of the same kernels): measured again.
+    std::vector<int64_t> sampled;
+    for (const GemmCurve::Point& point : q.small_m.points) sampled.push_back(point.m);
     if (c.dram_bytes_per_s > 0 && c.gemm_flops > 0 && c.call_seconds > 0 &&
-        c.instructions.measured() && !q.quant_gemm.points.empty())
+        c.instructions.measured() && !q.quant_gemm.points.empty() && sampled == kQuickSmallM)
       return q;
   } catch (const std::exception&) {  // a JSON error, or the Error of a bad field
   }

@@ -298,9 +298,9 @@ HardwareProfile measure_profile(const std::function<void(const std::string&)>& p
   if (p.disk_bytes_per_s == 0) say("  disk not measured: " + why);
   // m up to 1024: past ~128 rows the GEMM is compute bound and its rate nearly flat, but not
   // quite (5% lower at 1024 than at 256 here), and that difference decides the prefill chunk.
-  // 17 and 33: the first rows of a new block of 16 in the avx512bf16 GEMM (engine_plan.cpp's
-  // kQuickSmallM says why that matters to decode).
-  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 17, 32, 33, 64, 128, 256, 1024};
+  // 12, 17, 24 and 33: where the avx512bf16 GEMM changes tiles or starts a new block of 16 rows
+  // (engine_plan.cpp's kQuickSmallM says why that matters to decode).
+  const std::vector<int64_t> ms = {1, 2, 4, 8, 12, 16, 17, 24, 32, 33, 64, 128, 256, 1024};
   const std::vector<int64_t> ms_f32 = {1, 4, 16, 64};  // gemm_f32 is slow: ~5 GFLOP/s
   say("GEMM time versus m, expert shape 14336x4096, bf16 activations");
   p.cpu_gemm.push_back(measure_gemm_curve("expert", 14336, 4096, false, ms));

@@ -11,6 +11,10 @@
 //
 // A tile of 4 blocks × 6 columns keeps 24 accumulators (of 32 registers) and issues 4 loads of X
 // and 6 broadcasts of W per 24 `vdpbf16ps` (fewer blocks × 6 where fewer rows remain).
+// Rows past the last whole block of 16 (up to 12 of them) would waste most of a block's lanes, so
+// they go to leftover tiles instead: right after each lane tile, up to 4 of them × the tile's 6 W
+// rows over the same k range, k in the lanes as in gemm_tiles.h (one load per W line and per X
+// row, a horizontal sum at the end), meeting W in cache. Up to 4 rows, the leftover tiles alone.
 // k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
 // stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
 // prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in

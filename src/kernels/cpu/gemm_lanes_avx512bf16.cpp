@@ -148,7 +148,6 @@ struct LeftoverJob {
   int64_t ldx = 0;
   const uint16_t* w = nullptr;  // W row of the tile's first column, at k = 0
   int64_t ldw = 0;
-  int64_t k = 0;
   int64_t v0 = 0, v1 = 0;  // k-values of the range, v0 a multiple of kValuesPerLine, v1 ≤ k
   float* y = nullptr;      // Y at the tile's first row and column
   int64_t ldy = 0;
@@ -272,22 +271,6 @@ void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, uint16_t* out) 
   }
 }
 
-// The leftover rows in X's natural order as bf16, zero past k up to the row stride `ld`.
-void pack_leftover_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, uint16_t* out,
-                        int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-    uint16_t* dst = out + r * ld;
-    if (a.x_dtype == DType::BF16) {
-      const uint16_t* x = static_cast<const uint16_t*>(a.x) + (r0 + r) * a.ldx;
-      std::copy(x, x + a.k, dst);
-    } else {
-      const float* x = static_cast<const float*>(a.x) + (r0 + r) * a.ldx;
-      for (int64_t q = 0; q < a.k; ++q) dst[q] = f32_to_bf16(x[q]);
-    }
-    std::fill(dst + a.k, dst + ld, uint16_t(0));
-  }
-}
-
 // Rows [r0, r0 + rows) of X: the first `lane_rows` packed in blocks for the lanes, the rest
 // (at most kMaxLeftoverRows) packed in order for the leftover tiles.
 struct RowBlock {
@@ -311,7 +294,6 @@ void run_leftover(const RowBlock& rb, int64_t j, int64_t cols, int64_t v0, int64
   LeftoverJob job{.ldx = rb.ld_leftover,
                   .w = a.w + j * a.ldw,
                   .ldw = a.ldw,
-                  .k = a.k,
                   .v0 = v0,
                   .v1 = v1,
                   .ldy = a.ldy,
@@ -398,7 +380,8 @@ void lane_gemm_avx512bf16(const TiledGemmArgs& a) {
     const int64_t ld_leftover =
         (a.k + kValuesPerLine - 1) / kValuesPerLine * kValuesPerLine + kValuesPerLine;
     uint16_t* leftover = thread_scratch<2, uint16_t>(size_t((rows - lane_rows) * ld_leftover + 1));
-    pack_leftover_rows(a, r0 + lane_rows, rows - lane_rows, leftover, ld_leftover);
+    for (int64_t r = lane_rows; r < rows; ++r)
+      pack_row_bf16(a, r0 + r, leftover + (r - lane_rows) * ld_leftover, ld_leftover);
     const RowBlock rb{&a, packed, r0, rows, lane_rows, leftover, ld_leftover};
     for_each_thread_columns(a.n, kMaxCols,
                             [&](int64_t c0, int64_t c1) { run_columns(rb, c0, c1); });

@@ -60,18 +60,6 @@ void pack_row(const TiledGemmArgs& a, int64_t row, float* dst, int64_t ldp) {
   }
 }
 
-// One row of X as bf16 in its natural order, zero-padded to `ldp` (the avx512bf16 tiles).
-void pack_row_bf16(const TiledGemmArgs& a, int64_t row, uint16_t* dst, int64_t ldp) {
-  if (a.x_dtype == DType::BF16) {
-    const uint16_t* x = static_cast<const uint16_t*>(a.x) + row * a.ldx;
-    std::copy(x, x + a.k, dst);
-  } else {
-    const float* x = static_cast<const float*>(a.x) + row * a.ldx;
-    for (int64_t p = 0; p < a.k; ++p) dst[p] = f32_to_bf16(x[p]);
-  }
-  std::fill(dst + a.k, dst + ldp, uint16_t(0));
-}
-
 // Which tiles a call takes, and the packed layout they read.
 struct TileSet {
   IsaLevel level;
@@ -216,6 +204,17 @@ void run_columns(const Block& b, int64_t c0, int64_t c1) {
 }
 
 }  // namespace
+
+void pack_row_bf16(const TiledGemmArgs& a, int64_t row, uint16_t* dst, int64_t ldp) {
+  if (a.x_dtype == DType::BF16) {
+    const uint16_t* x = static_cast<const uint16_t*>(a.x) + row * a.ldx;
+    std::copy(x, x + a.k, dst);
+  } else {
+    const float* x = static_cast<const float*>(a.x) + row * a.ldx;
+    for (int64_t p = 0; p < a.k; ++p) dst[p] = f32_to_bf16(x[p]);
+  }
+  std::fill(dst + a.k, dst + ldp, uint16_t(0));
+}
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
   const TileSet set = tile_set(a, level);

@@ -118,35 +118,33 @@ class Evaluator {
     // namespaces, would never be freed (Python's collector frees such cycles; we refuse them).
     std::unordered_set<const void*> seen;
     if (reaches(value, &target.as_namespace(), seen)) {
-      raise("cannot assign attribute '{}' on '{}': the value holds '{}' itself, and a namespace "
-            "cannot contain itself",
-            s.text, s.targets[0], s.targets[0]);
+      raise(
+          "cannot assign attribute '{}' on '{}': the value holds '{}' itself, and a namespace "
+          "cannot contain itself",
+          s.text, s.targets[0], s.targets[0]);
     }
     target.as_namespace().attrs.set(s.text, value);
   }
 
   // Whether `ns` is `v` or lies inside it; `seen` keeps shared parts from being walked twice.
   static bool reaches(const Value& v, const Namespace* ns, std::unordered_set<const void*>& seen) {
-    auto walk = [&](const void* at, auto&& items) {
+    auto walk = [&](const void* at, const auto& items, auto value_of) {
       if (!seen.insert(at).second) return false;
       for (const auto& item : items)
-        if (reaches(item, ns, seen)) return true;
+        if (reaches(value_of(item), ns, seen)) return true;
       return false;
     };
+    const auto entry_value = [](const auto& entry) -> const Value& { return entry.second; };
     if (v.is_namespace()) {
       const Namespace& inner = v.as_namespace();
       if (&inner == ns) return true;
-      return walk(&inner, values_of(inner.attrs));
+      return walk(&inner, inner.attrs.items, entry_value);
     }
-    if (v.is_dict()) return walk(&v.as_dict(), values_of(v.as_dict()));
-    if (v.is_list()) return walk(&v.as_list(), v.as_list());
+    if (v.is_dict()) return walk(&v.as_dict(), v.as_dict().items, entry_value);
+    if (v.is_list())
+      return walk(&v.as_list(), v.as_list(),
+                  [](const Value& item) -> const Value& { return item; });
     return false;
-  }
-
-  static List values_of(const Dict& d) {
-    List values;
-    for (const auto& [key, value] : d.items) values.push_back(value);
-    return values;
   }
 
   void exec_for(const Stmt& s, Frame& frame, std::string& out) {

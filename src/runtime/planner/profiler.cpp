@@ -142,17 +142,6 @@ void add_quant_gemm_speedups(const std::vector<int64_t>& ms, int64_t n, int64_t 
   }
 }
 
-}  // namespace
-
-QuantGemmSpeedups measure_quant_gemm_speedups() {
-  QuantGemmSpeedups s;
-  add_quant_gemm_speedups({16, 17, 32}, 14336, 4096, s);
-  add_quant_gemm_speedups({128}, 1024, 4096, s);
-  return s;
-}
-
-namespace {
-
 // SiLU·mul over three 8 MiB buffers, warm in cache as the engine's reused step buffers are:
 // the rate of the engine's small elementwise passes (norms, RoPE, gather, scatter-add).
 double measure_elementwise_bandwidth() {
@@ -163,6 +152,13 @@ double measure_elementwise_bandwidth() {
 }
 
 }  // namespace
+
+QuantGemmSpeedups measure_quant_gemm_speedups() {
+  QuantGemmSpeedups s;
+  add_quant_gemm_speedups({16, 17, 32}, 14336, 4096, s);
+  add_quant_gemm_speedups({128}, 1024, 4096, s);
+  return s;
+}
 
 std::string MachineIdentity::key() const {
   // FNV-1a: stable across runs and builds (std::hash is not guaranteed to be).

@@ -40,7 +40,8 @@ bool runtime_rows() {
 // - avx512bf16: the `vdpbf16ps` 4 × 3 tiles up to m = 16 (4.9–5.5 ms at m = 16, oneDNN 5.9–9.7),
 //   and above it the token-lane kernel (gemm_lanes.h), at every m measured: m = 32 5.3 ms
 //   (oneDNN 7.2), m = 64 10.4 (10.9–14.7), m = 256 40.9 (36.5–45.5), m = 1024 165 (147–169),
-//   70–77% of the `vdpbf16ps` peak from m = 32 up.
+//   70–77% of the `vdpbf16ps` peak from m = 32 up. The lanes have since grown faster still
+//   (80–92% from m = 64 on 2 Zen 4 cores) and take m ≤ 4 and m ≥ 13 (gemm_lanes.h).
 // At the amx level oneDNN's AMX kernels are assumed ahead (not measured: no AMX machine yet).
 int64_t max_tiled_rows(IsaLevel level) {
   if (level >= IsaLevel::kAmx) return 4;

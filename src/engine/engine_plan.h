@@ -20,12 +20,12 @@ namespace sluice {
 
 // The profile the planner uses, for `threads` OpenMP threads (0: all cores): the cached `sluice
 // profile` of this machine when there is one; else a quick profile (DRAM bandwidth, bf16 GEMM
-// peak, the instruction peaks, and the expert GEMM at m = 1, 4, 16, 17 and 32, where GEMMs fall
-// furthest below the roofline), measured once per machine, ISA level and thread count and
-// cached beside it, so that every later run plans with the same numbers (and so picks the same
-// policy for the same input).
-// On a machine with a usable GPU, a profile without a GPU half gets one the same way (measured
-// once, cached), so the default device plans the GPU pipeline from the first run.
+// peak, the instruction peaks, and the expert GEMM at a few m up to 32 (engine_plan.cpp's
+// kQuickSmallM), where GEMMs fall furthest below the roofline), measured once per machine, ISA
+// level and thread count and cached beside it, so that every later run plans with the same numbers
+// (and so picks the same policy for the same input). On a machine with a usable GPU, a profile
+// without a GPU half gets one the same way (measured once, cached), so the default device plans the
+// GPU pipeline from the first run.
 HardwareProfile planner_profile(int threads);
 // The disk tier's read rate, measured as it reads: O_DIRECT through io_uring, 32 reads in flight,
 // of whole experts spread over the model (512 MiB of them, or all), from the files the run reads,

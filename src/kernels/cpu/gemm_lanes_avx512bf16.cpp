@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/column_split.h"
 #include "kernels/cpu/gemm_lanes.h"
+#include "kernels/cpu/gemm_tiles.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/simd_avx512.h"  // also silences GCC 12's false warning in the intrinsics
@@ -111,10 +112,8 @@ SLUICE_AVX512_BF16 inline void finish(__m512 (&acc)[MB][NR], const LaneJob& job)
       alignas(64) float out[kLanes];
       _mm512_store_ps(out, sum);
       const int64_t valid = std::min<int64_t>(kLanes, job.rows - b * kLanes);
-      for (int64_t l = 0; l < valid; ++l) {
-        float& y = job.y[(b * kLanes + l) * job.ldy + j];
-        y = job.beta != 0.0f ? out[l] + job.beta * y : out[l];
-      }
+      for (int64_t l = 0; l < valid; ++l)
+        tiles::add_range_sum(job.y[(b * kLanes + l) * job.ldy + j], out[l], true, job.beta);
     }
   }
 }
@@ -205,15 +204,9 @@ SLUICE_AVX512_BF16 void leftover_tile(const LeftoverJob& job) {
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 6
-    for (int j = 0; j < NR; ++j) {
-      const float sum = _mm512_reduce_add_ps(acc[i][j]);
-      float& y = job.y[i * job.ldy + j];
-      if (!job.first) {
-        y += sum;
-      } else {
-        y = job.beta != 0.0f ? sum + job.beta * y : sum;
-      }
-    }
+    for (int j = 0; j < NR; ++j)
+      tiles::add_range_sum(job.y[i * job.ldy + j], _mm512_reduce_add_ps(acc[i][j]), job.first,
+                           job.beta);
   }
 }
 

@@ -104,14 +104,19 @@ inline void copy_tail_group(const uint16_t* w_group, int64_t valid, uint16_t* ou
   for (int64_t t = 0; t < group; ++t) out[t] = t < valid ? w_group[t] : uint16_t(0);
 }
 
-// Writes one finished accumulator to Y under the job's first/beta rule.
-inline void store_sum(const TileJob& job, int i, int j, float sum) {
-  float& y = job.y[i * job.ldy + j];
-  if (!job.first) {
+// Adds a sum over one k range into y: the first range sets y = sum + beta·y (beta 0 overwrites,
+// whatever y held), later ranges add to it. The tiles' rule, and the token lanes' (gemm_lanes.h).
+inline void add_range_sum(float& y, float sum, bool first, float beta) {
+  if (!first) {
     y += sum;
   } else {
-    y = job.beta != 0.0f ? sum + job.beta * y : sum;
+    y = beta != 0.0f ? sum + beta * y : sum;
   }
+}
+
+// Writes one finished accumulator to Y under the job's first/beta rule.
+inline void store_sum(const TileJob& job, int i, int j, float sum) {
+  add_range_sum(job.y[i * job.ldy + j], sum, job.first, job.beta);
 }
 
 }  // namespace sluice::cpu::tiles

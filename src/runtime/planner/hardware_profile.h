@@ -37,12 +37,12 @@ const GemmCurve& nearest_curve(const std::vector<GemmCurve>& curves, int64_t n, 
 
 // How much faster than the bf16 GEMM the int8 and int4 GEMMs of quantized experts run, at a few
 // m: at decode's m = 16, 17 and 32 on a 14336 × 4096 expert weight streamed from DRAM, where
-// int8 also reads half the bytes, and the bf16 GEMM takes a new block of 16 rows at 17
-// (gemm_lanes.h) where the int8 tiles do not; and at m = 128 on one 1024 × 4096 weight, where all
-// three are compute bound (the rates of the kernels as written, which at the avx2 level need an
-// instruction more per int8 product than the peak loop has). On 2 Zen 4 cores (2026-12-06) int8
-// decode ran 2.19× bf16's where the m = 128 figure said 1.73×, and the plan predicted int8 decode
-// 25% low with that one figure.
+// int8 also reads half the bytes, and where the bf16 GEMM's token lanes start a new block of 16
+// rows or hand the rows past 16 to their leftover tiles (gemm_lanes.h); and at m = 128 on one 1024
+// × 4096 weight, where all three are compute bound (the rates of the kernels as written, which at
+// the avx2 level need an instruction more per int8 product than the peak loop has). On 2 Zen 4
+// cores (2026-12-06) int8 decode ran 2.19× bf16's where the m = 128 figure said 1.73×, and the plan
+// predicted int8 decode 25% low with that one figure.
 struct QuantGemmSpeedups {
   struct Point {
     int64_t m = 0;

@@ -9,13 +9,19 @@
 
 namespace sluice::fuzz {
 
+// The inputs' folder, one per process, removed when the process exits normally.
 const std::filesystem::path& input_dir() {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("sluice-fuzz-" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("sluice-fuzz-" + std::to_string(getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Dir dir;
+  return dir.path;
 }
 
 std::filesystem::path write_input(const uint8_t* data, size_t size, const std::string& name) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "test_util.h"
 
 namespace sluice {
 namespace {
@@ -411,8 +412,7 @@ TEST(ChatTemplate, ConfigWithoutTemplateIsAnError) {
 }
 
 TEST(ChatTemplate, NamedTemplateListPicksDefault) {
-  const auto dir = std::filesystem::temp_directory_path() / "sluice_chat_template_test";
-  std::filesystem::create_directories(dir);
+  const testing::TempDir dir;
   const auto path = dir / "tokenizer_config.json";
   {
     std::ofstream out(path);
@@ -423,7 +423,6 @@ TEST(ChatTemplate, NamedTemplateListPicksDefault) {
   ChatTemplate t = ChatTemplate::from_tokenizer_config(path);
   EXPECT_EQ(t.render(nlohmann::json::array({{{"role", "user"}, {"content", "x"}}}), false),
             "<B>x<E>");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

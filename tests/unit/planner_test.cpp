@@ -524,8 +524,8 @@ TEST(Planner, RooflineSvgHasCeilingsAndPoints) {
 }
 
 TEST(WorkloadFile, JsonlAndTextEstimates) {
-  const auto dir = std::filesystem::temp_directory_path() / "sluice_planner_test";
-  std::filesystem::create_directories(dir);
+  const testing::TempDir tmp;
+  const std::filesystem::path& dir = tmp.path();
   {
     std::ofstream j(dir / "in.jsonl");
     j << R"({"prompt": "12345678", "max_tokens": 7})"
@@ -546,7 +546,6 @@ TEST(WorkloadFile, JsonlAndTextEstimates) {
   EXPECT_EQ(w[1].new_tokens, 50);
   EXPECT_EQ(workload_from_file(dir / "in.txt", 3)[0].prompt_tokens, 5);
   EXPECT_THROW(workload_from_file(dir / "bad.jsonl", 3), Error);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

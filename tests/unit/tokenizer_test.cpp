@@ -21,11 +21,10 @@ using nlohmann::json;
 
 const fs::path kData = fs::path(SLUICE_SOURCE_DIR "/../shared/data/tokenizers");
 
-fs::path temp_dir() {
-  const fs::path d =
-      fs::temp_directory_path() / ("sluice_tokenizer_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
+// One folder per test process, removed when it exits.
+const fs::path& temp_dir() {
+  static const testing::TempDir dir;
+  return dir.path();
 }
 
 void write(const fs::path& p, const std::string& text) {

@@ -263,6 +263,19 @@ TEST(ChatTemplateLanguage, StringMethods) {
                    "{{ ', '.join(['x', 'y']) }}{{ 'abc'.find('c') }}"),
             "ABabab"
             "x, y2");
+  // The rest of str's methods, each against what Python prints.
+  EXPECT_EQ(render("{{ '123'.isdigit() }}{{ ''.isdigit() }}{{ 'ab'.isalpha() }}{{ 'a1'.isalpha() }}"
+                   "{{ 'a1'.isalnum() }}{{ ' \t'.isspace() }}{{ 'a '.isspace() }}"),
+            "TrueFalseTrueFalseTrueTrueFalse");
+  EXPECT_EQ(render("{{ 'hELLO wORLD'.capitalize() }}|{{ 'hello world'.title() }}|"
+                   "{{ 'ab'.replace('', '-') }}|{{ 'ab'.replace('', '-', 2) }}|"
+                   "{{ 'aaa'.replace('a', 'b', 2) }}"),
+            "Hello world|Hello World|-a-b-|-a-b|bba");
+  EXPECT_EQ(render("{{ 'h\u00e9llo'.count('') }} {{ 'aaaa'.count('aa') }} "
+                   "{{ 'h\u00e9llo'.find('l') }} {{ 'abc'.find('z') }} {{ 'xxhixx'.rstrip('x') }}"),
+            "6 2 2 -1 xxhi");
+  EXPECT_EQ(error_of("{{ 'a'.nosuchmethod() }}"),
+            "test.jinja:1:7: 'str object' has no attribute 'nosuchmethod'");
   EXPECT_EQ(render("{{ d.get('k') }} {{ d.get('z', 'dflt') }} {{ d.keys() | list }} {{ d.values() "
                    "| list }}",
                    {{"d", {{"k", "v"}}}}),

@@ -2,6 +2,7 @@
 #include <cctype>
 #include <ctime>
 #include <memory>
+#include <optional>
 
 #include "io/jinja/builtins.h"
 #include "io/jinja/template_error.h"
@@ -124,100 +125,125 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix, const st
   return one(affix);
 }
 
+// str.strip / lstrip / rstrip (name says which).
+Value strip_method(const std::string& s, const std::string& name, CallArgs& args) {
+  args.expect_at_most(1);
+  Value chars = args.get(0, "chars");
+  if (!chars.is_undefined() && !chars.is_none() && !chars.is_string()) {
+    raise("{} arg must be None or str", name);
+  }
+  const std::string* set = chars.is_string() ? &chars.as_string() : nullptr;
+  return Value(strip(s, set, name != "rstrip", name != "lstrip"));
+}
+
+// str.split / rsplit (name says which).
+Value split_method(const std::string& s, const std::string& name, CallArgs& args) {
+  args.expect_at_most(2);
+  Value sep = args.get(0, "sep");
+  int64_t maxsplit = int_arg(args, 1, "maxsplit", -1);
+  if (sep.is_undefined() || sep.is_none()) {
+    if (name == "rsplit" && maxsplit >= 0) raise("rsplit() without a separator is not supported");
+    return Value(split_whitespace(s, maxsplit));
+  }
+  if (!sep.is_string()) raise("must be str or None, not {}", sep.type_name());
+  return Value(split_on(s, sep.as_string(), maxsplit, name == "rsplit"));
+}
+
+Value capitalize(const std::string& s) {
+  std::string out = ascii_map(s, ::tolower);
+  if (!out.empty() && uint8_t(out[0]) < 0x80) out[0] = char(std::toupper(out[0]));
+  return Value(out);
+}
+
+// str.replace(old, new[, count]); Python inserts `new` before every code point and at the end
+// when `old` is empty.
+Value replace_method(const std::string& s, CallArgs& args) {
+  std::string old_text = string_arg(args, 0, "old");
+  std::string new_text = string_arg(args, 1, "new");
+  int64_t count = int_arg(args, 2, "count", -1);
+  std::string out;
+  if (old_text.empty()) {
+    std::vector<size_t> offsets = utf8::code_point_offsets(s);
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      if (count < 0 || int64_t(i) < count) out += new_text;
+      if (i + 1 < offsets.size()) out.append(s, offsets[i], offsets[i + 1] - offsets[i]);
+      if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
+    }
+    return Value(out);
+  }
+  size_t start = 0;
+  for (int64_t done = 0; count < 0 || done < count; ++done) {
+    size_t hit = s.find(old_text, start);
+    if (hit == std::string::npos) break;
+    out.append(s, start, hit - start);
+    out += new_text;
+    start = hit + old_text.size();
+    if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
+  }
+  out.append(s, start);
+  return Value(out);
+}
+
+// str.find(sub): the index in code points, or -1.
+Value find_method(const std::string& s, CallArgs& args) {
+  size_t hit = s.find(string_arg(args, 0, "sub"));
+  return Value(hit == std::string::npos ? int64_t(-1) : int64_t(utf8::length(s.substr(0, hit))));
+}
+
+// str.count(sub): non-overlapping occurrences; an empty `sub` matches between every code point.
+Value count_method(const std::string& s, CallArgs& args) {
+  std::string sub = string_arg(args, 0, "sub");
+  if (sub.empty()) return Value(int64_t(utf8::length(s) + 1));
+  int64_t n = 0;
+  for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+  return Value(n);
+}
+
+// sep.join(iterable), every item a string.
+Value join_method(const std::string& sep, CallArgs& args) {
+  std::string out;
+  bool first = true;
+  for (const Value& item : iterate(args.get(0, "iterable"))) {
+    if (!item.is_string()) raise("sequence item: expected str instance, {} found", item.type_name());
+    if (!first) out += sep;
+    out += item.as_string();
+    first = false;
+    if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
+  }
+  return Value(out);
+}
+
+// str.isdigit / isalpha / isalnum / isspace (ASCII classes); nullopt for another name.
+std::optional<Value> char_class_test(const std::string& s, const std::string& name) {
+  bool (*pred)(uint8_t) = nullptr;
+  if (name == "isdigit") pred = [](uint8_t c) { return c >= '0' && c <= '9'; };
+  if (name == "isalpha") pred = [](uint8_t c) { return c < 0x80 && std::isalpha(c) != 0; };
+  if (name == "isalnum") pred = [](uint8_t c) { return c < 0x80 && std::isalnum(c) != 0; };
+  if (name == "isspace") pred = [](uint8_t c) { return utf8::is_python_space(c); };
+  if (!pred) return std::nullopt;
+  if (s.empty()) return Value(false);
+  for (char c : s) {
+    if (!pred(uint8_t(c))) return Value(false);
+  }
+  return Value(true);
+}
+
 Value string_method(const std::string& s, const std::string& name, CallArgs& args) {
   if (name == "startswith" || name == "endswith") {
     args.expect_at_most(1);
     return Value(affix_match(s, args.get(0, "prefix"), name == "startswith", name));
   }
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    args.expect_at_most(1);
-    Value chars = args.get(0, "chars");
-    if (!chars.is_undefined() && !chars.is_none() && !chars.is_string()) {
-      raise("{} arg must be None or str", name);
-    }
-    const std::string* set = chars.is_string() ? &chars.as_string() : nullptr;
-    return Value(strip(s, set, name != "rstrip", name != "lstrip"));
-  }
-  if (name == "split" || name == "rsplit") {
-    args.expect_at_most(2);
-    Value sep = args.get(0, "sep");
-    int64_t maxsplit = int_arg(args, 1, "maxsplit", -1);
-    if (sep.is_undefined() || sep.is_none()) {
-      if (name == "rsplit" && maxsplit >= 0) raise("rsplit() without a separator is not supported");
-      return Value(split_whitespace(s, maxsplit));
-    }
-    if (!sep.is_string()) raise("must be str or None, not {}", sep.type_name());
-    return Value(split_on(s, sep.as_string(), maxsplit, name == "rsplit"));
-  }
+  if (name == "strip" || name == "lstrip" || name == "rstrip") return strip_method(s, name, args);
+  if (name == "split" || name == "rsplit") return split_method(s, name, args);
   if (name == "upper") return Value(ascii_map(s, ::toupper));
   if (name == "lower") return Value(ascii_map(s, ::tolower));
   if (name == "title") return Value(title_case(s));
-  if (name == "capitalize") {
-    std::string out = ascii_map(s, ::tolower);
-    if (!out.empty() && uint8_t(out[0]) < 0x80) out[0] = char(std::toupper(out[0]));
-    return Value(out);
-  }
-  if (name == "replace") {
-    std::string old_text = string_arg(args, 0, "old");
-    std::string new_text = string_arg(args, 1, "new");
-    int64_t count = int_arg(args, 2, "count", -1);
-    std::string out;
-    if (old_text.empty()) {  // Python inserts `new` before every code point and at the end
-      std::vector<size_t> offsets = utf8::code_point_offsets(s);
-      for (size_t i = 0; i < offsets.size(); ++i) {
-        if (count < 0 || int64_t(i) < count) out += new_text;
-        if (i + 1 < offsets.size()) out.append(s, offsets[i], offsets[i + 1] - offsets[i]);
-        if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
-      }
-      return Value(out);
-    }
-    size_t start = 0;
-    for (int64_t done = 0; count < 0 || done < count; ++done) {
-      size_t hit = s.find(old_text, start);
-      if (hit == std::string::npos) break;
-      out.append(s, start, hit - start);
-      out += new_text;
-      start = hit + old_text.size();
-      if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
-    }
-    out.append(s, start);
-    return Value(out);
-  }
-  if (name == "find") {
-    size_t hit = s.find(string_arg(args, 0, "sub"));
-    return Value(hit == std::string::npos ? int64_t(-1) : int64_t(utf8::length(s.substr(0, hit))));
-  }
-  if (name == "count") {
-    std::string sub = string_arg(args, 0, "sub");
-    if (sub.empty()) return Value(int64_t(utf8::length(s) + 1));
-    int64_t n = 0;
-    for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-    return Value(n);
-  }
-  if (name == "join") {
-    std::string out;
-    bool first = true;
-    for (const Value& item : iterate(args.get(0, "iterable"))) {
-      if (!item.is_string())
-        raise("sequence item: expected str instance, {} found", item.type_name());
-      if (!first) out += s;
-      out += item.as_string();
-      first = false;
-      if (out.size() > kMaxValueBytes) raise("value larger than {} bytes", kMaxValueBytes);
-    }
-    return Value(out);
-  }
-  auto all_of = [&](auto pred) {
-    if (s.empty()) return Value(false);
-    for (char c : s) {
-      if (!pred(uint8_t(c))) return Value(false);
-    }
-    return Value(true);
-  };
-  if (name == "isdigit") return all_of([](uint8_t c) { return c >= '0' && c <= '9'; });
-  if (name == "isalpha") return all_of([](uint8_t c) { return c < 0x80 && std::isalpha(c); });
-  if (name == "isalnum") return all_of([](uint8_t c) { return c < 0x80 && std::isalnum(c); });
-  if (name == "isspace") return all_of([](uint8_t c) { return utf8::is_python_space(c); });
+  if (name == "capitalize") return capitalize(s);
+  if (name == "replace") return replace_method(s, args);
+  if (name == "find") return find_method(s, args);
+  if (name == "count") return count_method(s, args);
+  if (name == "join") return join_method(s, args);
+  if (std::optional<Value> v = char_class_test(s, name)) return *v;
   raise("str has no method '{}'", name);
 }
 

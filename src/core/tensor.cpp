@@ -30,11 +30,21 @@ Tensor Tensor::slice0(int64_t i) const {
   return t;
 }
 
+namespace {
+
+// A tensor's allocation: its bytes rounded up to whole 64-byte lines (allocate zeroes them all,
+// the padding included).
+size_t allocated_bytes(const Tensor& t) {
+  return (t.nbytes() + 63) / 64 * 64;
+}
+
+}  // namespace
+
 Tensor Tensor::allocate_for_overwrite(DType dtype, Shape shape) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  const size_t bytes = allocated_bytes(t);
   void* p = allocate_large(bytes, 64);
   if (!p)
     fail("out of memory allocating {} bytes for a tensor of shape {}", bytes, shape_str(t.shape));
@@ -45,7 +55,7 @@ Tensor Tensor::allocate_for_overwrite(DType dtype, Shape shape) {
 
 Tensor Tensor::allocate(DType dtype, Shape shape) {
   Tensor t = allocate_for_overwrite(dtype, std::move(shape));
-  std::memset(t.data, 0, (t.nbytes() + 63) / 64 * 64);
+  std::memset(t.data, 0, allocated_bytes(t));
   return t;
 }
 

@@ -204,7 +204,8 @@ Value join_method(const std::string& sep, CallArgs& args) {
   std::string out;
   bool first = true;
   for (const Value& item : iterate(args.get(0, "iterable"))) {
-    if (!item.is_string()) raise("sequence item: expected str instance, {} found", item.type_name());
+    if (!item.is_string())
+      raise("sequence item: expected str instance, {} found", item.type_name());
     if (!first) out += sep;
     out += item.as_string();
     first = false;

@@ -1,10 +1,13 @@
 #include "engine/batch_engine.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -58,6 +61,33 @@ struct Routed {
   int row;
   float weight;
 };
+
+// Experts with up to kConcurrentExpertRows rows in a step run at once, one per thread, when at
+// least kConcurrentExpertsPerThread per thread in a row do (concurrent_experts); the others one
+// after another, each GEMM split among the threads. Measured on 2 AMD EPYC Zen 4 cores
+// (2026-12-07, `bench`, B = 64, prompt 128, interleaved runs):
+// - with no limit on the rows, Qwen3-30B-A3B's prefill (128 experts of 768 × 2048, ~128 rows
+//   each, runs of ~4) ran its expert GEMMs at 241 GFLOP/s against 264 one after another: the
+//   threads waited at each run's end, whole experts being uneven work;
+// - at 32 rows, its decode (~4 rows per expert, runs of ~64) took 175, 173 and 192 tokens/s
+//   against 171, 174 and 163; Mixtral's bf16 decode (~16 rows, one run of 8) 94.5 and 88.7
+//   against 89.1 and 91.6;
+// - Mixtral's int8 decode, whose plan's b_e = 32 makes runs of 2, lost: 144.4 and 132.1 against
+//   151.0 and 145.7. Hence at least 4 experts per thread in a run.
+// On more cores, splitting a small expert's GEMM among them costs more.
+constexpr size_t kConcurrentExpertRows = 32;
+constexpr size_t kConcurrentExpertsPerThread = 4;
+
+// What expert GEMMs did, added to the books by the thread that started them.
+struct ExpertTally {
+  double flops = 0, weight_bytes = 0;
+};
+
+// x_row[i] += weight · d[i] for i in [i0, i1): the one way an expert's output row joins its token,
+// so that the concurrent and the one-after-another expert paths give the same bits.
+void add_weighted(float* x_row, const float* d, float weight, int i0, int i1) {
+  for (int i = i0; i < i1; ++i) x_row[i] += weight * d[i];
+}
 
 // The model features the batch engine's kernels do not run yet, refused by name before anything
 // is allocated (the reference path, `sluice logits`, runs them all).
@@ -171,10 +201,15 @@ struct BatchEngine::Impl {
   void gemm(const void* xin, DType x_dtype, int m, const Tensor& weight, float* y, float beta = 0,
             bool exact = false) {
     stats.flops += 2.0 * m * weight.shape[0] * weight.shape[1];
+    stats.weight_bytes += untallied_gemm(xin, x_dtype, m, weight, y, beta, exact);
+  }
+
+  // gemm without the books, safe on several threads at once; returns the weight bytes read.
+  double untallied_gemm(const void* xin, DType x_dtype, int m, const Tensor& weight, float* y,
+                        float beta = 0, bool exact = false) const {
     const bool f32 = x_dtype == DType::F32 && (exact || policy.precision == Precision::kF32);
     if (weight.dtype == DType::F8_E4M3) {
       const cpu::Fp8Matrix fp8 = fp8_matrix(weight);
-      stats.weight_bytes += double(fp8.bytes());
       cpu::gemm_fp8({.m = m,
                      .x = xin,
                      .x_dtype = x_dtype,
@@ -182,13 +217,12 @@ struct BatchEngine::Impl {
                      .y = y,
                      .beta = beta,
                      .round_x_to_bf16 = !f32});
-      return;
+      return double(fp8.bytes());
     }
-    stats.weight_bytes += double(weight.nbytes());
     if (f32) {
       cpu::gemm_f32({m, weight.shape[0], weight.shape[1], static_cast<const float*>(xin),
                      weight.as<const uint16_t>(), y, beta});
-      return;
+      return double(weight.nbytes());
     }
     cpu::GemmArgs a;
     a.m = m;
@@ -200,6 +234,7 @@ struct BatchEngine::Impl {
     a.y = y;
     a.beta = beta;
     cpu::gemm(a);
+    return double(weight.nbytes());
   }
 
   // Matrix `e` of an expert slot (e = -1: a dense-MLP slot) of rows × cols, as expert_gemm takes
@@ -231,17 +266,27 @@ struct BatchEngine::Impl {
     return t;
   }
 
+  // The matrices of expert `e` of layer L where they stay in memory: gate, up, down.
+  std::array<Tensor, 3> expert_matrices(const LayerWeights& L, int e) const {
+    const int64_t H = c.hidden_size, I = c.expert_intermediate_size;
+    return {slot_matrix(L.expert_gate, e, I, H), slot_matrix(L.expert_up, e, I, H),
+            slot_matrix(L.expert_down, e, H, I)};
+  }
+
   // y = x · Wᵀ for a rows × cols expert matrix (slot_matrix or pool_matrix): the bf16 (or FP8)
   // GEMM, or with quantized experts the int8-dot-product GEMM (x quantized to int8 on the fly).
-  void expert_gemm(const void* xin, DType x_dtype, int m, const Tensor& matrix, float* y) {
+  // Adds what it did to `tally`, not to the books: it runs on several threads at once in
+  // concurrent_experts.
+  void expert_gemm(const void* xin, DType x_dtype, int m, const Tensor& matrix, float* y,
+                   ExpertTally& tally) const {
+    const int64_t rows = matrix.shape[0], cols = matrix.shape[1];
+    tally.flops += 2.0 * m * rows * cols;
     if (!c.expert_quant.quantized()) {
-      gemm(xin, x_dtype, m, matrix, y);
+      tally.weight_bytes += untallied_gemm(xin, x_dtype, m, matrix, y);
       return;
     }
-    const int64_t rows = matrix.shape[0], cols = matrix.shape[1];
     const cpu::QuantView packed = quant_view(c, matrix.data, rows, cols);
-    stats.weight_bytes += double(packed.bytes());
-    stats.flops += 2.0 * m * rows * cols;
+    tally.weight_bytes += double(packed.bytes());
     cpu::gemm_int8({.m = m, .x = xin, .x_dtype = x_dtype, .w = &packed, .y = y});
   }
 
@@ -312,6 +357,15 @@ struct BatchEngine::Impl {
   void attention_output(int l, int r0, int n);
   void route(int l, int r0, int n);
   void expert_phase(int l);
+  size_t end_of_concurrent_run(const std::vector<int>& chosen, size_t first) const;
+  void run_expert(const std::array<Tensor, 3>& mats, const std::vector<Routed>& list);
+  void concurrent_experts(const LayerWeights& L, const std::vector<int>& chosen, size_t first,
+                          size_t last);
+  void join_in_expert_order(const std::vector<int>& chosen, size_t first,
+                            const std::vector<size_t>& r0);
+  void gather_expert_rows(const Routed* rows, int m, size_t r0);
+  void expert_ffn(const std::array<Tensor, 3>& mats, int m, size_t r0, ExpertTally& tally);
+  void add_expert_tally(const ExpertTally& tally, int64_t calls, int64_t rows);
   void dense_mlp_phase(int l, int T);
   std::vector<int> execute(const StepPlan& plan, Scheduler& sched);
   // The steps of execute: each item's rows (item_row[i] is item i's first row) with their
@@ -456,18 +510,22 @@ void BatchEngine::Impl::route(int l, int r0, int n) {
 }
 
 // Each expert once over all its tokens of the step:
-// x[row] += weight · w2(silu(w1 h) * w3 h), at most b_e rows per GEMM.
+// x[row] += weight · w2(silu(w1 h) * w3 h), at most b_e rows per GEMM. Runs of experts with few
+// rows that fit the b_e step buffers together run at once, one per thread (concurrent_experts);
+// the others one after another, each GEMM on every thread (run_expert), as do all with the
+// experts on disk.
 void BatchEngine::Impl::expert_phase(int l) {
   const LayerWeights& L = w.layers[l];
   if (L.router.empty()) return;  // a dense layer
-  const int H = c.hidden_size, I = c.expert_intermediate_size, be = policy.expert_batch;
+  const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
+  const size_t rows = size_t(policy.expert_batch);
   auto t0 = Clock::now();
   const bool f32 = policy.precision == Precision::kF32;
-  (f32 ? expert_xf.resize(size_t(be) * H) : expert_x.resize(size_t(be) * H));
-  gate.resize(size_t(be) * I);
-  up.resize(size_t(be) * I);
-  act.resize(size_t(be) * I);
-  down.resize(size_t(be) * H);
+  (f32 ? expert_xf.resize(rows * H) : expert_x.resize(rows * H));
+  gate.resize(rows * I);
+  up.resize(rows * I);
+  act.resize(rows * I);
+  down.resize(rows * H);
   std::vector<int> chosen;
   int step_tokens = 0;
   for (int e = 0; e < c.num_experts; ++e)
@@ -475,55 +533,151 @@ void BatchEngine::Impl::expert_phase(int l) {
       chosen.push_back(e);
       step_tokens += int(routed[e].size());
     }
-  if (disk) disk->begin_layer(l, chosen, step_tokens / c.experts_per_token);
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    const int e = chosen[i];
-    const auto& list = routed[e];
-    Tensor mats[3];  // gate, up, down
-    if (disk) {
+  if (disk) {
+    disk->begin_layer(l, chosen, step_tokens / c.experts_per_token);
+    for (size_t i = 0; i < chosen.size(); ++i) {
       const ExpertMatrices pooled = disk->acquire(int(i));
-      mats[0] = pool_matrix(pooled, 0, I, H);
-      mats[1] = pool_matrix(pooled, 1, I, H);
-      mats[2] = pool_matrix(pooled, 2, H, I);
-    } else {
-      mats[0] = slot_matrix(L.expert_gate, e, I, H);
-      mats[1] = slot_matrix(L.expert_up, e, I, H);
-      mats[2] = slot_matrix(L.expert_down, e, H, I);
+      run_expert({pool_matrix(pooled, 0, I, H), pool_matrix(pooled, 1, I, H),
+                  pool_matrix(pooled, 2, H, I)},
+                 routed[chosen[i]]);
+      disk->release(int(i));
     }
-    for (size_t begin = 0; begin < list.size(); begin += be) {
-      const int m = int(std::min(list.size() - begin, size_t(be)));
-      // h still holds every row's post-attention norm: the attention phase wrote each
-      // micro-batch's rows and no later micro-batch touches them.
-      for (int j = 0; j < m; ++j) {
-        const size_t row = size_t(list[begin + j].row) * H;
-        if (f32)
-          std::copy_n(&h[row], H, &expert_xf[size_t(j) * H]);
-        else
-          std::copy_n(&moe_in[row], H, &expert_x[size_t(j) * H]);
-      }
-      auto tg = Clock::now();
-      const void* xe = f32 ? static_cast<const void*>(expert_xf.data()) : expert_x.data();
-      const DType xe_type = f32 ? DType::F32 : DType::BF16;
-      expert_gemm(xe, xe_type, m, mats[0], gate.data());
-      expert_gemm(xe, xe_type, m, mats[1], up.data());
-      cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-      expert_gemm(act.data(), DType::F32, m, mats[2], down.data());
-      stats.expert_gemm_seconds += seconds_since(tg);
-      stats.expert_flops += 6.0 * m * I * H;
-      ++stats.expert_gemm_calls;
-      stats.expert_tokens += m;
-      for (int j = 0; j < m; ++j) {
-        float* xr = &x[size_t(list[begin + j].row) * H];
-        const float* dr = &down[size_t(j) * H];
-        const float weight = list[begin + j].weight;
-        for (int d = 0; d < H; ++d) xr[d] += weight * dr[d];
-      }
+    stats.disk = disk->stats();
+  } else {
+    for (size_t first = 0, last = 0; first < chosen.size(); first = last) {
+      last = end_of_concurrent_run(chosen, first);
+      if (last - first == 1)
+        run_expert(expert_matrices(L, chosen[first]), routed[chosen[first]]);
+      else
+        concurrent_experts(L, chosen, first, last);
     }
-    if (disk) disk->release(int(i));
   }
   for (auto& list : routed) list.clear();
-  if (disk) stats.disk = disk->stats();
   stats.expert_seconds += seconds_since(t0);
+}
+
+// The end of the run of experts from chosen[first] that run at once: each with at most
+// kConcurrentExpertRows rows, all fitting the b_e step buffers together, and at least
+// kConcurrentExpertsPerThread per thread (else first + 1: it runs alone).
+size_t BatchEngine::Impl::end_of_concurrent_run(const std::vector<int>& chosen,
+                                                size_t first) const {
+  const size_t threads = size_t(omp_get_max_threads());
+  size_t last = first, rows = 0;
+  while (last < chosen.size()) {
+    const size_t m = routed[chosen[last]].size();
+    if (m > kConcurrentExpertRows || rows + m > size_t(policy.expert_batch)) break;
+    rows += m;
+    ++last;
+  }
+  const bool enough = threads > 1 && last - first >= kConcurrentExpertsPerThread * threads;
+  return enough ? last : first + 1;
+}
+
+// One expert over its rows, b_e rows per GEMM, each GEMM on every thread.
+void BatchEngine::Impl::run_expert(const std::array<Tensor, 3>& mats,
+                                   const std::vector<Routed>& list) {
+  const int H = c.hidden_size, be = policy.expert_batch;
+  for (size_t begin = 0; begin < list.size(); begin += be) {
+    const int m = int(std::min(list.size() - begin, size_t(be)));
+    gather_expert_rows(&list[begin], m, 0);
+    auto tg = Clock::now();
+    ExpertTally tally;
+    expert_ffn(mats, m, 0, tally);
+    stats.expert_gemm_seconds += seconds_since(tg);
+    add_expert_tally(tally, 1, m);
+    for (int j = 0; j < m; ++j)
+      add_weighted(&x[size_t(list[begin + j].row) * H], &down[size_t(j) * H],
+                   list[begin + j].weight, 0, H);
+  }
+}
+
+// Experts chosen[first, last) at once, longest first, one per thread, each on its own rows of
+// the step buffers (their rows fit them together) and its GEMMs on that thread alone. Their
+// outputs then join their tokens in expert order, as run_expert adds them, the threads sharing
+// the columns. On few tokens per expert this saves each GEMM's split of W among the threads and
+// the wait at its end.
+void BatchEngine::Impl::concurrent_experts(const LayerWeights& L, const std::vector<int>& chosen,
+                                           size_t first, size_t last) {
+  const size_t count = last - first;
+  std::vector<size_t> r0(count + 1, 0), order(count);
+  for (size_t i = 0; i < count; ++i) r0[i + 1] = r0[i] + routed[chosen[first + i]].size();
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return r0[a + 1] - r0[a] > r0[b + 1] - r0[b]; });
+  auto tg = Clock::now();
+  double flops = 0, bytes = 0;
+#pragma omp parallel reduction(+ : flops, bytes)
+  {
+    omp_set_num_threads(1);  // the kernels' own parallel regions run on this thread alone
+    ExpertTally tally;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t o = 0; o < count; ++o) {
+      const size_t i = order[o];
+      const std::vector<Routed>& list = routed[chosen[first + i]];
+      gather_expert_rows(list.data(), int(list.size()), r0[i]);
+      expert_ffn(expert_matrices(L, chosen[first + i]), int(list.size()), r0[i], tally);
+    }
+    flops += tally.flops;
+    bytes += tally.weight_bytes;
+  }
+  stats.expert_gemm_seconds += seconds_since(tg);
+  add_expert_tally({flops, bytes}, int64_t(count), int64_t(r0.back()));
+  stats.concurrent_expert_calls += int64_t(count);
+  join_in_expert_order(chosen, first, r0);
+}
+
+// x[row] += weight · down of each routed row of experts chosen[first, ...), whose outputs start
+// at rows r0 of `down`, expert after expert as run_expert adds them; each thread takes a share of
+// the columns (whole cache lines of x).
+void BatchEngine::Impl::join_in_expert_order(const std::vector<int>& chosen, size_t first,
+                                             const std::vector<size_t>& r0) {
+  const int H = c.hidden_size, threads = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const int i0 = H * t / threads / 16 * 16;
+    const int i1 = t + 1 == threads ? H : H * (t + 1) / threads / 16 * 16;
+    for (size_t i = 0; i + 1 < r0.size(); ++i) {
+      const std::vector<Routed>& list = routed[chosen[first + i]];
+      for (size_t j = 0; j < list.size(); ++j)
+        add_weighted(&x[size_t(list[j].row) * H], &down[(r0[i] + j) * H], list[j].weight, i0, i1);
+    }
+  }
+}
+
+// The m routed rows' inputs into rows [r0, r0 + m) of the expert step buffers.
+void BatchEngine::Impl::gather_expert_rows(const Routed* rows, int m, size_t r0) {
+  const int H = c.hidden_size;
+  // h still holds every row's post-attention norm: the attention phase wrote each micro-batch's
+  // rows and no later micro-batch touches them.
+  for (int j = 0; j < m; ++j) {
+    const size_t row = size_t(rows[j].row) * H;
+    if (policy.precision == Precision::kF32)
+      std::copy_n(&h[row], H, &expert_xf[(r0 + j) * H]);
+    else
+      std::copy_n(&moe_in[row], H, &expert_x[(r0 + j) * H]);
+  }
+}
+
+// down(silu(gate x) * up x) for rows [r0, r0 + m) of the expert step buffers, gathered there.
+void BatchEngine::Impl::expert_ffn(const std::array<Tensor, 3>& mats, int m, size_t r0,
+                                   ExpertTally& tally) {
+  const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
+  const bool f32 = policy.precision == Precision::kF32;
+  const void* xe = f32 ? static_cast<const void*>(&expert_xf[r0 * H]) : &expert_x[r0 * H];
+  const DType xe_type = f32 ? DType::F32 : DType::BF16;
+  expert_gemm(xe, xe_type, m, mats[0], &gate[r0 * I], tally);
+  expert_gemm(xe, xe_type, m, mats[1], &up[r0 * I], tally);
+  cpu::silu_mul(&gate[r0 * I], &up[r0 * I], &act[r0 * I], int64_t(m) * int64_t(I));
+  expert_gemm(&act[r0 * I], DType::F32, m, mats[2], &down[r0 * H], tally);
+}
+
+// The books of `calls` expert FFNs over `rows` rows in all.
+void BatchEngine::Impl::add_expert_tally(const ExpertTally& tally, int64_t calls, int64_t rows) {
+  stats.flops += tally.flops;
+  stats.weight_bytes += tally.weight_bytes;
+  stats.expert_flops += tally.flops;
+  stats.expert_gemm_calls += calls;
+  stats.expert_tokens += rows;
 }
 
 // The dense MLP over every row of the step (a shared expert, or a dense layer's MLP), b_e rows
@@ -538,18 +692,21 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
   up.resize(std::max(up.size(), size_t(be) * I));
   act.resize(std::max(act.size(), size_t(be) * I));
   down.resize(std::max(down.size(), size_t(be) * H));
+  ExpertTally tally;
   for (int begin = 0; begin < T; begin += be) {
     const int m = std::min(T - begin, be);
     const void* xe = f32 ? static_cast<const void*>(&h[size_t(begin) * H])
                          : static_cast<const void*>(&moe_in[size_t(begin) * H]);
     const DType xe_type = f32 ? DType::F32 : DType::BF16;
-    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_gate, -1, I, H), gate.data());
-    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_up, -1, I, H), up.data());
+    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_gate, -1, I, H), gate.data(), tally);
+    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_up, -1, I, H), up.data(), tally);
     cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-    expert_gemm(act.data(), DType::F32, m, slot_matrix(L.mlp_down, -1, H, I), down.data());
+    expert_gemm(act.data(), DType::F32, m, slot_matrix(L.mlp_down, -1, H, I), down.data(), tally);
     math.add_scaled_rows(nullptr, down.data(), H, &mlp_scale[size_t(begin)], m,
                          &x[size_t(begin) * H]);
   }
+  stats.flops += tally.flops;
+  stats.weight_bytes += tally.weight_bytes;
   stats.dense_seconds += seconds_since(t0);
 }
 

@@ -38,6 +38,7 @@ struct EngineStats {
   double flops = 0;                // all GEMM and attention arithmetic
   double expert_flops = 0;
   int64_t expert_gemm_calls = 0, expert_tokens = 0;
+  int64_t concurrent_expert_calls = 0;  // inside expert_gemm_calls: experts run one per thread
   size_t kv_cache_bytes = 0;  // the host KV cache (the device KV pool is in device memory)
   // What the host KV cache's writes stored: bf16 bytes, over (token, layer) pairs. Their ratio
   // is the cache's bytes per token and layer (MLA: the latent and the RoPE key).

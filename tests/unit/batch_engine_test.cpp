@@ -2,6 +2,7 @@
 #include "engine/batch_engine.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,10 +34,11 @@ struct EngineRun {
   // (request, position, layer) -> the experts the token was routed to, in rank order
   std::map<std::tuple<int64_t, int, int>, std::vector<int>> experts;
   std::vector<Request> requests;
+  EngineStats stats;
 };
 
-EngineRun run_engine(const Model& model, Precision precision) {
-  BatchEngine engine(model, testing::exercising_policy(precision, kNew));
+EngineRun run_engine(const Model& model, const Policy& policy) {
+  BatchEngine engine(model, policy);
   EngineRun run;
   engine.set_logits_observer([&](int64_t id, int pos, std::span<const float> row) {
     run.logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
@@ -52,7 +54,12 @@ EngineRun run_engine(const Model& model, Precision precision) {
     run.requests.push_back(r);
   }
   engine.run(run.requests, [&](Completion&& c) { run.done[c.id] = std::move(c); });
+  run.stats = engine.stats();
   return run;
+}
+
+EngineRun run_engine(const Model& model, Precision precision) {
+  return run_engine(model, testing::exercising_policy(precision, kNew));
 }
 
 // Each tiny model at every ISA level this run offers (SLUICE_ISA lowers the top): the engine runs
@@ -82,8 +89,11 @@ class BatchEngineMatchesReference
     return make_random_model(config, 42);
   }
   EngineRun run_at_level(const Model& m, Precision precision) const {
+    return run_at_level(m, testing::exercising_policy(precision, kNew));
+  }
+  EngineRun run_at_level(const Model& m, const Policy& policy) const {
     cpu::ScopedIsaLevel at(std::get<1>(GetParam()));
-    return run_engine(m, precision);
+    return run_engine(m, policy);
   }
 };
 
@@ -211,6 +221,34 @@ TEST_P(BatchEngineMatchesReference, Bf16LogitsMatchTheBf16RoundingReference) {
       "engine's experts differ from the reference's own at %d of %d token-layers\n",
       within, positions, kBf16Tolerance, worst, same_argmax, other_experts, routings);
   EXPECT_EQ(within, positions);
+}
+
+// Runs of experts with few rows run at once, one per thread, and the others one after another,
+// each GEMM on every thread. Either way their outputs join each token in expert order, so one
+// thread and two give the same bits. With an expert batch of 64, the prefill steps' 16 tokens
+// give each of 8 experts a few rows (a concurrent run); with this suite's policy (b_e = 5) no
+// run fits, and every expert runs alone.
+TEST_P(BatchEngineMatchesReference, OneThreadAndTwoGiveTheSameBits) {
+  const Model m = model();
+  for (const int expert_batch : {5, 64}) {
+    Policy p = testing::exercising_policy(Precision::kBf16, kNew);
+    p.expert_batch = expert_batch;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const EngineRun one = run_at_level(m, p);
+    omp_set_num_threads(2);
+    const EngineRun two = run_at_level(m, p);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(one.stats.concurrent_expert_calls, 0);
+    if (expert_batch == 64 && m.config.num_experts >= 8) {
+      EXPECT_GT(two.stats.concurrent_expert_calls, 0) << "no experts ran at once";
+    }
+    ASSERT_EQ(one.logits.size(), two.logits.size());
+    ASSERT_FALSE(one.logits.empty());
+    for (const auto& [at, row] : one.logits)
+      EXPECT_EQ(row, two.logits.at(at))
+          << "b_e " << expert_batch << ", request " << at.first << " position " << at.second;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, BatchEngineMatchesReference,

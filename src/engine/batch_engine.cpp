@@ -365,6 +365,8 @@ struct BatchEngine::Impl {
                             const std::vector<size_t>& r0);
   void gather_expert_rows(const Routed* rows, int m, size_t r0);
   void expert_ffn(const std::array<Tensor, 3>& mats, int m, size_t r0, ExpertTally& tally);
+  void ffn_rows(const std::array<Tensor, 3>& mats, const void* xin, DType x_dtype, int m, size_t r0,
+                ExpertTally& tally);
   void add_expert_tally(const ExpertTally& tally, int64_t calls, int64_t rows);
   void dense_mlp_phase(int l, int T);
   std::vector<int> execute(const StepPlan& plan, Scheduler& sched);
@@ -661,12 +663,20 @@ void BatchEngine::Impl::gather_expert_rows(const Routed* rows, int m, size_t r0)
 // down(silu(gate x) * up x) for rows [r0, r0 + m) of the expert step buffers, gathered there.
 void BatchEngine::Impl::expert_ffn(const std::array<Tensor, 3>& mats, int m, size_t r0,
                                    ExpertTally& tally) {
-  const size_t H = size_t(c.hidden_size), I = size_t(c.expert_intermediate_size);
-  const bool f32 = policy.precision == Precision::kF32;
-  const void* xe = f32 ? static_cast<const void*>(&expert_xf[r0 * H]) : &expert_x[r0 * H];
-  const DType xe_type = f32 ? DType::F32 : DType::BF16;
-  expert_gemm(xe, xe_type, m, mats[0], &gate[r0 * I], tally);
-  expert_gemm(xe, xe_type, m, mats[1], &up[r0 * I], tally);
+  const size_t H = size_t(c.hidden_size);
+  if (policy.precision == Precision::kF32)
+    ffn_rows(mats, &expert_xf[r0 * H], DType::F32, m, r0, tally);
+  else
+    ffn_rows(mats, &expert_x[r0 * H], DType::BF16, m, r0, tally);
+}
+
+// down(silu(gate x) * up x) for m rows of x (`mats`: gate, up, down), through rows
+// [r0, r0 + m) of the gate, up, act and down step buffers.
+void BatchEngine::Impl::ffn_rows(const std::array<Tensor, 3>& mats, const void* xin, DType x_dtype,
+                                 int m, size_t r0, ExpertTally& tally) {
+  const size_t I = size_t(mats[0].shape[0]), H = size_t(mats[2].shape[0]);
+  expert_gemm(xin, x_dtype, m, mats[0], &gate[r0 * I], tally);
+  expert_gemm(xin, x_dtype, m, mats[1], &up[r0 * I], tally);
   cpu::silu_mul(&gate[r0 * I], &up[r0 * I], &act[r0 * I], int64_t(m) * int64_t(I));
   expert_gemm(&act[r0 * I], DType::F32, m, mats[2], &down[r0 * H], tally);
 }
@@ -692,16 +702,16 @@ void BatchEngine::Impl::dense_mlp_phase(int l, int T) {
   up.resize(std::max(up.size(), size_t(be) * I));
   act.resize(std::max(act.size(), size_t(be) * I));
   down.resize(std::max(down.size(), size_t(be) * H));
+  const std::array<Tensor, 3> mats = {slot_matrix(L.mlp_gate, -1, I, H),
+                                      slot_matrix(L.mlp_up, -1, I, H),
+                                      slot_matrix(L.mlp_down, -1, H, I)};
   ExpertTally tally;
   for (int begin = 0; begin < T; begin += be) {
     const int m = std::min(T - begin, be);
-    const void* xe = f32 ? static_cast<const void*>(&h[size_t(begin) * H])
-                         : static_cast<const void*>(&moe_in[size_t(begin) * H]);
-    const DType xe_type = f32 ? DType::F32 : DType::BF16;
-    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_gate, -1, I, H), gate.data(), tally);
-    expert_gemm(xe, xe_type, m, slot_matrix(L.mlp_up, -1, I, H), up.data(), tally);
-    cpu::silu_mul(gate.data(), up.data(), act.data(), size_t(m) * I);
-    expert_gemm(act.data(), DType::F32, m, slot_matrix(L.mlp_down, -1, H, I), down.data(), tally);
+    if (f32)
+      ffn_rows(mats, &h[size_t(begin) * H], DType::F32, m, 0, tally);
+    else
+      ffn_rows(mats, &moe_in[size_t(begin) * H], DType::BF16, m, 0, tally);
     math.add_scaled_rows(nullptr, down.data(), H, &mlp_scale[size_t(begin)], m,
                          &x[size_t(begin) * H]);
   }

@@ -31,13 +31,13 @@ using testing::TempDir;
 // Whether any file of `out` exists yet, in the folder or in a partial sibling being staged;
 // watches every such folder with `inotify` so that the next file created in it wakes the waiter.
 bool output_begun(const fs::path& out, int inotify) {
+  const std::string out_name = out.filename().string();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out.parent_path(), ec)) {
     const std::string name = entry.path().filename().string();
-    if ((name != out.filename().string() &&
-         !(name.starts_with('.') && name.substr(1).starts_with(out.filename().string()))) ||
-        !fs::is_directory(entry.path()))
-      continue;
+    const bool staged_or_whole =
+        name == out_name || (name.starts_with('.') && name.substr(1).starts_with(out_name));
+    if (!staged_or_whole || !fs::is_directory(entry.path())) continue;
     inotify_add_watch(inotify, entry.path().c_str(), IN_CREATE);
     if (!fs::is_empty(entry.path(), ec)) return true;
   }

@@ -21,4 +21,10 @@ void* allocate_large(size_t bytes, size_t align) {
   return p;
 }
 
+void populate_for_writing(void* p, size_t bytes) {
+  if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+  volatile std::byte* b = static_cast<std::byte*>(p);  // kernels before 5.14
+  for (size_t i = 0; i < bytes; i += 4096) b[i] = std::byte{0};
+}
+
 }  // namespace sluice

@@ -15,4 +15,7 @@ namespace sluice {
 // or copy lands.
 void* allocate_large(size_t bytes, size_t align = 64);
 
+// Makes [p, p + bytes) resident, as a write to each page would.
+void populate_for_writing(void* p, size_t bytes);
+
 }  // namespace sluice

@@ -29,7 +29,7 @@ namespace sluice {
 HardwareProfile planner_profile(int threads);
 // The disk tier's read rate, measured as it reads: O_DIRECT through io_uring, 32 reads in flight,
 // of whole experts spread over the model (512 MiB of them, or all), from the files the run reads,
-// the faster of two passes.
+// read until two passes agree (measure_read_rate).
 // On a VM the disk's rate moves with what the host has cached, so a run is compared with this,
 // taken beside it, rather than with the profile's probe of a fresh temporary file. nullopt,
 // with `why`, where it cannot be measured.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -226,8 +227,18 @@ void DirectReader::read_with_uring(const std::function<std::optional<TaggedRead>
   if (!error.empty()) fail("{}", error);
 }
 
+double settled_rate(const std::function<double()>& pass, int max_passes) {
+  double last = pass();
+  for (int taken = 1; taken < max_passes; ++taken) {
+    const double rate = pass();
+    if (std::abs(rate - last) <= 0.1 * last || taken + 1 == max_passes) return std::max(rate, last);
+    last = rate;
+  }
+  return last;
+}
+
 std::optional<double> measure_read_rate(const std::vector<std::filesystem::path>& files,
-                                        std::vector<FileRead> ranges, int depth, int passes,
+                                        std::vector<FileRead> ranges, int depth, int max_passes,
                                         std::string* why) {
   size_t largest = 0;
   double bytes = 0;
@@ -247,13 +258,13 @@ std::optional<double> measure_read_rate(const std::vector<std::filesystem::path>
       if (why) *why = reader.note();
       return std::nullopt;
     }
-    double best = 0;
-    for (int pass = 0; pass < passes; ++pass) {
-      const auto t = Clock::now();
-      reader.read(ranges, [](size_t) {});
-      best = std::max(best, bytes / seconds_since(t));
-    }
-    return best;
+    return settled_rate(
+        [&] {
+          const auto t = Clock::now();
+          reader.read(ranges, [](size_t) {});
+          return bytes / seconds_since(t);
+        },
+        max_passes);
   } catch (const Error& e) {
     if (why) *why = e.what();
     return std::nullopt;

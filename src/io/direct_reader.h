@@ -85,11 +85,19 @@ class DirectReader {
 };
 
 // The O_DIRECT read rate of `ranges` of `files` (their buffers are not used: what is read is
-// discarded into `depth` scratch buffers), `depth` reads in flight, the fastest of `passes`
-// passes: bytes of whole blocks a second. Nullopt, with `why`, when a file refuses O_DIRECT or a
-// read fails.
+// discarded into `depth` scratch buffers), `depth` reads in flight: bytes of whole blocks a
+// second. With `max_passes` above 1, passes are read until one comes within 10% of the pass before
+// it (or `max_passes` are read), and the faster of those last two is the rate: a disk's first pass
+// can be slower than its sustained rate (a VM's host caches what was read) or faster (a throttle,
+// or a drive's cache, lets a burst through after idling). Nullopt, with `why`, when a file refuses
+// O_DIRECT or a read fails.
 std::optional<double> measure_read_rate(const std::vector<std::filesystem::path>& files,
-                                        std::vector<FileRead> ranges, int depth, int passes,
+                                        std::vector<FileRead> ranges, int depth, int max_passes,
                                         std::string* why);
+
+// measure_read_rate's rule over passes: `pass()` measures one pass's rate; passes are taken until
+// one comes within 10% of the one before it, or `max_passes` (at least 1) are taken, and the faster
+// of the last two is returned (the only one, for one pass).
+double settled_rate(const std::function<double()>& pass, int max_passes);
 
 }  // namespace sluice

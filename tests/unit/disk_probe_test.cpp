@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "engine/engine_plan.h"
+#include "io/direct_reader.h"
 #include "runtime/planner/profiler.h"
 #include "test_util.h"
 
@@ -72,6 +74,26 @@ TEST(DiskProbe, ExpertDiskReadsTheExpertsFromTheirFiles) {
   files.files = {dir / "missing.safetensors"};
   EXPECT_FALSE(measure_expert_disk(files, &why));
   EXPECT_NE(why.find("missing.safetensors"), std::string::npos) << why;
+}
+
+// A disk's first pass can run slower than its sustained rate (a VM's host caching what was read)
+// or faster (a burst let through after idling): passes are read until two agree.
+TEST(DiskProbe, PassesAreReadUntilTwoAgree) {
+  auto rates = [](std::vector<double> seq, int max_passes, int* taken) {
+    *taken = 0;
+    return settled_rate([&] { return seq.at(size_t((*taken)++)); }, max_passes);
+  };
+  int taken = 0;
+  EXPECT_EQ(rates({720, 600, 610, 999}, 4, &taken), 610);  // a burst first
+  EXPECT_EQ(taken, 3);
+  EXPECT_EQ(rates({500, 1000, 950, 1}, 4, &taken), 1000);  // a cold host cache first
+  EXPECT_EQ(taken, 3);
+  EXPECT_EQ(rates({600, 650}, 4, &taken), 650);  // within 10% at once
+  EXPECT_EQ(taken, 2);
+  EXPECT_EQ(rates({100, 300, 900, 2700}, 4, &taken), 2700);  // never settles: the last two
+  EXPECT_EQ(taken, 4);
+  EXPECT_EQ(rates({100, 300}, 1, &taken), 100);  // one pass
+  EXPECT_EQ(taken, 1);
 }
 
 }  // namespace

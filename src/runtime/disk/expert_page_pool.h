@@ -11,8 +11,9 @@
 // and for the next layer's on a guess (prefetch, not certain), then acquires each one, which
 // waits until it has landed, and releases it after its GEMMs. The loader keeps the disk's queue
 // full, refilling it as each read lands; the router's choices go before guesses, at most half
-// the queue's experts are guesses, and guesses not yet started that the router did not choose
-// are dropped when their layer begins: with the disk the bottleneck, it reads what is needed.
+// the queue's experts are guesses (one, while most acquires wait for their reads), and guesses
+// not yet started that the router did not choose are dropped when their layer begins: with the
+// disk the bottleneck, it reads what is needed.
 // Slots stay filled after release: the pool is also a cache between steps. When a slot is needed,
 // the expert whose next use is the latest goes, assuming layers run in order (a step goes through
 // every layer, so the layer just computed is used again last), the least used first among experts
@@ -33,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/clock.h"
 #include "io/direct_reader.h"
 #include "model/config.h"
 #include "model/expert_files.h"
@@ -144,6 +146,8 @@ class ExpertPagePool {
   int next_use(const Slot& s) const;  // of its expert: the latest if it is kept elsewhere
   void enqueue(int slot, ExpertKey k);
   int reads_per_expert() const;  // 3 matrices, and their scales where the files have them
+  int guesses_in_flight_limit() const;  // (locked) experts read on a guess at once
+  void note_wait(Clock::time_point t0);
   int take_queued();
   void loader_loop();
   void read_queued();
@@ -167,6 +171,10 @@ class ExpertPagePool {
   int current_layer_ = 0;
   std::function<bool(ExpertKey)> kept_elsewhere_;  // empty: none
   ExpertPoolStats stats_;
+  // Averages over recent acquires (about ten): the time each waited for its read, and the time
+  // from the acquire before it.
+  double waited_seconds_ = 0, between_acquires_seconds_ = 0;
+  Clock::time_point last_acquired_{};
   std::string error_;  // the loader's first failure
   bool stop_ = false;
   mutable std::mutex mutex_;

@@ -257,7 +257,7 @@ ExpertMatrices ExpertPagePool::acquire(ExpertKey k) {
         ++s.pins;
         ++s.uses;
         stats_.wait_seconds += seconds_since(t0);
-        note_wait(t0);
+        waits_.acquired(t0, Clock::now());
         return matrices(s);
       }
     }
@@ -309,20 +309,7 @@ ExpertMatrices ExpertPagePool::matrices(const Slot& s) const {
 // 1.3 and 1.4 tokens/s. One is kept, so that the gap is not idle; with the disk ahead of compute,
 // guesses read while compute runs, and half the queue may be guesses.
 int ExpertPagePool::guesses_in_flight_limit() const {
-  const bool compute_waits = waited_seconds_ > 0.5 * between_acquires_seconds_;
-  return compute_waits ? 1 : std::max(1, queue_depth_ / reads_per_expert() / 2);
-}
-
-// (locked) An acquire that began at `t0` returns: the time it waited, and the time since the last
-// one returned (the compute between, and this wait), go into averages over about ten acquires.
-void ExpertPagePool::note_wait(Clock::time_point t0) {
-  const auto now = Clock::now();
-  if (last_acquired_ != Clock::time_point{}) {
-    const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
-    waited_seconds_ += 0.1 * (seconds(now - t0) - waited_seconds_);
-    between_acquires_seconds_ += 0.1 * (seconds(now - last_acquired_) - between_acquires_seconds_);
-  }
-  last_acquired_ = now;
+  return waits_.compute_waits() ? 1 : std::max(1, queue_depth_ / reads_per_expert() / 2);
 }
 
 // The next slot to read (locked), taken off the queue: the router's choices first, in the

@@ -34,10 +34,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/clock.h"
 #include "io/direct_reader.h"
 #include "model/config.h"
 #include "model/expert_files.h"
+#include "runtime/disk/disk_wait_meter.h"
 
 namespace sluice {
 
@@ -147,7 +147,6 @@ class ExpertPagePool {
   void enqueue(int slot, ExpertKey k);
   int reads_per_expert() const;  // 3 matrices, and their scales where the files have them
   int guesses_in_flight_limit() const;  // (locked) experts read on a guess at once
-  void note_wait(Clock::time_point t0);
   int take_queued();
   void loader_loop();
   void read_queued();
@@ -171,10 +170,7 @@ class ExpertPagePool {
   int current_layer_ = 0;
   std::function<bool(ExpertKey)> kept_elsewhere_;  // empty: none
   ExpertPoolStats stats_;
-  // Averages over recent acquires (about ten): the time each waited for its read, and the time
-  // from the acquire before it.
-  double waited_seconds_ = 0, between_acquires_seconds_ = 0;
-  Clock::time_point last_acquired_{};
+  DiskWaitMeter waits_;  // of the acquires
   std::string error_;  // the loader's first failure
   bool stop_ = false;
   mutable std::mutex mutex_;

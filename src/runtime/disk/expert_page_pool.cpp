@@ -256,8 +256,9 @@ ExpertMatrices ExpertPagePool::acquire(ExpertKey k) {
         s.wanted = false;
         ++s.pins;
         ++s.uses;
-        stats_.wait_seconds += seconds_since(t0);
-        waits_.acquired(t0, Clock::now());
+        const auto now = Clock::now();
+        stats_.wait_seconds += std::chrono::duration<double>(now - t0).count();
+        waits_.acquired(t0, now);
         return matrices(s);
       }
     }

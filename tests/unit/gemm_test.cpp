@@ -82,17 +82,17 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
 // 256-row block, n around the 3-column tile and past the 96-row column block (48 for the
 // avx512bf16 tiles), k short of a 16-value group, and past the 1024-value depth of one pass
 // (2048 for the avx512bf16 tiles, hence 4200 at m = 6); the token lanes' tiles of 4, 3, 2 and 1
-// blocks of 16 rows (one part-filled block from m = 13), across their 2048-pair ranges with a lone
+// blocks of 16 rows (one part-filled block from m = 10), across their 2048-pair ranges with a lone
 // odd value last (65 × 4099); the leftover rows past the last whole block (1 at m = 17 and 33, 8 at
 // 24, 12 at 28, 5 at 21 over an odd k, and at m = 260 a second row block of 4 leftover rows and no
-// whole block);
+// whole block); one part-filled block alone at m = 10 and 12;
 // and oneDNN's own blockings.
 const Case kAwkwardCases[] = {
     {1, 33, 96},     {3, 130, 33},   {17, 96, 130}, {100, 33, 130}, {1, 1, 1},       {2, 2, 15},
     {17, 257, 4100}, {5, 97, 1040},  {300, 7, 40},  {4, 3, 16},     {8, 13, 1100},   {9, 7, 517},
     {24, 12, 3},     {33, 25, 64},   {7, 40, 1030}, {70, 29, 1031}, {48, 100, 2049}, {32, 1, 1},
     {6, 50, 4200},   {65, 19, 4099}, {14, 37, 301}, {17, 13, 4130}, {24, 7, 95},     {21, 11, 4097},
-    {260, 9, 70},    {28, 20, 2111}};
+    {260, 9, 70},    {28, 20, 2111}, {10, 23, 2049}, {12, 97, 130}};
 
 // Every case at every ISA level up to the one in force (scalar, avx2, and oneDNN's at avx512+).
 void expect_all_match(DType x_dtype, float beta, int64_t pad) {
@@ -167,6 +167,9 @@ TEST(CpuGemm, NamesTheImplementationOfEachLevel) {
       GemmArgs eight = args;
       eight.m = 8;
       EXPECT_EQ(gemm_implementation(eight), "sluice:avx512bf16");
+      GemmArgs ten = args;
+      ten.m = 10;
+      EXPECT_EQ(gemm_implementation(ten), "sluice:avx512bf16 lanes");  // one part-filled block
     }
     GemmArgs wide = args;
     wide.m = 64;

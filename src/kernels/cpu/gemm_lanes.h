@@ -18,7 +18,8 @@
 // k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
 // stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
 // prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in
-// a per-thread scratch between ranges and written to Y once, after the last.
+// a per-thread scratch between ranges, and after the last range each column block's are written
+// to Y a 16 × 16 transpose at a time, so every row of Y takes whole lines.
 //
 // Measured on 2 Zen 5 cores (n = 14336, k = 4096, 2 × 12 tiles over 128-pair ranges): 70–77% of
 // the `vdpbf16ps` peak from m = 32 up, where a loop of the same instructions on L1-resident data
@@ -32,9 +33,13 @@
 // no longer share L1 sets) took m = 256 from 89.7–89.8 to 85.2–86.0 ms but m = 64 from 22.4–23.9
 // to 24.9 and m = 32 to 14.7–15.0 (11.3–15.8 before), so it was not kept. The 6-column tiles over
 // 2048-pair ranges reach 80–84% at n = 14336, k = 4096 and 87–92% at n = 4096, k = 14336 from
-// m = 64 up, ~80% at m = 32 (gemm_lanes_avx512bf16.cpp has the measurements). Tried and not
-// kept there: the last block as a half block of 8 rows in 256-bit registers (m = 17 to 24 took
-// 10.8–11.2 ms against 9.1–9.5 with a whole block: a 256-bit `vdpbf16ps` is no cheaper on Zen 4).
+// m = 64 up, ~80% at m = 32 (gemm_lanes_avx512bf16.cpp has the measurements). With Y written
+// in whole lines (before, each tile stored its 6 columns of every row, a row of Y apart: ~19% of
+// the 4 × 6 tile's time), 94–96% from m = 64 at both shapes and 82–88% at m = 16 (2026-12-07).
+// Tried and not kept there: the last block as a half block of 8 rows in 256-bit registers
+// (m = 17 to 24 took 10.8–11.2 ms against 9.1–9.5 with a whole block: a 256-bit `vdpbf16ps` is
+// no cheaper on Zen 4); prefetcht0 of a one-block tile's own W 2 to 8 lines ahead, and column
+// blocks of 24 or 48 (the same, within the noise, at m = 16 to 64).
 #pragma once
 
 #include <cstdint>
@@ -43,12 +48,14 @@
 
 namespace sluice::cpu {
 
-// From this many rows of X up, tiled_gemm takes the token-lane kernel at avx512bf16; below, the
-// 4 × 3 tiles, which waste no lanes on a few rows. On 2 Zen 4 cores (n = 14336, k = 4096,
-// 2026-12-06) the lanes took 5.1–5.5 ms from m = 13 to 16 and the tiles 5.4–6.6 ms (m = 16
-// 6.1–7.2); at m = 12 the tiles 4.9 ms, the lanes 5.2–6.9, and at m = 9 4.2 against 5.0–6.4
-// (the lanes at 12 and 9 measured with 8 columns, which matched 6 at m = 13 to 16).
-constexpr int64_t kLaneMinRows = 13;
+// From this many rows of X up, tiled_gemm takes the token-lane kernel at avx512bf16 (below a
+// whole block, as one part-filled block); below, the 4 × 3 tiles, which waste no lanes on a few
+// rows. A block costs 16 rows whatever it holds. On 2 Zen 4 cores (n = 14336, k = 4096) the
+// lanes took 9.1–9.2 ms on one thread for any m from 6 to 16 and the tiles 8.8 / 9.3 / 10.3 ms at
+// m = 9 / 10 / 12 (2026-12-07, after the lanes' stores became whole lines; two threads: 4.7–4.9
+// against 4.4–4.5, 5.0 and 5.2–5.3 ms). The decode step of the W-cpu workload runs its experts
+// one per thread, with m = 7 to 26 rows.
+constexpr int64_t kLaneMinRows = 10;
 
 // Up to this many rows of X, tiled_gemm also takes this kernel at avx512bf16: no whole block, only
 // its leftover tiles (k in the lanes, up to 4 rows × 6 W rows), which read W from DRAM faster than

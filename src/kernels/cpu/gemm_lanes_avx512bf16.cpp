@@ -283,8 +283,11 @@ struct RowBlock {
 };
 
 // The rows of a row block that go to the lanes: all, unless those past the last whole block are
-// few enough for the leftover tiles.
+// few enough for the leftover tiles. Short of a whole block, from kLaneMinRows rows they fill
+// part of one (no whole block's W to share with leftover tiles), and up to kLaneMaxStreamRows
+// they are all leftover rows.
 int64_t lane_rows_of(int64_t rows) {
+  if (rows < kLanes) return rows >= kLaneMinRows ? rows : 0;
   const int64_t past = rows % kLanes;
   return past <= kMaxLeftoverRows ? rows - past : rows;
 }

@@ -41,7 +41,8 @@ bool runtime_rows() {
 //   and above it the token-lane kernel (gemm_lanes.h), at every m measured: m = 32 5.3 ms
 //   (oneDNN 7.2), m = 64 10.4 (10.9–14.7), m = 256 40.9 (36.5–45.5), m = 1024 165 (147–169),
 //   70–77% of the `vdpbf16ps` peak from m = 32 up. The lanes have since grown faster still
-//   (80–92% from m = 64 on 2 Zen 4 cores) and take m ≤ 4 and m ≥ 13 (gemm_lanes.h).
+//   (94–96% from m = 64 on 2 Zen 4 cores) and take every m, in blocks of 4 rows up to m = 12
+//   (gemm_lanes.h); the 4 × 3 `vdpbf16ps` tiles are gone.
 // At the amx level oneDNN's AMX kernels are assumed ahead (not measured: no AMX machine yet).
 int64_t max_tiled_rows(IsaLevel level) {
   if (level >= IsaLevel::kAmx) return 4;
@@ -114,7 +115,7 @@ std::string gemm_implementation(const GemmArgs& args) {
     std::string name = onednn::implementation(a, runtime_rows());
     if (!name.empty()) return "oneDNN " + name;
   }
-  return tiled_gemm_name(level, a.m);
+  return tiled_gemm_name(level);
 }
 
 }  // namespace sluice::cpu

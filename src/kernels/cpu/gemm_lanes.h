@@ -1,9 +1,9 @@
 // The AVX512-BF16 GEMM for many rows of X ("token lanes"): Y[m, n] = X[m, k] · Wᵀ (+ beta · Y),
 // W bf16 [n, k] used where it lies, X bf16 (or fp32 rounded to bf16).
 //
-// The 4 × 3 tiles of gemm_tiles.h put k in the vector lanes and reduce horizontally at the end;
-// each of their `vdpbf16ps` needs one load of W and one of X per four instructions, and twelve
-// accumulators barely cover the instruction's latency. Here the lanes hold 16 rows of X instead:
+// Tiles that put k in the vector lanes and reduce horizontally at the end (as the AVX2 4 × 3 tiles
+// of gemm_tiles.h) need, for each `vdpbf16ps`, one load of W and one of X per four instructions,
+// and twelve accumulators barely cover the instruction's latency. Here the lanes hold 16 rows of X:
 // X is packed as [16-row block][k pair][16 rows][2 values], one 64-byte line per pair, and each
 // weight pair W[j][2p..2p+1] is broadcast to all lanes, so
 //
@@ -14,7 +14,11 @@
 // Rows past the last whole block of 16 (up to 12 of them) would waste most of a block's lanes, so
 // they go to leftover tiles instead: right after each lane tile, up to 4 of them × the tile's 6 W
 // rows over the same k range, k in the lanes as in gemm_tiles.h (one load per W line and per X
-// row, a horizontal sum at the end), meeting W in cache. Up to 4 rows, the leftover tiles alone.
+// row, a horizontal sum at the end), meeting W in cache.
+// Up to kFourRowBlocksMaxRows rows the blocks hold 4 rows instead, each row's 4 lanes 4 pairs of
+// k: X as [4-row block][step of 8 k-values][4 rows][8 values], and W's 8 values of a step
+// broadcast 16 bytes at a time, so each lane meets its own pair; a row's 4 lanes are summed when
+// Y is written. A block then wastes at most 3 rows.
 // k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
 // stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
 // prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in
@@ -48,27 +52,16 @@
 
 namespace sluice::cpu {
 
-// From this many rows of X up, tiled_gemm takes the token-lane kernel at avx512bf16 (below a
-// whole block, as one part-filled block); below, the 4 × 3 tiles, which waste no lanes on a few
-// rows. A block costs 16 rows whatever it holds. On 2 Zen 4 cores (n = 14336, k = 4096) the
-// lanes took 9.1–9.2 ms on one thread for any m from 6 to 16 and the tiles 8.8 / 9.3 / 10.3 ms at
-// m = 9 / 10 / 12 (2026-12-07, after the lanes' stores became whole lines; two threads: 4.7–4.9
-// against 4.4–4.5, 5.0 and 5.2–5.3 ms). The decode step of the W-cpu workload runs its experts
-// one per thread, with m = 7 to 26 rows.
-constexpr int64_t kLaneMinRows = 10;
-
-// Up to this many rows of X, tiled_gemm also takes this kernel at avx512bf16: no whole block, only
-// its leftover tiles (k in the lanes, up to 4 rows × 6 W rows), which read W from DRAM faster than
-// the 4 × 3 tiles. On 2 Zen 4 cores (n = 14336, k = 4096, three interleaved runs, 2026-12-07), as
-// a share of the paired plain read: m = 1 88–92% against 84–86%, m = 2 63–95% against 80–82%,
-// m = 4 79–88% against 70–78%; at m = 8 to 12 the 4 × 3 tiles were faster (m = 8 3.8 against
-// 5.3 ms, m = 12 5.2–6.7 against 6.3–7.0).
-constexpr int64_t kLaneMaxStreamRows = 4;
-
-// Whether tiled_gemm takes this kernel for m rows (at avx512bf16, X bf16 or rounded to it).
-constexpr bool lanes_take(int64_t m) {
-  return m >= kLaneMinRows || m <= kLaneMaxStreamRows;
-}
+// Up to this many rows of X the lanes hold blocks of 4 rows, each row's lanes 4 pairs of k apiece
+// (W broadcast 16 bytes at a time), so a block wastes at most 3 rows where a block of 16 wastes
+// up to 15; from here up, blocks of 16 rows, the rows past the last whole block in leftover
+// tiles. On one Zen 4 core (n = 14336, k = 4096, 2026-12-07), blocks of 4 against what took
+// these rows before (the leftover tiles alone up to m = 4, the 4 × 3 tiles of gemm_tiles.h to 9,
+// one part-filled block of 16 to 12): m = 1 4.7–5.1 ms against 5.6–5.9, m = 4 4.7–4.9 against
+// 6.7–6.9, m = 8 5.3 against 7.7–7.8, m = 10 and 12 7.6–7.7 against 9.1–9.3; m = 13 to 16 the
+// same (9.4 ms) and m = 17 to 20 slower (12.3 against 10.6–11.8). Two cores: m = 8 3.6 against
+// 4.1–4.4 ms, m = 12 4.0–4.2 against 4.6–4.8.
+constexpr int64_t kFourRowBlocksMaxRows = 12;
 
 // Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).
 void lane_gemm_avx512bf16(const TiledGemmArgs& args);

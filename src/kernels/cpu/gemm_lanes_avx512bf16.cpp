@@ -55,42 +55,51 @@ struct LaneJob {
   int64_t x_block_stride = 0;   // elements from one block of rows to the next
   const uint16_t* w = nullptr;  // W row of the tile's first column, at the range's first value
   int64_t ldw = 0;
-  int64_t pairs = 0;                 // whole pairs of W values in the range
-  bool odd_tail = false;             // then a lone last value w[2 · pairs] (k odd, the last range)
+  int64_t steps = 0;                 // whole steps of W values in the range (2P values each)
+  int64_t tail_values = 0;           // then this many values (< 2P) of a last step at k's end
   const uint16_t* next_w = nullptr;  // the W the loops visit after this tile (into L2), or null
   float* partial = nullptr;  // [column][row] sums over the ranges so far, row stride ld_partial
   int64_t ld_partial = 0;
   bool first = true;  // the first range: the sums start here, else they add to partial's
 };
 
-template <int MB, int NR>
-SLUICE_AVX512_BF16 inline void pair_step(__m512 (&acc)[MB][NR], const LaneJob& job,
-                                         const uint16_t* const (&w)[NR], int64_t p) {
-  __m512bh xv[MB];
-#pragma GCC unroll 4
-  for (int b = 0; b < MB; ++b)
-    xv[b] = (__m512bh)_mm512_load_si512(job.x + b * job.x_block_stride + p * kPairValues);
-#pragma GCC unroll 6
-  for (int j = 0; j < NR; ++j) {
+// W's 2P values of column j at step s, in every lane group: P pairs, as the lanes of each of
+// X's rows hold them (a 4-, 8- or 16-byte broadcast).
+template <int P>
+SLUICE_AVX512_BF16 inline __m512bh broadcast_step(const uint16_t* w) {
+  if constexpr (P == 1) {
     uint32_t pair;
-    std::memcpy(&pair, w[j] + 2 * p, sizeof(pair));
-    const __m512bh wv = (__m512bh)_mm512_set1_epi32(int(pair));
-#pragma GCC unroll 4
-    for (int b = 0; b < MB; ++b) acc[b][j] = _mm512_dpbf16_ps(acc[b][j], xv[b], wv);
+    std::memcpy(&pair, w, sizeof(pair));
+    return (__m512bh)_mm512_set1_epi32(int(pair));
+  } else {
+    static_assert(P == 4);
+    return (__m512bh)_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
   }
 }
 
-// The lone last value of an odd k: its X pair holds (x, 0), so W's pair is (w, 0).
-template <int MB, int NR>
-SLUICE_AVX512_BF16 inline void odd_tail_step(__m512 (&acc)[MB][NR], const LaneJob& job,
-                                             const uint16_t* const (&w)[NR], int64_t p) {
-  for (int b = 0; b < MB; ++b) {
-    const __m512bh xv =
-        (__m512bh)_mm512_load_si512(job.x + b * job.x_block_stride + p * kPairValues);
-    for (int j = 0; j < NR; ++j) {
-      const __m512bh wv = (__m512bh)_mm512_set1_epi32(int(uint32_t(w[j][2 * p])));
-      acc[b][j] = _mm512_dpbf16_ps(acc[b][j], xv, wv);
-    }
+// The last `values` (< 2P) of W's column at a partial last step, zero after, broadcast alike.
+template <int P>
+SLUICE_AVX512_BF16 inline __m512bh broadcast_tail(const uint16_t* w, int64_t values) {
+  const __m128i v = _mm_maskz_loadu_epi16(__mmask8((1u << values) - 1), w);
+  if constexpr (P == 1) return (__m512bh)_mm512_broadcastd_epi32(v);
+  else return (__m512bh)_mm512_broadcast_i32x4(v);
+}
+
+// One step of the tile: each block's line of X (its R rows' 2P values at step s) against each
+// column's broadcast of W; a partial last step (`tail`) reads W masked.
+template <int P, int MB, int NR, bool kTail = false>
+SLUICE_AVX512_BF16 inline void lane_step(__m512 (&acc)[MB][NR], const LaneJob& job,
+                                         const uint16_t* const (&w)[NR], int64_t s) {
+  __m512bh xv[MB];
+#pragma GCC unroll 4
+  for (int b = 0; b < MB; ++b)
+    xv[b] = (__m512bh)_mm512_load_si512(job.x + b * job.x_block_stride + s * kPairValues);
+#pragma GCC unroll 6
+  for (int j = 0; j < NR; ++j) {
+    const __m512bh wv = kTail ? broadcast_tail<P>(w[j] + 2 * P * s, job.tail_values)
+                              : broadcast_step<P>(w[j] + 2 * P * s);
+#pragma GCC unroll 4
+    for (int b = 0; b < MB; ++b) acc[b][j] = _mm512_dpbf16_ps(acc[b][j], xv[b], wv);
   }
 }
 
@@ -108,8 +117,9 @@ SLUICE_AVX512_BF16 inline void finish(__m512 (&acc)[MB][NR], const LaneJob& job)
   }
 }
 
-template <int MB, int NR>
+template <int P, int MB, int NR>
 SLUICE_AVX512_BF16 void lane_tile(const LaneJob& job) {
+  constexpr int64_t kStepsPerLine = kPairsPerLine / P;  // steps over one line of each W row
   __m512 acc[MB][NR], acc_odd[MB][NR];
   for (auto& row : acc)
     for (auto& a : row) a = _mm512_setzero_ps();
@@ -117,32 +127,32 @@ SLUICE_AVX512_BF16 void lane_tile(const LaneJob& job) {
     for (auto& a : row) a = _mm512_setzero_ps();
   const uint16_t* w[NR];
   for (int j = 0; j < NR; ++j) w[j] = job.w + j * job.ldw;
-  int64_t p = 0;
-  while (p < job.pairs) {
-    const int64_t end = std::min(job.pairs, p + kPairsPerLine);
+  int64_t s = 0;
+  while (s < job.steps) {
+    const int64_t end = std::min(job.steps, s + kStepsPerLine);
     if (job.next_w) {
       for (int j = 0; j < kMaxCols; ++j) {
         // prefetcht1 (into L2): GCC drops __builtin_prefetch from some loops (gemm_tiles.h).
-        __asm__ volatile("prefetcht1 (%0)" : : "r"(job.next_w + j * job.ldw + 2 * p));
+        __asm__ volatile("prefetcht1 (%0)" : : "r"(job.next_w + j * job.ldw + 2 * P * s));
       }
     }
     if constexpr (MB == 1) {
-      // One block has NR accumulators only: alternate pairs go to a second set, so twice as many
+      // One block has NR accumulators only: alternate steps go to a second set, so twice as many
       // chains hide the latency of `vdpbf16ps`. On 2 Zen 4 cores (n = 14336, k = 4096,
       // 2026-12-07, five interleaved runs): m = 16 5.0–5.1 ms against 5.2–5.3; with 2 blocks
       // (m = 32, 24 accumulators) the second set made no difference and is not used.
-      for (; p + 1 < end; p += 2) {
-        pair_step<MB, NR>(acc, job, w, p);
-        pair_step<MB, NR>(acc_odd, job, w, p + 1);
+      for (; s + 1 < end; s += 2) {
+        lane_step<P, MB, NR>(acc, job, w, s);
+        lane_step<P, MB, NR>(acc_odd, job, w, s + 1);
       }
     }
-    for (; p < end; ++p) pair_step<MB, NR>(acc, job, w, p);
+    for (; s < end; ++s) lane_step<P, MB, NR>(acc, job, w, s);
   }
   if constexpr (MB == 1) {
 #pragma GCC unroll 6
     for (int j = 0; j < NR; ++j) acc[0][j] = _mm512_add_ps(acc[0][j], acc_odd[0][j]);
   }
-  if (job.odd_tail) odd_tail_step<MB, NR>(acc, job, w, p);
+  if (job.tail_values > 0) lane_step<P, MB, NR, true>(acc, job, w, s);
   finish<MB, NR>(acc, job);
 }
 
@@ -222,52 +232,53 @@ LeftoverTileFn leftover_tile_for(int64_t rows, int64_t cols) {
 
 using LaneTileFn = void (*)(const LaneJob&);
 
-template <int MB, int... NR>
+template <int P, int MB, int... NR>
 constexpr std::array<LaneTileFn, kMaxCols> row_of_tiles(std::integer_sequence<int, NR...>) {
-  return {&lane_tile<MB, NR + 1>...};
+  return {&lane_tile<P, MB, NR + 1>...};
 }
 
-template <int... MB>
+template <int P, int... MB>
 constexpr std::array<std::array<LaneTileFn, kMaxCols>, kMaxBlocks> tile_table(
     std::integer_sequence<int, MB...>) {
-  return {row_of_tiles<MB + 1>(std::make_integer_sequence<int, kMaxCols>{})...};
+  return {row_of_tiles<P, MB + 1>(std::make_integer_sequence<int, kMaxCols>{})...};
 }
 
+template <int P>
 LaneTileFn tile_for(int64_t blocks, int64_t cols) {
-  static constexpr auto table = tile_table(std::make_integer_sequence<int, kMaxBlocks>{});
+  static constexpr auto table = tile_table<P>(std::make_integer_sequence<int, kMaxBlocks>{});
   return table[blocks - 1][cols - 1];
 }
 
-int64_t pair_count(int64_t k) {
-  return (k + 1) / 2;
+// Steps of 2P values (P pairs) that cover k.
+int64_t step_count(int64_t k, int P) {
+  return (k + 2 * P - 1) / (2 * P);
 }
 
-// Rows [r0, r0 + rows) of X into blocks of 16 rows ([block][pair][row][2], gemm_lanes.h), as
-// bf16 (fp32 X rounded to nearest even), zero past k and past the last row.
-void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, uint16_t* out) {
-  const int64_t pairs = pair_count(a.k), blocks = (rows + kLanes - 1) / kLanes;
+// Rows [r0, r0 + rows) of X into blocks of R = 16 / P rows ([block][step][R rows][2P values], one
+// 64-byte line per step, gemm_lanes.h), as bf16 (fp32 X rounded to nearest even), zero past k and
+// past the last row.
+void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, int P, uint16_t* out) {
+  const int64_t R = kLanes / P, span = 2 * P, steps = step_count(a.k, P);
+  const int64_t blocks = (rows + R - 1) / R;
 #pragma omp parallel for schedule(static) if (rows * a.k >= (1 << 15))
-  for (int64_t r = 0; r < blocks * kLanes; ++r) {
-    uint16_t* block = out + (r / kLanes) * pairs * kPairValues;
-    const int64_t lane = r % kLanes;
-    std::array<uint16_t, 2 * kPairsPerLine> row_pairs{};  // a run of pairs, then scattered
-    for (int64_t p0 = 0; p0 < pairs; p0 += kPairsPerLine) {
-      const int64_t q0 = 2 * p0, q1 = std::min(a.k, q0 + 2 * kPairsPerLine);
-      row_pairs.fill(0);
+  for (int64_t r = 0; r < blocks * R; ++r) {
+    uint16_t* lines = out + (r / R) * steps * kPairValues + (r % R) * span;
+    std::array<uint16_t, kValuesPerLine> run{};  // a run of the row's values, then scattered
+    for (int64_t q0 = 0; q0 < steps * span; q0 += kValuesPerLine) {
+      const int64_t q1 = std::min(a.k, q0 + kValuesPerLine);
+      run.fill(0);
       if (r < rows) {
         if (a.x_dtype == DType::BF16) {
           const uint16_t* x = static_cast<const uint16_t*>(a.x) + (r0 + r) * a.ldx;
-          std::copy(x + q0, x + q1, row_pairs.begin());
+          std::copy(x + q0, x + q1, run.begin());
         } else {
           const float* x = static_cast<const float*>(a.x) + (r0 + r) * a.ldx;
-          for (int64_t q = q0; q < q1; ++q) row_pairs[q - q0] = f32_to_bf16(x[q]);
+          for (int64_t q = q0; q < q1; ++q) run[q - q0] = f32_to_bf16(x[q]);
         }
       }
-      const int64_t p1 = std::min(pairs, p0 + kPairsPerLine);
-      for (int64_t p = p0; p < p1; ++p) {
-        std::memcpy(block + p * kPairValues + 2 * lane, &row_pairs[2 * (p - p0)],
-                    2 * sizeof(uint16_t));
-      }
+      const int64_t s0 = q0 / span, s1 = std::min(steps, (q0 + kValuesPerLine) / span);
+      for (int64_t st = s0; st < s1; ++st)
+        std::memcpy(lines + st * kPairValues, &run[(st - s0) * span], span * sizeof(uint16_t));
     }
   }
 }
@@ -276,18 +287,16 @@ void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, uint16_t* out) 
 // (at most kMaxLeftoverRows) packed in order for the leftover tiles.
 struct RowBlock {
   const TiledGemmArgs* a;
+  int p;  // pairs per lane group: blocks of 16 / p rows
   const uint16_t* packed;
   int64_t r0, rows, lane_rows;
   const uint16_t* leftover;
   int64_t ld_leftover;
 };
 
-// The rows of a row block that go to the lanes: all, unless those past the last whole block are
-// few enough for the leftover tiles. Short of a whole block, from kLaneMinRows rows they fill
-// part of one (no whole block's W to share with leftover tiles), and up to kLaneMaxStreamRows
-// they are all leftover rows.
+// The rows of a row block of blocks of 16 that go to the lanes: all, unless those past the last
+// whole block are few enough for the leftover tiles.
 int64_t lane_rows_of(int64_t rows) {
-  if (rows < kLanes) return rows >= kLaneMinRows ? rows : 0;
   const int64_t past = rows % kLanes;
   return past <= kMaxLeftoverRows ? rows - past : rows;
 }
@@ -314,8 +323,8 @@ void run_leftover(const RowBlock& rb, int64_t j, int64_t cols, int64_t v0, int64
 // Where the tile of columns [j, j + kMaxCols) lies in the block of W the loops visit next: the
 // same columns at the next k range, or the next column block's at the first.
 const uint16_t* next_block_w(const TiledGemmArgs& a, int64_t j, int64_t cb, int64_t cb_end,
-                             int64_t c1, int64_t p1) {
-  if (2 * p1 < a.k) return a.w + j * a.ldw + 2 * p1;
+                             int64_t c1, int64_t v1) {
+  if (v1 < a.k) return a.w + j * a.ldw + v1;
   if (cb_end < c1) return a.w + (cb_end + (j - cb)) * a.ldw;
   return nullptr;
 }
@@ -359,19 +368,23 @@ SLUICE_AVX512 inline void transpose_16x16(__m512 (&v)[kLanes]) {
 SLUICE_AVX512 void store_column_block(const RowBlock& rb, const float* partial, int64_t ld_partial,
                                       int64_t c0, int64_t cols) {
   const TiledGemmArgs& a = *rb.a;
+  const int64_t R = kLanes / rb.p;
   const __m512 beta = _mm512_set1_ps(a.beta);
-  for (int64_t r = 0; r < rb.lane_rows; r += kLanes) {
-    const int64_t rows = std::min<int64_t>(kLanes, rb.lane_rows - r);
+  for (int64_t b = 0; b * R < rb.lane_rows; ++b) {
+    const int64_t rows = std::min<int64_t>(R, rb.lane_rows - b * R);
     for (int64_t c = 0; c < cols; c += kLanes) {
       const int64_t n = std::min<int64_t>(kLanes, cols - c);
       __m512 v[kLanes];
-      for (int64_t i = 0; i < kLanes; ++i)
-        v[i] = i < n ? _mm512_load_ps(partial + (c + i) * ld_partial + r) : _mm512_setzero_ps();
-      transpose_16x16(v);
+      for (int64_t i = 0; i < kLanes; ++i) {
+        v[i] = i < n ? _mm512_load_ps(partial + (c + i) * ld_partial + b * kLanes)
+                     : _mm512_setzero_ps();
+      }
+      transpose_16x16(v);  // v[lane]: the lane's sums over the 16 columns
       const __mmask16 mask = avx512::tail_mask(int(n));
       for (int64_t i = 0; i < rows; ++i) {
-        float* y = a.y + (rb.r0 + r + i) * a.ldy + c0 + c;
-        __m512 sum = v[i];
+        float* y = a.y + (rb.r0 + b * R + i) * a.ldy + c0 + c;
+        __m512 sum = v[i * rb.p];  // a row's P lanes hold its sums over alternate pairs
+        for (int t = 1; t < rb.p; ++t) sum = _mm512_add_ps(sum, v[i * rb.p + t]);
         if (a.beta != 0.0f)
           sum = _mm512_add_ps(sum, _mm512_mul_ps(beta, _mm512_maskz_loadu_ps(mask, y)));
         _mm512_mask_storeu_ps(y, mask, sum);
@@ -384,64 +397,66 @@ SLUICE_AVX512 void store_column_block(const RowBlock& rb, const float* partial, 
 // them on each tile of columns the leftover rows on the same columns (W still in cache).
 void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
   const TiledGemmArgs& a = *rb.a;
-  const int64_t pairs = pair_count(a.k),
-                blocks = rb.lane_rows / kLanes + (rb.lane_rows % kLanes != 0);
-  const int64_t rows_padded = blocks * kLanes;
-  const bool odd = a.k % 2 != 0;
-  float* partial = thread_scratch<1, float>(size_t(kColBlock * std::max<int64_t>(1, rows_padded)));
+  const int P = rb.p;
+  const int64_t R = kLanes / P, span = 2 * P, steps = step_count(a.k, P);
+  const int64_t blocks = (rb.lane_rows + R - 1) / R, lanes_padded = blocks * kLanes;
+  const int64_t tail_values = a.k % span;
+  float* partial = thread_scratch<1, float>(size_t(kColBlock * std::max<int64_t>(1, lanes_padded)));
   // At least one tile of rows, to carry the leftover rows when no block remains.
   const int64_t row_tiles = std::max<int64_t>(1, (blocks + kMaxBlocks - 1) / kMaxBlocks);
   for (int64_t cb = c0; cb < c1; cb += kColBlock) {
     const int64_t cb_end = std::min(c1, cb + kColBlock);
-    for (int64_t p0 = 0; p0 < pairs; p0 += kDepthPairs) {
-      const int64_t p1 = std::min(pairs, p0 + kDepthPairs);
+    for (int64_t s0 = 0; s0 < steps; s0 += kDepthPairs / P) {
+      const int64_t s1 = std::min(steps, s0 + kDepthPairs / P);
       LaneJob job;
-      job.x_block_stride = pairs * kPairValues;
+      job.x_block_stride = steps * kPairValues;
       job.ldw = a.ldw;
-      job.odd_tail = odd && p1 == pairs;
-      job.pairs = p1 - p0 - (job.odd_tail ? 1 : 0);
-      job.ld_partial = rows_padded;
-      job.first = p0 == 0;
+      job.tail_values = s1 == steps ? tail_values : 0;
+      job.steps = s1 - s0 - (job.tail_values > 0 ? 1 : 0);
+      job.ld_partial = lanes_padded;
+      job.first = s0 == 0;
       for (int64_t t = 0; t < row_tiles; ++t) {
         const int64_t b = t * kMaxBlocks;
-        job.x = rb.packed + b * job.x_block_stride + p0 * kPairValues;
+        job.x = rb.packed + b * job.x_block_stride + s0 * kPairValues;
         for (int64_t j = cb; j < cb_end; j += kMaxCols) {
           const int64_t cols = std::min<int64_t>(kMaxCols, cb_end - j);
           if (b < blocks) {
-            job.w = a.w + j * a.ldw + 2 * p0;
-            job.next_w = b == 0 ? next_block_w(a, j, cb, cb_end, c1, p1) : nullptr;
-            job.partial = partial + (j - cb) * rows_padded + b * kLanes;
-            tile_for(std::min<int64_t>(kMaxBlocks, blocks - b), cols)(job);
+            job.w = a.w + j * a.ldw + span * s0;
+            job.next_w = b == 0 ? next_block_w(a, j, cb, cb_end, c1, span * s1) : nullptr;
+            job.partial = partial + (j - cb) * lanes_padded + b * kLanes;
+            const int64_t tile_blocks = std::min<int64_t>(kMaxBlocks, blocks - b);
+            (P == 1 ? tile_for<1>(tile_blocks, cols) : tile_for<4>(tile_blocks, cols))(job);
           }
           if (t == row_tiles - 1 && rb.lane_rows < rb.rows)
-            run_leftover(rb, j, cols, 2 * p0, std::min(a.k, 2 * p1));
+            run_leftover(rb, j, cols, span * s0, std::min(a.k, span * s1));
         }
       }
     }
-    store_column_block(rb, partial, rows_padded, cb, cb_end - cb);
+    store_column_block(rb, partial, lanes_padded, cb, cb_end - cb);
   }
 }
 
 }  // namespace
 
 void lane_gemm_avx512bf16(const TiledGemmArgs& a) {
-  const int64_t pairs = pair_count(a.k);
+  const int P = a.m <= kFourRowBlocksMaxRows ? 4 : 1;
+  const int64_t steps = step_count(a.k, P);
   for (int64_t r0 = 0, rows = 0; r0 < a.m; r0 += rows) {
     // A last few rows join the block before them as its leftover rows, which meet W in cache,
     // instead of making a block of their own that reads all of W again.
     rows = a.m - r0 <= kRowBlock + kMaxLeftoverRows ? a.m - r0 : kRowBlock;
-    const int64_t lane_rows = lane_rows_of(rows);
-    const int64_t blocks = (lane_rows + kLanes - 1) / kLanes;
+    const int64_t lane_rows = P == 1 ? lane_rows_of(rows) : rows;
+    const int64_t blocks = (lane_rows + kLanes / P - 1) / (kLanes / P);
     uint16_t* packed =
-        thread_scratch<0, uint16_t>(size_t(std::max<int64_t>(1, blocks) * pairs * kPairValues));
-    pack_rows(a, r0, lane_rows, packed);
+        thread_scratch<0, uint16_t>(size_t(std::max<int64_t>(1, blocks) * steps * kPairValues));
+    pack_rows(a, r0, lane_rows, P, packed);
     // One spare line per row, so rows k apart do not share L1 sets (gemm_tiled.cpp).
     const int64_t ld_leftover =
         (a.k + kValuesPerLine - 1) / kValuesPerLine * kValuesPerLine + kValuesPerLine;
     uint16_t* leftover = thread_scratch<2, uint16_t>(size_t((rows - lane_rows) * ld_leftover + 1));
     for (int64_t r = lane_rows; r < rows; ++r)
       pack_row_bf16(a, r0 + r, leftover + (r - lane_rows) * ld_leftover, ld_leftover);
-    const RowBlock rb{&a, packed, r0, rows, lane_rows, leftover, ld_leftover};
+    const RowBlock rb{&a, P, packed, r0, rows, lane_rows, leftover, ld_leftover};
     for_each_thread_columns(a.n, kMaxCols,
                             [&](int64_t c0, int64_t c1) { run_columns(rb, c0, c1); });
   }

@@ -23,15 +23,6 @@ constexpr int64_t kRowBlock = 256;
 // passes over it, and each tile's activations (4 × 1024 × 4 B = 16 KB) stay in L1.
 constexpr int64_t kDepth = 1024;
 constexpr int64_t kColBlock = 32 * kMaxCols;
-// The avx512bf16 tiles' ranges: twice as deep over half as many W rows (the same 192 KB of W),
-// so each tile's 12 horizontal sums and its call are spread over twice the k. On 2 AMD EPYC Zen 4
-// cores (n = 14336, k = 4096, 2026-12-06, three interleaved runs against 1024 × 96): m = 8
-// 4.65–4.68 → 3.85–3.92 ms (43% → 52% of the vdpbf16ps peak), m = 16 7.44–8.76 → 6.23–6.36 ms
-// (46–54% → 63–64%); 2048 × 24 and 2048 × 96 about the same, 4096 × 24 and 4096 × 48 slower at
-// m = 8 (5.3–5.4 ms).
-constexpr int64_t kBf16Depth = 2048;
-constexpr int64_t kBf16ColBlock = 16 * kMaxCols;
-
 int64_t round_up(int64_t v, int64_t to) {
   return (v + to - 1) / to * to;
 }
@@ -60,45 +51,28 @@ void pack_row(const TiledGemmArgs& a, int64_t row, float* dst, int64_t ldp) {
   }
 }
 
-// Which tiles a call takes, and the packed layout they read.
-struct TileSet {
-  IsaLevel level;
-  bool bf16;      // X packed as bf16 pairs (avx512bf16 tiles) instead of fp32 evens/odds
-  int64_t group;  // k-values per packed group
-};
-
-TileSet tile_set(const TiledGemmArgs& a, IsaLevel level) {
-  // The bf16 tiles multiply bf16 activations: only where X is bf16 or rounded to bf16 anyway.
-  const bool bf16 =
-      level >= IsaLevel::kAvx512Bf16 && (a.x_dtype == DType::BF16 || a.round_x_to_bf16);
-  return {level, bf16, bf16 ? tiles::kBf16Group : kGroup};
+// Whether the token lanes take the call: at avx512bf16 and above, where X is bf16 or rounded to
+// bf16 anyway (`vdpbf16ps` multiplies bf16 activations).
+bool lanes_take(const TiledGemmArgs& a, IsaLevel level) {
+  return level >= IsaLevel::kAvx512Bf16 && (a.x_dtype == DType::BF16 || a.round_x_to_bf16);
 }
 
-// Rows [r0, r0 + rows) of X, packed for `set`'s tiles into `out` (elements of the set's type).
-void pack_rows(const TiledGemmArgs& a, const TileSet& set, int64_t r0, int64_t rows, void* out,
-               int64_t ldp) {
+// Rows [r0, r0 + rows) of X, packed for the tiles into `out`.
+void pack_rows(const TiledGemmArgs& a, int64_t r0, int64_t rows, float* out, int64_t ldp) {
 #pragma omp parallel for schedule(static) if (rows * a.k >= (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    if (set.bf16) {
-      pack_row_bf16(a, r0 + r, static_cast<uint16_t*>(out) + r * ldp, ldp);
-    } else {
-      pack_row(a, r0 + r, static_cast<float*>(out) + r * ldp, ldp);
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r) pack_row(a, r0 + r, out + r * ldp, ldp);
 }
 
 struct Block {
   const TiledGemmArgs* a;
-  const void* packed;  // rows [r0, r0 + rows) of X, packed for the set's tiles
-  int64_t ldp;         // packed row stride, in elements
+  const float* packed;  // rows [r0, r0 + rows) of X, packed for the tiles
+  int64_t ldp;          // packed row stride, in elements
   int64_t r0, rows;
-  TileSet set;
+  IsaLevel level;
 };
 
-tiles::TileFn tile_for(const TileSet& set, int rows, int cols) {
-  if (set.bf16) return tiles::avx512bf16_tile(rows, cols);
-  return set.level >= IsaLevel::kAvx2 ? tiles::avx2_tile(rows, cols)
-                                      : tiles::scalar_tile(rows, cols);
+tiles::TileFn tile_for(IsaLevel level, int rows, int cols) {
+  return level >= IsaLevel::kAvx2 ? tiles::avx2_tile(rows, cols) : tiles::scalar_tile(rows, cols);
 }
 
 // A block of W: rows [c0, c1) at k-values [k0, k1).
@@ -109,8 +83,8 @@ struct WBlock {
 // Brings the next block of W (the same W rows at the next k range, or the next W rows at the
 // first one) into L2 while the tiles work on the current block, a share of its cache lines before
 // each tile: the first tile of rows to meet a block then finds it in cache instead of waiting on
-// DRAM at every line. For the tiles that do not fetch it from inside their loops (the scalar and
-// avx512bf16 ones).
+// DRAM at every line. For the tiles that do not fetch it from inside their loops (the scalar
+// ones).
 class NextBlockPrefetcher {
  public:
   NextBlockPrefetcher(const TiledGemmArgs& a, const WBlock& next, int64_t tiles)
@@ -156,7 +130,7 @@ void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream)
   // The AVX2 tiles fetch the next block from inside their loops (TileJob::next_block): on 2
   // Milan cores, m = 8 went from 8.4–8.7 to 7.1–7.2 ms and m = 12 from 11.6 to 10.0–10.1 ms
   // against the bursts of NextBlockPrefetcher (n = 14336, k = 4096; bench/RESULTS.md).
-  const bool tiles_fetch_next_block = !b.set.bf16 && b.set.level >= IsaLevel::kAvx2;
+  const bool tiles_fetch_next_block = b.level >= IsaLevel::kAvx2;
   const int64_t row_tiles = row_tile_count(b.rows, kMaxRows);
   NextBlockPrefetcher prefetcher(
       a, next, stream ? 0 : row_tiles * ((w.c1 - w.c0 + kMaxCols - 1) / kMaxCols));
@@ -166,11 +140,7 @@ void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream)
   for_each_row_tile(b.rows, kMaxRows, [&](int64_t t, int64_t i, int64_t rows) {
     for (int64_t j = w.c0; j < w.c1; j += kMaxCols) {
       const int cols = int(std::min<int64_t>(kMaxCols, w.c1 - j));
-      if (b.set.bf16) {
-        job.xb = static_cast<const uint16_t*>(b.packed) + i * b.ldp;
-      } else {
-        job.x = static_cast<const float*>(b.packed) + i * b.ldp;
-      }
+      job.x = b.packed + i * b.ldp;
       job.w = a.w + j * a.ldw;
       job.y = a.y + (b.r0 + i) * a.ldy + j;
       const int64_t next_row = j - w.c0 + next.c0;
@@ -178,7 +148,7 @@ void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream)
                            ? a.w + next_row * a.ldw + next.k0
                            : nullptr;
       if (!stream && !tiles_fetch_next_block) prefetcher.before_tile();
-      tile_for(b.set, int(rows), cols)(job);
+      tile_for(b.level, int(rows), cols)(job);
     }
   });
 }
@@ -188,9 +158,9 @@ void run_block(const Block& b, const WBlock& w, const WBlock& next, bool stream)
 // tile of rows passes over it.
 void run_columns(const Block& b, int64_t c0, int64_t c1) {
   const bool stream = b.rows <= kMaxRows;
-  const int64_t k_padded = round_up(b.a->k, b.set.group);
-  const int64_t depth = stream ? k_padded : (b.set.bf16 ? kBf16Depth : kDepth);
-  const int64_t col_block = stream ? c1 - c0 : (b.set.bf16 ? kBf16ColBlock : kColBlock);
+  const int64_t k_padded = round_up(b.a->k, kGroup);
+  const int64_t depth = stream ? k_padded : kDepth;
+  const int64_t col_block = stream ? c1 - c0 : kColBlock;
   for (int64_t cb = c0; cb < c1; cb += col_block) {
     const int64_t cb_end = std::min(c1, cb + col_block);
     for (int64_t k0 = 0; k0 < k_padded; k0 += depth) {
@@ -217,24 +187,21 @@ void pack_row_bf16(const TiledGemmArgs& a, int64_t row, uint16_t* dst, int64_t l
 }
 
 void tiled_gemm(const TiledGemmArgs& a, IsaLevel level) {
-  const TileSet set = tile_set(a, level);
-  if (set.bf16 && lanes_take(a.m)) return lane_gemm_avx512bf16(a);
+  if (lanes_take(a, level)) return lane_gemm_avx512bf16(a);
   // One spare group per packed row: with k a multiple of 1024 (every real model), rows exactly
   // k apart would all fall into the same L1 sets as each other and as W's rows.
-  const int64_t ldp = round_up(a.k, set.group) + set.group;
-  const int64_t element = set.bf16 ? 2 : 4;
+  const int64_t ldp = round_up(a.k, kGroup) + kGroup;
   for (int64_t r0 = 0; r0 < a.m; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, a.m - r0);
-    void* packed = thread_scratch<0, float>(size_t((rows * ldp * element + 3) / 4));
-    pack_rows(a, set, r0, rows, packed, ldp);
-    const Block b{&a, packed, ldp, r0, rows, set};
+    float* packed = thread_scratch<0, float>(size_t(rows * ldp));
+    pack_rows(a, r0, rows, packed, ldp);
+    const Block b{&a, packed, ldp, r0, rows, level};
     for_each_thread_columns(a.n, kMaxCols, [&](int64_t c0, int64_t c1) { run_columns(b, c0, c1); });
   }
 }
 
-const char* tiled_gemm_name(IsaLevel level, int64_t m) {
-  if (level >= IsaLevel::kAvx512Bf16)
-    return lanes_take(m) ? "sluice:avx512bf16 lanes" : "sluice:avx512bf16";
+const char* tiled_gemm_name(IsaLevel level) {
+  if (level >= IsaLevel::kAvx512Bf16) return "sluice:avx512bf16 lanes";
   return level >= IsaLevel::kAvx2 ? "sluice:avx2" : "sluice:scalar";
 }
 

@@ -26,15 +26,15 @@ struct TiledGemmArgs {
 // Shapes and strides already checked by the caller; every stride is explicit (non-zero). Runs on
 // the OpenMP pool at `level`'s tiles: scalar, avx2 (also at avx512), and at avx512bf16 and above,
 // where X is bf16 or rounded to it (fp32 X keeps the avx2 tiles), the token-lane kernel of
-// gemm_lanes.h up to kLaneMaxStreamRows and from kLaneMinRows rows, the `vdpbf16ps` tiles between.
+// gemm_lanes.h at every m.
 void tiled_gemm(const TiledGemmArgs& args, IsaLevel level);
 
 // Row `row` of X as bf16 in its natural order (fp32 rounded to nearest even), zero-padded to
-// `ldp` values: the packing of the avx512bf16 tiles and of the token lanes' leftover rows.
+// `ldp` values: the packing of the token lanes' leftover rows.
 void pack_row_bf16(const TiledGemmArgs& a, int64_t row, uint16_t* dst, int64_t ldp);
 
-// "sluice:avx512bf16 lanes" (lanes_take(m)), "sluice:avx512bf16", "sluice:avx2" or
-// "sluice:scalar": the kernel tiled_gemm uses for m rows at `level`, bf16 (or rounded) activations.
-const char* tiled_gemm_name(IsaLevel level, int64_t m);
+// "sluice:avx512bf16 lanes", "sluice:avx2" or "sluice:scalar": the kernel tiled_gemm uses at
+// `level`, bf16 (or rounded) activations.
+const char* tiled_gemm_name(IsaLevel level);
 
 }  // namespace sluice::cpu

@@ -21,15 +21,11 @@
 namespace sluice::cpu::tiles {
 
 constexpr int64_t kGroup = 16;  // k-values per packed group
-// At the avx512bf16 level X is packed as bf16 in its natural order, in groups of 32 values (one
-// 512-bit register of pairs for `vdpbf16ps`), zero-padded the same way.
-constexpr int64_t kBf16Group = 32;
 constexpr int kMaxRows = 4;  // MR: rows of X per tile
 constexpr int kMaxCols = 3;  // NR: rows of W per tile
 
 struct TileJob {
   const float* x = nullptr;      // packed X, first row of the tile, at k = 0
-  const uint16_t* xb = nullptr;  // the same, packed as bf16 (avx512bf16 tiles)
   int64_t ldx = 0;               // packed row stride (elements), a multiple of the group
   const uint16_t* w = nullptr;   // first W row of the tile, at k = 0
   int64_t ldw = 0;
@@ -80,7 +76,6 @@ using TileFn = void (*)(const TileJob&);
 // The tile of `rows` × `cols` (1..kMaxRows × 1..kMaxCols) for each level.
 TileFn scalar_tile(int rows, int cols);
 TileFn avx2_tile(int rows, int cols);
-TileFn avx512bf16_tile(int rows, int cols);
 
 // The [kMaxRows][kMaxCols] table of a level's tiles, Tile<MR, NR>::fn at [MR - 1][NR - 1].
 template <template <int, int> class Tile, int MR, int... NR>

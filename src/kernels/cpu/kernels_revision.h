@@ -12,7 +12,7 @@ namespace sluice::cpu {
 //   2: the avx512bf16 token lanes' 6-column tiles over 2048-pair ranges, from m = 13 (2026-12-06).
 //   3: the token lanes' leftover tiles (rows past the last whole block, and m ≤ 4) (2026-12-07).
 //   4: the token lanes write Y once per column block, a 16 × 16 transpose at a time, and take
-//      m = 10 to 12 as one part-filled block (2026-12-07).
+//      every m, in blocks of 4 rows up to m = 12 (2026-12-07).
 constexpr int kKernelsRevision = 4;
 
 }  // namespace sluice::cpu

@@ -26,7 +26,7 @@ constexpr int kMaxBlocks = 4;  // blocks of rows per tile
 // and m = 32 11.3 → 9.9–10.6 ms; with 1 block, m = 16 8.0 → 5.4 ms, where the 4 × 3 tiles of
 // gemm_tiles.h take 6.1–6.2 ms. 8 columns measured the same as 6.
 constexpr int kMaxCols = 6;
-constexpr int64_t kPairValues = 2 * kLanes;  // packed elements per k pair of one block
+constexpr int64_t kPairValues = 2 * kLanes;  // packed elements per step (one line) of one block
 // k pairs per range: a tile's X (4 blocks × 2048 pairs × 64 B = 512 KB) stays in L2 while it
 // meets the block's columns one tile after another. Measured on 2 Zen 4 cores (2026-12-06, 4 × 6
 // tiles, m = 64 and 256): 64 pairs 72–73% of the `vdpbf16ps` peak, 128 pairs 76–78%, 256 78–80%,
@@ -64,7 +64,7 @@ struct LaneJob {
 };
 
 // W's 2P values of column j at step s, in every lane group: P pairs, as the lanes of each of
-// X's rows hold them (a 4-, 8- or 16-byte broadcast).
+// X's rows hold them (a 4- or 16-byte broadcast).
 template <int P>
 SLUICE_AVX512_BF16 inline __m512bh broadcast_step(const uint16_t* w) {
   if constexpr (P == 1) {
@@ -86,7 +86,7 @@ SLUICE_AVX512_BF16 inline __m512bh broadcast_tail(const uint16_t* w, int64_t val
 }
 
 // One step of the tile: each block's line of X (its R rows' 2P values at step s) against each
-// column's broadcast of W; a partial last step (`tail`) reads W masked.
+// column's broadcast of W; a partial last step (kTail) reads W masked.
 template <int P, int MB, int NR, bool kTail = false>
 SLUICE_AVX512_BF16 inline void lane_step(__m512 (&acc)[MB][NR], const LaneJob& job,
                                          const uint16_t* const (&w)[NR], int64_t s) {

@@ -58,8 +58,7 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
   } else {
     gemm(args);
   }
-  SCOPED_TRACE(path == Path::kTilesOnly ? tiled_gemm_name(isa_level())
-                                        : gemm_implementation(args));
+  SCOPED_TRACE(path == Path::kTilesOnly ? tiled_gemm_name(isa_level()) : gemm_implementation(args));
   args.y = y_ref.data();
   gemm_reference(args);
   for (int64_t i = 0; i < c.m; ++i) {
@@ -87,12 +86,13 @@ void expect_matches_reference(const Case& c, DType x_dtype, float beta, int64_t 
 // 24, 12 at 28, 5 at 21 over an odd k, and at m = 260 a second row block of 4 leftover rows and no
 // whole block); one part-filled block alone at m = 10 and 12;
 // and oneDNN's own blockings.
-const Case kAwkwardCases[] = {
-    {1, 33, 96},     {3, 130, 33},   {17, 96, 130}, {100, 33, 130}, {1, 1, 1},       {2, 2, 15},
-    {17, 257, 4100}, {5, 97, 1040},  {300, 7, 40},  {4, 3, 16},     {8, 13, 1100},   {9, 7, 517},
-    {24, 12, 3},     {33, 25, 64},   {7, 40, 1030}, {70, 29, 1031}, {48, 100, 2049}, {32, 1, 1},
-    {6, 50, 4200},   {65, 19, 4099}, {14, 37, 301}, {17, 13, 4130}, {24, 7, 95},     {21, 11, 4097},
-    {260, 9, 70},    {28, 20, 2111}, {10, 23, 2049}, {12, 97, 130}};
+const Case kAwkwardCases[] = {{1, 33, 96},     {3, 130, 33},   {17, 96, 130},   {100, 33, 130},
+                              {1, 1, 1},       {2, 2, 15},     {17, 257, 4100}, {5, 97, 1040},
+                              {300, 7, 40},    {4, 3, 16},     {8, 13, 1100},   {9, 7, 517},
+                              {24, 12, 3},     {33, 25, 64},   {7, 40, 1030},   {70, 29, 1031},
+                              {48, 100, 2049}, {32, 1, 1},     {6, 50, 4200},   {65, 19, 4099},
+                              {14, 37, 301},   {17, 13, 4130}, {24, 7, 95},     {21, 11, 4097},
+                              {260, 9, 70},    {28, 20, 2111}, {10, 23, 2049},  {12, 97, 130}};
 
 // Every case at every ISA level up to the one in force (scalar, avx2, and oneDNN's at avx512+).
 void expect_all_match(DType x_dtype, float beta, int64_t pad) {

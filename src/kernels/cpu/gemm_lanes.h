@@ -56,13 +56,12 @@ namespace sluice::cpu {
 // (W broadcast 16 bytes at a time), so a block wastes at most 3 rows where a block of 16 wastes
 // up to 15; from here up, blocks of 16 rows, the rows past the last whole block in leftover
 // tiles. On one Zen 4 core (n = 14336, k = 4096, 2026-12-07), blocks of 4 against what took
-// these rows before (the leftover tiles alone up to m = 4, `vdpbf16ps` 4 × 3 tiles, since removed, to 9,
-// one part-filled block of 16 to 12): m = 1 4.7–5.1 ms against 5.6–5.9, m = 4 4.7–4.9 against
-// 6.7–6.9, m = 8 5.3 against 7.7–7.8, m = 10 and 12 7.6–7.7 against 9.1–9.3; m = 13 to 16 the
-// same (9.4 ms) and m = 17 to 20 slower (12.3 against 10.6–11.8; 13.0–13.2 with the 5 blocks in
-// one tile of 4 columns, and from 6 blocks in one tile GCC spilled the accumulators). Two cores:
-// m = 8 3.6 against
-// 4.1–4.4 ms, m = 12 4.0–4.2 against 4.6–4.8.
+// these rows before (the leftover tiles alone up to m = 4, `vdpbf16ps` 4 × 3 tiles, since
+// removed, to 9, one part-filled block of 16 to 12): m = 1 4.7–5.1 ms against 5.6–5.9, m = 4
+// 4.7–4.9 against 6.7–6.9, m = 8 5.3 against 7.7–7.8, m = 10 and 12 7.6–7.7 against 9.1–9.3;
+// m = 13 to 16 the same (9.4 ms) and m = 17 to 20 slower (12.3 against 10.6–11.8; 13.0–13.2 with
+// the 5 blocks in one tile of 4 columns, and from 6 blocks in one tile GCC spilled the
+// accumulators). Two cores: m = 8 3.6 against 4.1–4.4 ms, m = 12 4.0–4.2 against 4.6–4.8.
 constexpr int64_t kFourRowBlocksMaxRows = 12;
 
 // Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).

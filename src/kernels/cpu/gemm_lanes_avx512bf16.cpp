@@ -81,8 +81,10 @@ SLUICE_AVX512_BF16 inline __m512bh broadcast_step(const uint16_t* w) {
 template <int P>
 SLUICE_AVX512_BF16 inline __m512bh broadcast_tail(const uint16_t* w, int64_t values) {
   const __m128i v = _mm_maskz_loadu_epi16(__mmask8((1u << values) - 1), w);
-  if constexpr (P == 1) return (__m512bh)_mm512_broadcastd_epi32(v);
-  else return (__m512bh)_mm512_broadcast_i32x4(v);
+  if constexpr (P == 1)
+    return (__m512bh)_mm512_broadcastd_epi32(v);
+  else
+    return (__m512bh)_mm512_broadcast_i32x4(v);
 }
 
 // One step of the tile: each block's line of X (its R rows' 2P values at step s) against each
@@ -353,10 +355,10 @@ SLUICE_AVX512 inline void transpose_16x16(__m512 (&v)[kLanes]) {
                  odd_lo = _mm512_shuffle_f32x4(u[x], u[4 + x], 0xdd),
                  even_hi = _mm512_shuffle_f32x4(u[8 + x], u[12 + x], 0x88),
                  odd_hi = _mm512_shuffle_f32x4(u[8 + x], u[12 + x], 0xdd);
-    v[x] = _mm512_shuffle_f32x4(even_lo, even_hi, 0x88);       // column x
-    v[4 + x] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0x88);     // column 4 + x
-    v[8 + x] = _mm512_shuffle_f32x4(even_lo, even_hi, 0xdd);   // column 8 + x
-    v[12 + x] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0xdd);    // column 12 + x
+    v[x] = _mm512_shuffle_f32x4(even_lo, even_hi, 0x88);      // column x
+    v[4 + x] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0x88);    // column 4 + x
+    v[8 + x] = _mm512_shuffle_f32x4(even_lo, even_hi, 0xdd);  // column 8 + x
+    v[12 + x] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0xdd);   // column 12 + x
   }
 }
 

@@ -21,13 +21,13 @@
 namespace sluice::cpu::tiles {
 
 constexpr int64_t kGroup = 16;  // k-values per packed group
-constexpr int kMaxRows = 4;  // MR: rows of X per tile
-constexpr int kMaxCols = 3;  // NR: rows of W per tile
+constexpr int kMaxRows = 4;     // MR: rows of X per tile
+constexpr int kMaxCols = 3;     // NR: rows of W per tile
 
 struct TileJob {
-  const float* x = nullptr;      // packed X, first row of the tile, at k = 0
-  int64_t ldx = 0;               // packed row stride (elements), a multiple of the group
-  const uint16_t* w = nullptr;   // first W row of the tile, at k = 0
+  const float* x = nullptr;     // packed X, first row of the tile, at k = 0
+  int64_t ldx = 0;              // packed row stride (elements), a multiple of the group
+  const uint16_t* w = nullptr;  // first W row of the tile, at k = 0
   int64_t ldw = 0;
   int64_t k = 0;           // true k: W is not read at or past it
   int64_t k0 = 0, k1 = 0;  // range of this call; k0 a multiple of kGroup, k1 ≤ padded k

@@ -65,8 +65,9 @@ struct QuickMeasurements {
 };
 // Decode spreads its tokens over the experts binomially around its mean (16 at B = 64 on
 // Mixtral, most experts between 8 and 24), and the avx512bf16 GEMM's cost is not a straight line
-// there: the 4 × 3 tiles from 5 to 12 rows, the lanes' blocks of 16 from 13, with leftover tiles
-// for up to 12 rows past the last block (gemm_lanes.h). 17 and 32: with {1, 4, 16} alone, when
+// there: blocks of 4 rows up to 12 rows (the 4 × 3 tiles from 5 to 12 when these were chosen),
+// the lanes' blocks of 16 from 13, with leftover tiles for up to 12 rows past the last block
+// (gemm_lanes.h). 17 and 32: with {1, 4, 16} alone, when
 // 17 rows cost what 32 did, the plan read that step as a straight line and, on 2 Zen 4 cores
 // (2026-12-07), predicted bf16 decode at 87–101 tokens/s against 73.6–78.5 measured. 8, 12 and 24:
 // with the leftover tiles and {1, 4, 16, 17, 32}, it predicted 96.7 against 85.2.

@@ -64,7 +64,7 @@ namespace sluice::cpu {
 // accumulators). Two cores: m = 8 3.6 against 4.1–4.4 ms, m = 12 4.0–4.2 against 4.6–4.8.
 constexpr int64_t kFourRowBlocksMaxRows = 12;
 
-// Shapes and strides already checked; X is bf16 or rounded to it (the TileSet's bf16 case).
+// Shapes and strides already checked; X is bf16 or rounded to it (tiled_gemm's lanes_take).
 void lane_gemm_avx512bf16(const TiledGemmArgs& args);
 
 }  // namespace sluice::cpu

@@ -23,8 +23,8 @@ constexpr int kMaxBlocks = 4;  // blocks of rows per tile
 // them. Measured on 2 Zen 4 cores (n = 14336, k = 4096, 2026-12-06), against the former tiles of
 // 2 blocks × 12 columns: with 4 blocks (4 loads of X and 6 broadcasts of W per 24 `vdpbf16ps`)
 // 80–84% of the peak where 2 × 12 gave ~71%; with 2 blocks (m = 17 to 32) m = 24 10.5 → 9.7 ms
-// and m = 32 11.3 → 9.9–10.6 ms; with 1 block, m = 16 8.0 → 5.4 ms, where the 4 × 3 tiles of
-// gemm_tiles.h take 6.1–6.2 ms. 8 columns measured the same as 6.
+// and m = 32 11.3 → 9.9–10.6 ms; with 1 block, m = 16 8.0 → 5.4 ms, where the `vdpbf16ps` 4 × 3
+// tiles (since removed) took 6.1–6.2 ms. 8 columns measured the same as 6.
 constexpr int kMaxCols = 6;
 constexpr int64_t kPairValues = 2 * kLanes;  // packed elements per step (one line) of one block
 // k pairs per range: a tile's X (4 blocks × 2048 pairs × 64 B = 512 KB) stays in L2 while it

@@ -98,7 +98,11 @@ void encode(const std::vector<float>& x, uint32_t type, std::vector<uint8_t>& ou
 }
 
 // The tokenizer of the folder as llama.cpp's "gpt2" vocabulary (tokens in id order, merges,
-// control tokens, bos/eos, the chat template and the pre-tokenizer's name).
+// control tokens, bos/eos, the chat template and the pre-tokenizer's name). As its converter
+// does (get_vocab_base), the list has exactly config.json's vocab_size entries, ids the tokenizer
+// lacks written as "[PAD<id>]" of type UNUSED: llama.cpp refuses a file whose token count is not
+// token_embd's rows, as make-model's folders (a 361-token tokenizer under a vocabulary of 32000)
+// and released models with padded embeddings have.
 void add_tokenizer(const std::filesystem::path& dir, const ModelConfig& c, GgufWriter& w) {
   const std::filesystem::path path = dir / "tokenizer.json";
   std::ifstream in(path);
@@ -111,8 +115,12 @@ void add_tokenizer(const std::filesystem::path& dir, const ModelConfig& c, GgufW
     by_id[a["id"].get<int64_t>()] = a["content"].get<std::string>();
     special[a["id"].get<int64_t>()] = true;
   }
+  if (by_id.empty()) throw Error(path.string() + ": the tokenizer has no tokens");
+  if (by_id.rbegin()->first >= c.vocab_size)
+    throw Error(fmt::format("{}: token id {} is not below config.json's vocab_size {}",
+                            path.string(), by_id.rbegin()->first, c.vocab_size));
   json tokens = json::array(), types = json::array();
-  for (int64_t id = 0; id <= by_id.rbegin()->first; ++id) {
+  for (int64_t id = 0; id < c.vocab_size; ++id) {
     const auto it = by_id.find(id);
     tokens.push_back(it != by_id.end() ? it->second : fmt::format("[PAD{}]", id));
     types.push_back(it == by_id.end() ? 5 : special.count(id) ? 3 : 1);

@@ -203,6 +203,19 @@ TEST(GgufModel, LlamaCppNamesDimsAndRowPermutation) {
     EXPECT_NE(g.find_tensor(name), nullptr) << name;
   EXPECT_EQ(g.integer("llama.expert_count"), E);
   EXPECT_EQ(g.integer("llama.feed_forward_length"), I);
+  // As many tokens as token_embd has rows, or llama.cpp refuses the file: the ids the tokenizer
+  // lacks (the tiny tokenizer has far fewer than the vocabulary) are "[PAD<id>]" of type
+  // UNUSED (5), as llama.cpp's converter writes them.
+  const GgufValue* tokens = g.find("tokenizer.ggml.tokens");
+  const GgufValue* types = g.find("tokenizer.ggml.token_type");
+  ASSERT_TRUE(tokens && types);
+  ASSERT_EQ(int64_t(tokens->value.size()), c.vocab_size);
+  ASSERT_EQ(int64_t(types->value.size()), c.vocab_size);
+  const int64_t held = int64_t(Tokenizer::load(dir / "hf")->vocab_size());
+  ASSERT_LT(held, c.vocab_size);
+  EXPECT_EQ(tokens->value.back(), "[PAD" + std::to_string(c.vocab_size - 1) + "]");
+  EXPECT_EQ(types->value.back(), 5);
+  EXPECT_NE(types->value[size_t(held) - 1], 5);  // the last id the tokenizer holds
 
   // LlamaModel.permute on one head of 4 rows: reshape(1, 2, 2).swapaxes(1, 2) stores rows
   // 0, 2, 1, 3; sluice's loader puts them back.

@@ -26,6 +26,13 @@ BpeTokenizerParts read_gguf_vocab(const fs::path& path, int32_t* bos_id, int32_t
   m.id_to_token = v.tokens;
   for (size_t id = 0; id < v.tokens.size(); ++id) {
     const GgufTokenType t = type_of(v, id);
+    // An unused id ("[PAD<id>]", where the converter pads the list to the embedding's rows) is a
+    // hole, as in the folder's tokenizer: never produced by encoding, decoded as nothing (as
+    // llama.cpp decodes it).
+    if (t == GgufTokenType::kUnused) {
+      m.id_to_token[id].clear();
+      continue;
+    }
     if (t == GgufTokenType::kControl || t == GgufTokenType::kUserDefined) {
       AddedToken a;
       a.content = v.tokens[id];

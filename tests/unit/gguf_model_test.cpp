@@ -272,6 +272,23 @@ TEST(GgufModel, MetadataDisagreeingWithATensorShapeNamesBoth) {
                         "expected shape [8, 48, 64]", "got [8, 40, 64]");
 }
 
+// A tokenizer with ids past config.json's vocab_size cannot be padded to the embedding's rows:
+// the export names the tokenizer, the id and the vocab_size.
+TEST(GgufModel, TokenizerLargerThanTheVocabularyIsNamed) {
+  const ModelConfig c = preset_config("tiny-mixtral");
+  ModelConfig small = c;
+  small.vocab_size = 300;
+  TempDir dir;
+  write_random_checkpoint(small, dir / "hf", 5);
+  write_synthetic_tokenizer(c, dir / "hf");
+  const int64_t last = int64_t(Tokenizer::load(dir / "hf")->vocab_size()) - 1;
+  ASSERT_GE(last, 300);
+  const std::string file = (dir / "hf" / "tokenizer.json").string();
+  const std::string id = "token id " + std::to_string(last);
+  EXPECT_ERROR_MENTIONS(export_gguf(dir / "hf", dir / "m.gguf", GgufWeights::kF32), file.c_str(),
+                        id.c_str(), "config.json's vocab_size 300");
+}
+
 TEST(GgufModel, MissingTensorAndMissingKeyAreNamed) {
   const ModelConfig c = preset_config("tiny-olmoe");
   TempDir dir;

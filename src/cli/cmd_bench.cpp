@@ -52,10 +52,17 @@ std::string describe(const WeightsRead& r, double dram_bytes_per_s, double disk_
   if (r.bytes == 0 || r.seconds <= 0) return "";
   const double rate = double(r.bytes) / r.seconds;
   const bool disk = disk_bytes_per_s > 0;
-  return fmt::format(" (weights read into memory in {:.1f} s, {:.2f} GB/s = {:.0f}% of {})",
+  std::string pages;
+  if (r.mapped_bytes > 0) {
+    pages = fmt::format("; {:.0f}% mapped in 2 MiB pages",
+                        100.0 * double(r.mapped_in_huge_pages) / double(r.mapped_bytes));
+  }
+  if (r.reread_bytes > 0)
+    pages += fmt::format(", {} read again into them", human_bytes(double(r.reread_bytes)));
+  return fmt::format(" (weights read into memory in {:.1f} s, {:.2f} GB/s = {:.0f}% of {}{})",
                      r.seconds, rate / 1e9,
                      100 * rate / (disk ? disk_bytes_per_s : dram_bytes_per_s),
-                     disk ? "the profiled disk read rate" : "DRAM");
+                     disk ? "the profiled disk read rate" : "DRAM", pages);
 }
 
 // The model under test: a folder (its first --layers layers) or a preset made in memory, with the
@@ -204,6 +211,9 @@ void print_json(const BenchResult& b) {
   j["load_seconds"] = b.loaded->load_seconds;
   j["weights_read_bytes"] = b.loaded->read_in.bytes;
   j["weights_read_seconds"] = b.loaded->read_in.seconds;
+  j["weights_mapped_bytes"] = b.loaded->read_in.mapped_bytes;
+  j["weights_mapped_in_huge_pages"] = b.loaded->read_in.mapped_in_huge_pages;
+  j["weights_reread_bytes"] = b.loaded->read_in.reread_bytes;
   if (b.loaded->storage_bytes) j["load_storage_read_bytes"] = *b.loaded->storage_bytes;
   j["requests"] = o.requests;
   j["prompt_len"] = o.prompt_len;

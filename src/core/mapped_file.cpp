@@ -9,6 +9,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "core/error.h"
 
@@ -69,6 +72,59 @@ void MappedFile::drop_pages(size_t offset, size_t bytes) const {
   const size_t begin = offset / kBlock * kBlock;
   const size_t end = std::min(size_, (offset + bytes + kBlock - 1) / kBlock * kBlock);
   madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);  // only a hint
+}
+
+std::vector<FileMapping> file_mappings(const std::filesystem::path& path) {
+  std::error_code ec;
+  const std::string name = std::filesystem::weakly_canonical(path, ec).string();
+  std::vector<FileMapping> found;
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;  // the lines after a header of one of `path`'s mappings
+  for (std::string line; std::getline(smaps, line);) {
+    std::istringstream fields(line);
+    std::string first;
+    fields >> first;
+    if (first.empty()) continue;
+    if (first.back() != ':') {  // a mapping's header: "begin-end perms offset dev inode path"
+      std::string perms, offset, dev, inode, mapped;
+      fields >> perms >> offset >> dev >> inode;
+      std::getline(fields >> std::ws, mapped);
+      inside = !mapped.empty() && mapped == name;
+      if (inside) {
+        const size_t dash = first.find('-');
+        found.push_back({.begin = std::stoull(first.substr(0, dash), nullptr, 16),
+                         .end = std::stoull(first.substr(dash + 1), nullptr, 16)});
+      }
+      continue;
+    }
+    size_t kib = 0;
+    if (!inside || !(fields >> kib)) continue;
+    if (first == "Rss:") found.back().resident = kib << 10;
+    if (first == "FilePmdMapped:") found.back().in_huge_pages = kib << 10;
+  }
+  return found;
+}
+
+bool page_cache_has_huge_folios() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    size_t kib = 0;
+    meminfo >> kib;
+    if (key == "FileHugePages:") return kib > 0;
+    meminfo.ignore(1 << 10, '\n');
+  }
+  return false;
+}
+
+void drop_from_page_cache(const std::filesystem::path& path,
+                          const std::vector<FileMapping>& mappings) {
+  for (const FileMapping& m : mappings)
+    madvise(reinterpret_cast<void*>(m.begin), m.end - m.begin, MADV_DONTNEED);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);  // dirty pages, just written, would stay in the page cache
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
 }
 
 MappedFile::~MappedFile() {

@@ -20,8 +20,9 @@
 // broadcast 16 bytes at a time, so each lane meets its own pair; a row's 4 lanes are summed when
 // Y is written. A block then wastes at most 3 rows.
 // k is walked in ranges of up to 2048 pairs: over one range a tile of rows (512 KB of packed X)
-// stays in L2 while it meets a block of 96 columns, tile after tile, and the first tile of rows
-// prefetches the next range's W into L2. Sums over a range are kept transposed ([column][row]) in
+// stays in L2 while it meets a block of 96 columns, tile after tile; with several tiles of rows the
+// first prefetches the next range's W into L2, with one each tile prefetches the W of the tile two
+// after it. Sums over a range are kept transposed ([column][row]) in
 // a per-thread scratch between ranges, and after the last range each column block's are written
 // to Y a 16 × 16 transpose at a time, so every row of Y takes whole lines.
 //

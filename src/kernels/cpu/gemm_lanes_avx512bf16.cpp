@@ -47,6 +47,15 @@ constexpr int64_t kPairsPerLine = 16;  // pairs of one W row in a 64-byte line
 // 12 against 8 took m = 25–28 from 9.4–9.7 to 8.5–9.1 ms and m = 44 from 14.7 to 13.6–13.7; at
 // m = 30 and 31 (14 and 15 rows past) a whole block and the leftover tiles measured the same.
 constexpr int64_t kMaxLeftoverRows = 12;
+// With one tile of rows, each tile meets its W once, straight from memory: it prefetches into L2
+// the W of the tile this many tiles after it (tile_ahead_w). With several tiles of rows, the first
+// prefetches the next column block's W (next_block_w), which the others then meet in L2. Measured
+// on 2 Zen 5 cores (n = 14336, k = 4096, 2026-12-08, bench-kernels, two interleaved rounds), one
+// thread, the next column block's W against 2 tiles ahead: m = 4 4.7–5.3 ms against 4.6–5.0,
+// m = 8 5.8–6.0 against 4.6–4.7, m = 12 6.2–7.7 against 4.9–5.2, m = 16 7.0–8.0 against 6.1–6.2,
+// m = 32 10.7–11.9 against 9.9–10.5; two threads, m = 4 3.4 against 2.5, m = 16 3.8 against 3.4.
+// The next column block is 768 KB of W ahead (96 rows of 8 KB), most of Zen 5's 1 MB L2.
+constexpr int64_t kTilesAhead = 2;
 constexpr int kLeftoverTileRows = 4;
 constexpr int64_t kValuesPerLine = 2 * kPairsPerLine;
 
@@ -334,6 +343,27 @@ const uint16_t* next_block_w(const TiledGemmArgs& a, int64_t j, int64_t cb, int6
   return nullptr;
 }
 
+// W of the tile kTilesAhead tiles after the one at column j and k-values from v0, in the order
+// the loops visit them with one tile of rows: the column block's tiles over a k range of
+// `range_values`, the same tiles over the next range, then the next column block. Null past the
+// thread's last column c1.
+const uint16_t* tile_ahead_w(const TiledGemmArgs& a, int64_t j, int64_t cb, int64_t c1, int64_t v0,
+                             int64_t range_values) {
+  int64_t col = j + kTilesAhead * kMaxCols, v = v0, block = cb;
+  for (int64_t block_end = std::min(c1, cb + kColBlock); col >= block_end;
+       block_end = std::min(c1, block + kColBlock)) {
+    col -= block_end - block;  // past the block's last tile: its first tiles at the next range
+    v += range_values;
+    if (v >= a.k) {  // or the next block's at the first
+      v = 0;
+      block = block_end;
+      if (block >= c1) return nullptr;
+    }
+    col += block;
+  }
+  return a.w + col * a.ldw + v;
+}
+
 // The transpose of 16 vectors of 16 floats: v[i][j] becomes v[j][i]. 32-bit then 64-bit
 // unpacks transpose the 4 × 4 blocks inside each 128-bit lane, then two rounds of 128-bit lane
 // shuffles put the blocks in place.
@@ -427,7 +457,12 @@ void run_columns(const RowBlock& rb, int64_t c0, int64_t c1) {
           const int64_t cols = std::min<int64_t>(kMaxCols, cb_end - j);
           if (b < blocks) {
             job.w = a.w + j * a.ldw + span * s0;
-            job.next_w = b == 0 ? next_block_w(a, j, cb, cb_end, c1, span * s1) : nullptr;
+            if (b > 0)
+              job.next_w = nullptr;
+            else if (row_tiles == 1)
+              job.next_w = tile_ahead_w(a, j, cb, c1, span * s0, span * (kDepthPairs / P));
+            else
+              job.next_w = next_block_w(a, j, cb, cb_end, c1, span * s1);
             job.partial = partial + (j - cb) * lanes_padded + b * kLanes;
             const int64_t tile_blocks = std::min<int64_t>(kMaxBlocks, blocks - b);
             (P == 1 ? tile_for<1>(tile_blocks, cols) : tile_for<4>(tile_blocks, cols))(job);
